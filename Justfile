@@ -1,0 +1,25 @@
+# memlife recipes: one line each. `just --list` shows them.
+
+# Build and run the end-to-end demo on the committed sample (README quick start).
+demo:
+    bash scripts/demo.sh
+
+# The whole test suite (README quick start).
+test:
+    bash scripts/test.sh
+
+# Formatting and lints, as CI expects them.
+lint:
+    cargo fmt --all -- --check && cargo clippy --all-targets -- -D warnings
+
+# Regenerate the committed sample data (deterministic: the same bytes every time).
+sample:
+    cargo run --bin memlife -- synth --users 4 --memories 1000 --seed 42 -o data/sample.jsonl
+
+# Rewrite the saved-SQL snapshots after an intended change; review the diff.
+snapshots:
+    UPDATE_SNAPSHOTS=1 cargo test --test it saved_sql
+
+# Import and SQL benchmarks at 100k and 1M memories (see BENCHMARKS.md).
+bench:
+    bash benches/import_sql.sh

@@ -1,0 +1,237 @@
+//! The `memlife` command line: clap definitions and the one `match` that dispatches them.
+//! Arguments are resolved here once into a `JobCtx`; every command returns an exit code.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use chrono::Utc;
+use clap::{Args, Parser, Subcommand};
+
+use crate::commands;
+use crate::formats::Format;
+use crate::jobs::{self, JobCtx, import::OnError};
+use crate::schema::DEFAULT_EMBEDDING_DIM;
+use crate::store::Store;
+
+#[derive(Parser, Debug)]
+#[command(name = "memlife", version, about = "Maintenance jobs for an LLM agent's memory store on Lance tables")]
+#[command(after_help = "Exit codes: 0 done, 1 done but some items failed, 2 error.")]
+pub struct Cli {
+    /// Database location: a folder, memory://, or an object-store URI.
+    #[arg(long, global = true, env = "MEMLIFE_DB", default_value = "./memlife.db")]
+    pub db: String,
+
+    /// Print a machine-readable JSON report on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options every job shares.
+#[derive(Args, Debug, Clone)]
+pub struct JobArgs {
+    /// Process one user only (default: every user, each independently).
+    #[arg(long)]
+    pub user: Option<String>,
+
+    /// Compute and report, but write nothing (not even the run log).
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create the database and its tables (idempotent).
+    Init {
+        /// Width of embedding vectors, fixed for the database's life.
+        #[arg(long, default_value_t = DEFAULT_EMBEDDING_DIM)]
+        embedding_dim: usize,
+    },
+    /// Load rows from JSON Lines, JSON, CSV or Parquet (upsert on the table's key).
+    Import {
+        file: PathBuf,
+        /// Target table.
+        #[arg(long, default_value = "memories")]
+        table: String,
+        /// Input format (default: from the file extension).
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        /// What to do with invalid rows: abort writes nothing, skip writes the valid rows.
+        #[arg(long, value_enum, default_value = "abort")]
+        on_error: OnError,
+        #[command(flatten)]
+        job: JobArgs,
+    },
+    /// Write a table to JSON Lines, JSON, CSV or Parquet.
+    Export {
+        #[arg(long, default_value = "memories")]
+        table: String,
+        /// Output format (default: from -o's extension, else jsonl).
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        /// Output file (default: stdout).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Only this user's rows.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only rows matching this SQL predicate, e.g. "state = 'core'".
+        #[arg(long = "where")]
+        filter: Option<String>,
+    },
+    /// Generate deterministic synthetic memories and their ground truth.
+    Synth {
+        #[arg(long, default_value_t = 4)]
+        users: usize,
+        #[arg(long, default_value_t = 1000)]
+        memories: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Output file; the truth goes beside it as <stem>.truth.json.
+        #[arg(short, long)]
+        output: PathBuf,
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        /// Add placeholder unit embeddings of this width (0: none). For load tests only.
+        #[arg(long, default_value_t = 0)]
+        dim: usize,
+        /// First day memories may be created on (UTC).
+        #[arg(long, default_value = "2025-01-01")]
+        start: String,
+        /// Number of days memories are spread over.
+        #[arg(long, default_value_t = 365)]
+        days: i64,
+    },
+    /// Run read-only SQL (DataFusion) over every table.
+    Sql {
+        /// The statement (or use --file).
+        query: Option<String>,
+        /// A saved query, e.g. sql/current_facts.sql.
+        #[arg(long, conflicts_with = "query")]
+        file: Option<PathBuf>,
+        /// Bind a $name placeholder: --param name=value (repeatable).
+        #[arg(long = "param")]
+        params: Vec<String>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: commands::sql::OutputFormat,
+    },
+    /// One-screen summary: memories per user, state and tier; links per type; last runs.
+    Stats,
+}
+
+fn job_ctx(store: Store, job: &JobArgs) -> JobCtx {
+    JobCtx {
+        store,
+        user: job.user.clone(),
+        dry_run: job.dry_run,
+        now: Utc::now(),
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<u8> {
+    let mut stdout = std::io::stdout().lock();
+    match cli.command {
+        Command::Init { embedding_dim } => commands::init::run(&cli.db, embedding_dim, cli.json).await,
+        Command::Import {
+            file,
+            table,
+            format,
+            on_error,
+            job,
+        } => {
+            let store = Store::open(&cli.db).await?;
+            let ctx = job_ctx(store, &job);
+            let args = jobs::import::ImportArgs {
+                file,
+                table,
+                format,
+                on_error,
+            };
+            let report = jobs::import::run(&ctx, &args).await?;
+            report.print(cli.json, &mut stdout)?;
+            Ok(report.exit_code())
+        }
+        Command::Export {
+            table,
+            format,
+            output,
+            user,
+            filter,
+        } => {
+            let store = Store::open(&cli.db).await?;
+            let format = match (format, &output) {
+                (Some(f), _) => f,
+                (None, Some(path)) if path.as_os_str() != "-" => Format::from_path(path)?,
+                _ => Format::Jsonl,
+            };
+            let rows = commands::export::run(
+                &store,
+                &table,
+                format,
+                output.as_deref(),
+                user.as_deref(),
+                filter.as_deref(),
+            )
+            .await?;
+            if output.is_some() {
+                if cli.json {
+                    println!("{}", serde_json::json!({"table": table, "rows": rows}));
+                } else {
+                    eprintln!("exported {rows} rows of '{table}'");
+                }
+            }
+            Ok(0)
+        }
+        Command::Synth {
+            users,
+            memories,
+            seed,
+            output,
+            format,
+            dim,
+            start,
+            days,
+        } => {
+            let start_micros = crate::encoding::parse_timestamp(&start)
+                .with_context(|| format!("--start '{start}' is not a date (YYYY-MM-DD)"))?;
+            let config = crate::synth::SynthConfig {
+                users,
+                memories,
+                seed,
+                start_micros,
+                span_days: days.max(1),
+            };
+            let format = match format {
+                Some(f) => f,
+                None => Format::from_path(&output)?,
+            };
+            let summary = commands::synth::run(&config, dim, &output, format)?;
+            summary.print(cli.json, &mut stdout)?;
+            Ok(0)
+        }
+        Command::Sql {
+            query,
+            file,
+            params,
+            format,
+        } => {
+            let text = match (query, file) {
+                (Some(q), _) => q,
+                (None, Some(path)) => std::fs::read_to_string(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?,
+                (None, None) => anyhow::bail!("give a query or --file FILE"),
+            };
+            let store = Store::open(&cli.db).await?;
+            let params = crate::sql::parse_params(&params)?;
+            commands::sql::run(&store, &text, &params, format, &mut stdout).await?;
+            Ok(0)
+        }
+        Command::Stats => {
+            let store = Store::open(&cli.db).await?;
+            commands::stats::run(&store, cli.json, &mut stdout).await?;
+            Ok(0)
+        }
+    }
+}

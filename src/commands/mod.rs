@@ -1,0 +1,8 @@
+//! Commands outside the job frame: setup (`init`), data movement (`export`, `synth`) and
+//! read-only views (`sql`, `stats`). They write no `runs` row: they change no memory.
+
+pub mod export;
+pub mod init;
+pub mod sql;
+pub mod stats;
+pub mod synth;

@@ -1,0 +1,156 @@
+//! `memlife synth`: writes generated memories in any import format, and their ground truth as
+//! JSON beside them (`<stem>.truth.json`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::encoding::Cell;
+use crate::formats::{BatchWriter, Format, open_output};
+use crate::rows::RowBuilder;
+use crate::schema::MEMORIES;
+use crate::synth::{SynthConfig, generate, placeholder_embedding};
+
+/// The columns synth sets; import gives every other column its default.
+const COLUMNS: &[&str] = &[
+    "id",
+    "user_id",
+    "text",
+    "kind",
+    "session_id",
+    "source",
+    "embedding",
+    "importance",
+    "confidence",
+    "emotional_salience",
+    "state",
+    "access_count",
+    "recall_frequency",
+    "last_accessed_at",
+    "last_recall_interval_days",
+    "created_at",
+    "happens_at",
+    "tags",
+];
+
+const BATCH_ROWS: usize = 8192;
+
+#[derive(Debug, Serialize)]
+pub struct SynthSummary {
+    pub output: PathBuf,
+    pub truth: PathBuf,
+    pub memories: usize,
+    pub users: usize,
+    pub duplicate_groups: usize,
+    pub merge_groups: usize,
+    pub supersession_chains: usize,
+    pub verbose: usize,
+    pub sessions: usize,
+    pub entities: usize,
+}
+
+impl SynthSummary {
+    pub fn print(&self, json: bool, out: &mut dyn Write) -> std::io::Result<()> {
+        if json {
+            serde_json::to_writer_pretty(&mut *out, self)?;
+            return writeln!(out);
+        }
+        writeln!(
+            out,
+            "wrote {} memories of {} users to {} (truth: {}): {} duplicate groups, {} merge groups, \
+             {} supersession chains, {} verbose memories, {} sessions, {} entities",
+            self.memories,
+            self.users,
+            self.output.display(),
+            self.truth.display(),
+            self.duplicate_groups,
+            self.merge_groups,
+            self.supersession_chains,
+            self.verbose,
+            self.sessions,
+            self.entities
+        )
+    }
+}
+
+/// `data/sample.jsonl` gives `data/sample.truth.json`.
+pub fn truth_path(output: &Path) -> PathBuf {
+    let stem = output
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_else(|| "synth".to_string());
+    output.with_file_name(format!("{stem}.truth.json"))
+}
+
+pub fn run(config: &SynthConfig, dim: usize, output: &Path, format: Format) -> Result<SynthSummary> {
+    let (memories, truth) = generate(config);
+    let columns: Vec<&str> = COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| dim > 0 || *c != "embedding")
+        .collect();
+    let mut builder = RowBuilder::new(&MEMORIES, dim.max(1), 0);
+    let full_schema = builder.schema();
+    let indices: Vec<usize> = columns
+        .iter()
+        .map(|c| full_schema.index_of(c).expect("synth column exists"))
+        .collect();
+    let schema = std::sync::Arc::new(full_schema.project(&indices)?);
+    let mut writer = BatchWriter::new(format, open_output(Some(output))?, schema)?;
+    let mut embedding = Vec::with_capacity(dim);
+    for chunk in memories.chunks(BATCH_ROWS) {
+        for memory in chunk {
+            if dim > 0 {
+                placeholder_embedding(config.seed, &memory.id, dim, &mut embedding);
+            }
+            let tags: Vec<Option<&str>> = memory.tags.iter().map(|t| Some(t.as_str())).collect();
+            builder
+                .append(|name| match name {
+                    "id" => Cell::Text(&memory.id),
+                    "user_id" => Cell::Text(&memory.user_id),
+                    "text" => Cell::Text(&memory.text),
+                    "kind" => Cell::Text(memory.kind),
+                    "session_id" => Cell::Text(&memory.session_id),
+                    "source" => Cell::Text("synth"),
+                    "embedding" if dim > 0 => Cell::Floats(&embedding),
+                    "importance" => Cell::F64(memory.importance),
+                    "confidence" => Cell::F64(memory.confidence),
+                    "emotional_salience" => Cell::F64(memory.emotional_salience),
+                    "state" => Cell::Text(memory.state),
+                    "access_count" => Cell::I64(memory.access_count),
+                    "recall_frequency" => Cell::I64(memory.access_count),
+                    "last_accessed_at" => memory.last_accessed_at.map_or(Cell::Null, Cell::Timestamp),
+                    "last_recall_interval_days" => Cell::F64(memory.last_recall_interval_days),
+                    "created_at" => Cell::Timestamp(memory.created_at),
+                    "happens_at" => memory.happens_at.map_or(Cell::Null, Cell::Timestamp),
+                    "tags" => Cell::StrList(tags.clone()),
+                    _ => Cell::Missing,
+                })
+                .map_err(|e| anyhow::anyhow!("synth row {}: {e}", memory.id))?;
+        }
+        let batch = builder.finish()?.project(&indices)?;
+        writer.write(&batch)?;
+    }
+    writer.finish()?;
+    let truth_file = truth_path(output);
+    let file = std::fs::File::create(&truth_file)
+        .with_context(|| format!("cannot create {}", truth_file.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer(&mut out, &truth)?;
+    writeln!(out)?;
+    out.flush()?;
+    Ok(SynthSummary {
+        output: output.to_path_buf(),
+        truth: truth_file,
+        memories: memories.len(),
+        users: config.users,
+        duplicate_groups: truth.duplicate_groups.len(),
+        merge_groups: truth.merge_groups.len(),
+        supersession_chains: truth.supersession_chains.len(),
+        verbose: truth.verbose.len(),
+        sessions: truth.sessions.len(),
+        entities: truth.entities.len(),
+    })
+}

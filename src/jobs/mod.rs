@@ -1,0 +1,215 @@
+//! The frame every job shares: a context built once (store, user scope, dry-run, clock), a row
+//! in `runs` per execution, and a `JobReport` that prints as a table for people or as JSON for
+//! schedulers and maps to the exit code (0 done, 1 some items failed, 2 error).
+
+pub mod import;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::encoding::Cell;
+use crate::rows::RowBuilder;
+use crate::schema::RUNS;
+use crate::store::Store;
+
+/// What every job gets: resolved once in `cli`, read-only afterwards.
+pub struct JobCtx {
+    pub store: Store,
+    /// One user, or all users when `None`.
+    pub user: Option<String>,
+    /// Compute and report; write nothing (not even the run row).
+    pub dry_run: bool,
+    /// The run's clock reading: every default timestamp of the run uses it.
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Done,
+    Partial,
+    Failed,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Done => "done",
+            Status::Partial => "partial",
+            Status::Failed => "failed",
+        }
+    }
+}
+
+/// One item a job could not process, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct ItemFailure {
+    pub item: String,
+    pub reason: String,
+}
+
+/// The outcome of one job run.
+#[derive(Debug, Serialize)]
+pub struct JobReport {
+    pub job: String,
+    pub run_id: Option<String>,
+    pub status: Status,
+    pub dry_run: bool,
+    pub user: Option<String>,
+    pub counts: BTreeMap<String, u64>,
+    pub failures: Vec<ItemFailure>,
+    pub notes: Vec<String>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// How many failures the human-readable report lists before summarising.
+const FAILURES_SHOWN: usize = 20;
+
+impl JobReport {
+    pub fn new(job: &str, ctx: &JobCtx) -> JobReport {
+        JobReport {
+            job: job.to_string(),
+            run_id: None,
+            status: Status::Done,
+            dry_run: ctx.dry_run,
+            user: ctx.user.clone(),
+            counts: BTreeMap::new(),
+            failures: Vec::new(),
+            notes: Vec::new(),
+            duration_ms: 0,
+            error: None,
+        }
+    }
+
+    pub fn count(&mut self, name: &str, value: u64) {
+        self.counts.insert(name.to_string(), value);
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        match self.status {
+            Status::Done => 0,
+            Status::Partial => 1,
+            Status::Failed => 2,
+        }
+    }
+
+    pub fn print(&self, json: bool, out: &mut dyn Write) -> std::io::Result<()> {
+        if json {
+            serde_json::to_writer_pretty(&mut *out, self)?;
+            return writeln!(out);
+        }
+        let mut header = format!("{}: {}", self.job, self.status.as_str());
+        if self.dry_run {
+            header.push_str(" (dry run: nothing written)");
+        }
+        writeln!(out, "{header}")?;
+        if let Some(run_id) = &self.run_id {
+            writeln!(out, "  run_id      {run_id}")?;
+        }
+        if let Some(user) = &self.user {
+            writeln!(out, "  user        {user}")?;
+        }
+        for (name, value) in &self.counts {
+            writeln!(out, "  {name:<20} {value}")?;
+        }
+        writeln!(out, "  duration    {} ms", self.duration_ms)?;
+        for note in &self.notes {
+            writeln!(out, "  note: {note}")?;
+        }
+        if let Some(error) = &self.error {
+            writeln!(out, "  error: {error}")?;
+        }
+        if !self.failures.is_empty() {
+            writeln!(out, "  failed items ({}):", self.failures.len())?;
+            for failure in self.failures.iter().take(FAILURES_SHOWN) {
+                writeln!(out, "    {}: {}", failure.item, failure.reason)?;
+            }
+            if self.failures.len() > FAILURES_SHOWN {
+                writeln!(
+                    out,
+                    "    ... and {} more (use --json for the full list)",
+                    self.failures.len() - FAILURES_SHOWN
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `runs` row of one execution: written as `running` when the job starts and replaced
+/// with the outcome when it ends, so a killed job leaves a visible `running` row behind.
+pub struct RunLog {
+    run_id: String,
+    job: String,
+    params: String,
+    started: Instant,
+    started_at: i64,
+}
+
+impl RunLog {
+    pub async fn start(ctx: &JobCtx, job: &str, params: &serde_json::Value) -> Result<RunLog> {
+        let log = RunLog {
+            run_id: uuid::Uuid::new_v4().to_string(),
+            job: job.to_string(),
+            params: params.to_string(),
+            started: Instant::now(),
+            started_at: Utc::now().timestamp_micros(),
+        };
+        if !ctx.dry_run {
+            log.write(ctx, None).await?;
+        }
+        Ok(log)
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Settles the report's status and duration and records them.
+    pub async fn finish(self, ctx: &JobCtx, report: &mut JobReport) -> Result<()> {
+        report.duration_ms = self.started.elapsed().as_millis() as u64;
+        if report.status == Status::Done && !report.failures.is_empty() {
+            report.status = Status::Partial;
+        }
+        if !ctx.dry_run {
+            report.run_id = Some(self.run_id.clone());
+            self.write(ctx, Some(report)).await?;
+        }
+        Ok(())
+    }
+
+    async fn write(&self, ctx: &JobCtx, report: Option<&JobReport>) -> Result<()> {
+        let finished_at = Utc::now().timestamp_micros();
+        let counts = report.map(|r| serde_json::to_string(&r.counts)).transpose()?;
+        let failed = report.map(|r| r.failures.len() as i64);
+        let duration = report.map(|r| r.duration_ms as i64);
+        let status = report.map_or("running", |r| r.status.as_str());
+        let error = report.and_then(|r| r.error.as_deref());
+        let mut builder = RowBuilder::new(&RUNS, ctx.store.embedding_dim(), self.started_at);
+        builder
+            .append(|name| match name {
+                "run_id" => Cell::Text(&self.run_id),
+                "job" => Cell::Text(&self.job),
+                "user_id" => ctx.user.as_deref().map_or(Cell::Null, Cell::Text),
+                "started_at" => Cell::Timestamp(self.started_at),
+                "finished_at" if report.is_some() => Cell::Timestamp(finished_at),
+                "status" => Cell::Text(status),
+                "dry_run" => Cell::Bool(ctx.dry_run),
+                "params" => Cell::Text(&self.params),
+                "counts" => counts.as_deref().map_or(Cell::Null, Cell::Text),
+                "items_failed" => failed.map_or(Cell::Null, Cell::I64),
+                "duration_ms" => duration.map_or(Cell::Null, Cell::I64),
+                "error" => error.map_or(Cell::Null, Cell::Text),
+                _ => Cell::Missing,
+            })
+            .map_err(|e| anyhow::anyhow!("run row: {e}"))?;
+        ctx.store.upsert_batch(&RUNS, builder.finish()?).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,411 @@
+//! The tables of a memlife database, described once: every column's type, whether input must
+//! give it, the rule it is validated against and its default. Import, export, synth and the
+//! store all derive from these specs, so a column is added in one place.
+//!
+//! This module is pure (arrow types only): no Lance, no I/O.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+
+/// The schema version this build writes. Opening a database with a newer version fails;
+/// older versions are migrated in place by `store::migrate`.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
+pub const DEFAULT_EMBEDDING_DIM: usize = 384;
+
+pub const MEMORY_KINDS: &[&str] = &["fact", "episode", "narrative", "learning_pattern", "summary"];
+pub const MEMORY_STATES: &[&str] = &["candidate", "active", "core", "archived"];
+pub const MEMORY_TIERS: &[&str] = &["hot", "warm", "cold", "archived"];
+pub const TTL_POLICIES: &[&str] = &["decay", "keep_forever", "ephemeral"];
+pub const SENSITIVITIES: &[&str] = &["low", "normal", "high"];
+pub const LINK_ORIGINS: &[&str] = &["llm", "structural"];
+pub const ENTITY_TYPES: &[&str] = &[
+    "person",
+    "place",
+    "organization",
+    "tool",
+    "project",
+    "pet",
+    "concept",
+    "event",
+    "other",
+];
+pub const RUN_STATUSES: &[&str] = &["running", "done", "partial", "failed"];
+pub const AUDIT_OPERATIONS: &[&str] = &[
+    "ADD",
+    "UPDATE",
+    "DELETE",
+    "MERGE",
+    "SUPERSEDE",
+    "NOOP",
+    "ARCHIVE",
+    "SPLIT",
+    "LINK",
+    "IMPORT",
+];
+/// Link types of seed 000 and seed 003. `shares_entity:<name>` is accepted as a family.
+pub const LINK_TYPES: &[&str] = &[
+    "conflicts",
+    "supersedes",
+    "causes",
+    "instance_of",
+    "invalidated_by",
+    "motivated_by",
+    "was_context_for",
+    "related_to",
+    "merged_into",
+    "consolidates",
+    "split_from",
+];
+pub const SHARES_ENTITY_PREFIX: &str = "shares_entity:";
+
+/// How a column is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Str,
+    F64,
+    I64,
+    Bool,
+    /// Microseconds since the epoch, UTC.
+    Timestamp,
+    StrList,
+    /// Fixed-size list of f32 whose width is the database's embedding dimension.
+    Embedding,
+    /// Entity notes: a list of {text, added_at, expires_at}.
+    Notes,
+}
+
+/// What a value must satisfy besides its type.
+#[derive(Clone, Copy, Debug)]
+pub enum Rule {
+    Free,
+    OneOf(&'static [&'static str]),
+    UnitInterval,
+    NonNegative,
+    LinkType,
+    NonEmpty,
+}
+
+/// What a missing or null input value becomes.
+#[derive(Clone, Copy, Debug)]
+pub enum Fallback {
+    /// Stays null (the column is nullable).
+    Null,
+    F64(f64),
+    I64(i64),
+    Bool(bool),
+    Str(&'static str),
+    /// The import's clock reading, one per run.
+    Now,
+    /// The value of another column of the same row (resolved after it).
+    SameAs(&'static str),
+    EmptyList,
+    /// A UUID v5 derived from the row's content, so re-importing an id-less file upserts.
+    DerivedId,
+    /// Input must give it: a missing value rejects the row.
+    Required,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct FieldSpec {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub rule: Rule,
+    pub default: Fallback,
+}
+
+impl FieldSpec {
+    /// Whether the stored column may hold nulls.
+    pub fn nullable(&self) -> bool {
+        matches!(self.default, Fallback::Null)
+    }
+}
+
+const fn field(name: &'static str, kind: Kind, rule: Rule, default: Fallback) -> FieldSpec {
+    FieldSpec {
+        name,
+        kind,
+        rule,
+        default,
+    }
+}
+
+#[derive(Debug)]
+pub struct TableSpec {
+    pub name: &'static str,
+    pub fields: &'static [FieldSpec],
+    /// Columns whose values identify a row: imports upsert on them.
+    pub key: &'static [&'static str],
+    /// Columns that content-derived ids are computed from.
+    pub id_basis: &'static [&'static str],
+}
+
+impl TableSpec {
+    pub fn field(&self, name: &str) -> Option<&FieldSpec> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|f| f.name == name)
+    }
+
+    /// The Arrow schema of the table for a database with the given embedding width.
+    pub fn arrow_schema(&self, embedding_dim: usize) -> SchemaRef {
+        let fields: Vec<Field> = self
+            .fields
+            .iter()
+            .map(|f| Field::new(f.name, data_type(f.kind, embedding_dim), f.nullable()))
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+}
+
+pub fn timestamp_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+pub fn note_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("text", DataType::Utf8, false),
+        Field::new("added_at", timestamp_type(), false),
+        Field::new("expires_at", timestamp_type(), true),
+    ])
+}
+
+pub fn data_type(kind: Kind, embedding_dim: usize) -> DataType {
+    match kind {
+        Kind::Str => DataType::Utf8,
+        Kind::F64 => DataType::Float64,
+        Kind::I64 => DataType::Int64,
+        Kind::Bool => DataType::Boolean,
+        Kind::Timestamp => timestamp_type(),
+        Kind::StrList => DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+        Kind::Embedding => DataType::FixedSizeList(
+            Arc::new(Field::new("item", DataType::Float32, true)),
+            embedding_dim as i32,
+        ),
+        Kind::Notes => DataType::List(Arc::new(Field::new(
+            "item",
+            DataType::Struct(note_fields()),
+            true,
+        ))),
+    }
+}
+
+use Fallback as D;
+use Kind as K;
+use Rule as R;
+
+pub static MEMORIES: TableSpec = TableSpec {
+    name: "memories",
+    key: &["id"],
+    id_basis: &["user_id", "text", "created_at"],
+    fields: &[
+        field("id", K::Str, R::NonEmpty, D::DerivedId),
+        field("user_id", K::Str, R::NonEmpty, D::Required),
+        field("text", K::Str, R::NonEmpty, D::Required),
+        field("kind", K::Str, R::OneOf(MEMORY_KINDS), D::Str("fact")),
+        field("session_id", K::Str, R::Free, D::Null),
+        field("source", K::Str, R::Free, D::Null),
+        field("embedding", K::Embedding, R::Free, D::Null),
+        field("importance", K::F64, R::UnitInterval, D::F64(0.5)),
+        field("salience", K::F64, R::UnitInterval, D::F64(0.5)),
+        field("confidence", K::F64, R::UnitInterval, D::F64(0.8)),
+        field("emotional_salience", K::F64, R::UnitInterval, D::F64(0.0)),
+        field("retention", K::F64, R::UnitInterval, D::F64(1.0)),
+        field("state", K::Str, R::OneOf(MEMORY_STATES), D::Str("candidate")),
+        field("tier", K::Str, R::OneOf(MEMORY_TIERS), D::Str("hot")),
+        field("access_count", K::I64, R::NonNegative, D::I64(0)),
+        field("recall_frequency", K::I64, R::NonNegative, D::I64(0)),
+        field("last_accessed_at", K::Timestamp, R::Free, D::Null),
+        field("last_recall_interval_days", K::F64, R::NonNegative, D::F64(0.0)),
+        field("decay_gradient", K::F64, R::NonNegative, D::F64(1.0)),
+        field("ttl_policy", K::Str, R::OneOf(TTL_POLICIES), D::Str("decay")),
+        field("sensitivity", K::Str, R::OneOf(SENSITIVITIES), D::Str("normal")),
+        field("created_at", K::Timestamp, R::Free, D::Now),
+        field("updated_at", K::Timestamp, R::Free, D::SameAs("created_at")),
+        field("happens_at", K::Timestamp, R::Free, D::Null),
+        field("expires_at", K::Timestamp, R::Free, D::Null),
+        field("valid_from", K::Timestamp, R::Free, D::SameAs("created_at")),
+        field("valid_until", K::Timestamp, R::Free, D::Null),
+        field("superseded_by", K::Str, R::Free, D::Null),
+        field("supersession_chain_id", K::Str, R::Free, D::Null),
+        field("archived_at", K::Timestamp, R::Free, D::Null),
+        field("consolidates_memory_ids", K::StrList, R::Free, D::EmptyList),
+        field("tags", K::StrList, R::Free, D::EmptyList),
+        field("refinement_rejection_count", K::I64, R::NonNegative, D::I64(0)),
+        field("last_refined_at", K::Timestamp, R::Free, D::Null),
+    ],
+};
+
+pub static LINKS: TableSpec = TableSpec {
+    name: "links",
+    key: &["source_id", "target_id", "link_type"],
+    id_basis: &[],
+    fields: &[
+        field("source_id", K::Str, R::NonEmpty, D::Required),
+        field("target_id", K::Str, R::NonEmpty, D::Required),
+        field("user_id", K::Str, R::NonEmpty, D::Required),
+        field("link_type", K::Str, R::LinkType, D::Required),
+        field("confidence", K::F64, R::UnitInterval, D::F64(1.0)),
+        field("reasoning", K::Str, R::Free, D::Null),
+        field("origin", K::Str, R::OneOf(LINK_ORIGINS), D::Str("structural")),
+        field("created_at", K::Timestamp, R::Free, D::Now),
+    ],
+};
+
+pub static ENTITIES: TableSpec = TableSpec {
+    name: "entities",
+    key: &["id"],
+    id_basis: &["user_id", "name", "entity_type"],
+    fields: &[
+        field("id", K::Str, R::NonEmpty, D::DerivedId),
+        field("user_id", K::Str, R::NonEmpty, D::Required),
+        field("name", K::Str, R::NonEmpty, D::Required),
+        field("entity_type", K::Str, R::OneOf(ENTITY_TYPES), D::Str("other")),
+        field("description", K::Str, R::Free, D::Null),
+        field("notes", K::Notes, R::Free, D::EmptyList),
+        field("is_dirty", K::Bool, R::Free, D::Bool(false)),
+        field("embedding", K::Embedding, R::Free, D::Null),
+        field("created_at", K::Timestamp, R::Free, D::Now),
+        field("updated_at", K::Timestamp, R::Free, D::SameAs("created_at")),
+        field("last_seen_at", K::Timestamp, R::Free, D::SameAs("created_at")),
+    ],
+};
+
+pub static MEMORY_ENTITIES: TableSpec = TableSpec {
+    name: "memory_entities",
+    key: &["memory_id", "entity_id"],
+    id_basis: &[],
+    fields: &[
+        field("memory_id", K::Str, R::NonEmpty, D::Required),
+        field("entity_id", K::Str, R::NonEmpty, D::Required),
+        field("user_id", K::Str, R::NonEmpty, D::Required),
+    ],
+};
+
+pub static RUNS: TableSpec = TableSpec {
+    name: "runs",
+    key: &["run_id"],
+    id_basis: &["job", "started_at"],
+    fields: &[
+        field("run_id", K::Str, R::NonEmpty, D::DerivedId),
+        field("job", K::Str, R::NonEmpty, D::Required),
+        field("user_id", K::Str, R::Free, D::Null),
+        field("started_at", K::Timestamp, R::Free, D::Now),
+        field("finished_at", K::Timestamp, R::Free, D::Null),
+        field("status", K::Str, R::OneOf(RUN_STATUSES), D::Str("running")),
+        field("dry_run", K::Bool, R::Free, D::Bool(false)),
+        field("params", K::Str, R::Free, D::Str("{}")),
+        field("counts", K::Str, R::Free, D::Str("{}")),
+        field("items_failed", K::I64, R::NonNegative, D::I64(0)),
+        field("duration_ms", K::I64, R::NonNegative, D::Null),
+        field("error", K::Str, R::Free, D::Null),
+    ],
+};
+
+pub static AUDIT_LOG: TableSpec = TableSpec {
+    name: "audit_log",
+    key: &["id"],
+    id_basis: &["run_id", "operation", "target_id", "created_at"],
+    fields: &[
+        field("id", K::Str, R::NonEmpty, D::DerivedId),
+        field("run_id", K::Str, R::NonEmpty, D::Required),
+        field("user_id", K::Str, R::Free, D::Null),
+        field("operation", K::Str, R::OneOf(AUDIT_OPERATIONS), D::Required),
+        field("source_ids", K::StrList, R::Free, D::EmptyList),
+        field("target_id", K::Str, R::Free, D::Null),
+        field("classification", K::Str, R::Free, D::Null),
+        field("confidence", K::F64, R::UnitInterval, D::Null),
+        field("reasoning", K::Str, R::Free, D::Null),
+        field("before_state", K::Str, R::Free, D::Null),
+        field("after_state", K::Str, R::Free, D::Null),
+        field("created_at", K::Timestamp, R::Free, D::Now),
+    ],
+};
+
+/// Database-level facts: schema version, embedding width, creation time.
+pub static META: TableSpec = TableSpec {
+    name: "memlife_meta",
+    key: &["key"],
+    id_basis: &[],
+    fields: &[
+        field("key", K::Str, R::NonEmpty, D::Required),
+        field("value", K::Str, R::Free, D::Required),
+    ],
+};
+
+/// Every table of schema version 1, in creation order.
+pub static ALL_TABLES: &[&TableSpec] = &[
+    &META,
+    &MEMORIES,
+    &LINKS,
+    &ENTITIES,
+    &MEMORY_ENTITIES,
+    &RUNS,
+    &AUDIT_LOG,
+];
+
+/// Tables a user may load with `memlife import --table`.
+pub static IMPORTABLE_TABLES: &[&TableSpec] = &[
+    &MEMORIES,
+    &LINKS,
+    &ENTITIES,
+    &MEMORY_ENTITIES,
+    &RUNS,
+    &AUDIT_LOG,
+];
+
+pub fn table_spec(name: &str) -> Option<&'static TableSpec> {
+    ALL_TABLES.iter().copied().find(|t| t.name == name)
+}
+
+/// Checks a link type against the known set.
+pub fn is_known_link_type(value: &str) -> bool {
+    LINK_TYPES.contains(&value)
+        || value
+            .strip_prefix(SHARES_ENTITY_PREFIX)
+            .is_some_and(|name| !name.trim().is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_same_as_points_to_an_earlier_column() {
+        for table in ALL_TABLES {
+            for (index, f) in table.fields.iter().enumerate() {
+                if let Fallback::SameAs(other) = f.default {
+                    let other_index = table.position(other).expect("SameAs target exists");
+                    assert!(other_index < index, "{}.{} refers forward", table.name, f.name);
+                }
+            }
+            for key in table.key {
+                assert!(table.field(key).is_some(), "{} key {key}", table.name);
+            }
+        }
+    }
+
+    #[test]
+    fn memories_schema_has_a_fixed_size_embedding() {
+        let schema = MEMORIES.arrow_schema(8);
+        let embedding = schema.field_with_name("embedding").unwrap();
+        assert_eq!(
+            embedding.data_type(),
+            &DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 8)
+        );
+        assert!(embedding.is_nullable());
+        assert!(!schema.field_with_name("text").unwrap().is_nullable());
+    }
+
+    #[test]
+    fn link_types_accept_the_shares_entity_family() {
+        assert!(is_known_link_type("supersedes"));
+        assert!(is_known_link_type("shares_entity:Max"));
+        assert!(!is_known_link_type("shares_entity:"));
+        assert!(!is_known_link_type("likes"));
+    }
+}

@@ -1,0 +1,351 @@
+//! The memory database: a LanceDB connection (a local folder, `memory://`, or object storage)
+//! holding the tables of `schema`. Opening checks the recorded schema version; writes go
+//! through one Lance commit each, so a reader sees all of a write or none of it.
+
+use std::collections::BTreeMap;
+use arrow::array::{Array, AsArray, RecordBatch, RecordBatchIterator, RecordBatchReader};
+use arrow::datatypes::SchemaRef;
+use futures::TryStreamExt;
+use lancedb::Table;
+use lancedb::query::{ExecutableQuery, QueryBase, Select};
+
+use crate::encoding::Cell;
+use crate::rows::RowBuilder;
+use crate::schema::{self, ALL_TABLES, META, SCHEMA_VERSION, TableSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{uri} is not a memlife database (no memlife_meta table): run `memlife --db {uri} init`")]
+    NotInitialized { uri: String },
+    #[error(
+        "{uri} has schema version {found}, newer than this memlife supports ({supported}): upgrade memlife"
+    )]
+    NewerSchema {
+        uri: String,
+        found: i64,
+        supported: i64,
+    },
+    #[error(
+        "{uri} has schema version {found} and this memlife has no migration from it to {supported}"
+    )]
+    NoMigration {
+        uri: String,
+        found: i64,
+        supported: i64,
+    },
+    #[error("table '{table}' lacks columns {columns:?} of schema version {version}")]
+    MissingColumns {
+        table: String,
+        columns: Vec<String>,
+        version: i64,
+    },
+    #[error("memlife_meta entry '{key}' is unreadable: '{value}'")]
+    BadMeta { key: String, value: String },
+    #[error("no table named '{name}' (tables: {known})")]
+    UnknownTable { name: String, known: String },
+    #[error(transparent)]
+    Lance(#[from] lancedb::Error),
+    #[error(transparent)]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// What one write changed.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct WriteStats {
+    pub inserted: u64,
+    pub updated: u64,
+    pub version: u64,
+}
+
+/// An open memlife database.
+#[derive(Clone)]
+pub struct Store {
+    uri: String,
+    connection: lancedb::Connection,
+    embedding_dim: usize,
+    schema_version: i64,
+}
+
+impl Store {
+    async fn connect(uri: &str) -> Result<lancedb::Connection> {
+        Ok(lancedb::connect(uri).execute().await?)
+    }
+
+    /// Creates the database and any missing table; checks the tables that exist. Idempotent:
+    /// on an existing database it creates nothing and keeps the recorded embedding width.
+    pub async fn init(uri: &str, embedding_dim: usize) -> Result<(Store, Vec<String>)> {
+        let connection = Self::connect(uri).await?;
+        let existing = connection.table_names().execute().await?;
+        let mut created = Vec::new();
+        let meta = read_meta(&connection, &existing).await?;
+        let embedding_dim = match meta.get("embedding_dim") {
+            Some(v) => parse_meta("embedding_dim", v)? as usize,
+            None => embedding_dim,
+        };
+        if let Some(v) = meta.get("schema_version") {
+            check_version(uri, parse_meta("schema_version", v)?)?;
+        }
+        for spec in ALL_TABLES {
+            if existing.iter().any(|n| n == spec.name) {
+                continue;
+            }
+            connection
+                .create_empty_table(spec.name, spec.arrow_schema(embedding_dim))
+                .execute()
+                .await?;
+            created.push(spec.name.to_string());
+        }
+        let store = Store {
+            uri: uri.to_string(),
+            connection,
+            embedding_dim,
+            schema_version: SCHEMA_VERSION,
+        };
+        if meta.is_empty() {
+            let now = chrono::Utc::now().to_rfc3339();
+            store
+                .write_meta(&[
+                    ("schema_version", SCHEMA_VERSION.to_string()),
+                    ("embedding_dim", embedding_dim.to_string()),
+                    ("created_at", now),
+                ])
+                .await?;
+        }
+        store.check_columns().await?;
+        Ok((store, created))
+    }
+
+    /// Opens an initialised database, refusing unknown newer schema versions.
+    pub async fn open(uri: &str) -> Result<Store> {
+        let connection = Self::connect(uri).await?;
+        let existing = connection.table_names().execute().await?;
+        if !existing.iter().any(|n| n == META.name) {
+            return Err(StoreError::NotInitialized {
+                uri: uri.to_string(),
+            });
+        }
+        let meta = read_meta(&connection, &existing).await?;
+        let version = parse_meta(
+            "schema_version",
+            meta.get("schema_version").map_or("", String::as_str),
+        )?;
+        check_version(uri, version)?;
+        let embedding_dim = parse_meta(
+            "embedding_dim",
+            meta.get("embedding_dim").map_or("", String::as_str),
+        )? as usize;
+        Ok(Store {
+            uri: uri.to_string(),
+            connection,
+            embedding_dim,
+            schema_version: version,
+        })
+    }
+
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    pub fn embedding_dim(&self) -> usize {
+        self.embedding_dim
+    }
+
+    pub fn schema_version(&self) -> i64 {
+        self.schema_version
+    }
+
+    pub async fn table_names(&self) -> Result<Vec<String>> {
+        Ok(self.connection.table_names().execute().await?)
+    }
+
+    pub async fn table(&self, name: &str) -> Result<Table> {
+        match self.connection.open_table(name).execute().await {
+            Ok(t) => Ok(t),
+            Err(lancedb::Error::TableNotFound { .. }) => Err(StoreError::UnknownTable {
+                name: name.to_string(),
+                known: self.table_names().await?.join(", "),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn schema_of(&self, spec: &TableSpec) -> SchemaRef {
+        spec.arrow_schema(self.embedding_dim)
+    }
+
+    async fn check_columns(&self) -> Result<()> {
+        for spec in ALL_TABLES {
+            let table = self.table(spec.name).await?;
+            let schema = table.schema().await?;
+            let missing: Vec<String> = spec
+                .fields
+                .iter()
+                .filter(|f| schema.field_with_name(f.name).is_err())
+                .map(|f| f.name.to_string())
+                .collect();
+            if !missing.is_empty() {
+                return Err(StoreError::MissingColumns {
+                    table: spec.name.to_string(),
+                    columns: missing,
+                    version: SCHEMA_VERSION,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_meta(&self, entries: &[(&str, String)]) -> Result<()> {
+        let mut builder = RowBuilder::new(&META, self.embedding_dim, 0);
+        for (key, value) in entries {
+            builder
+                .append(|name| match name {
+                    "key" => Cell::Text(key),
+                    _ => Cell::Text(value),
+                })
+                .map_err(|e| arrow::error::ArrowError::InvalidArgumentError(e.to_string()))?;
+        }
+        let batch = builder.finish()?;
+        self.upsert_batch(&META, batch).await?;
+        Ok(())
+    }
+
+    pub async fn count_rows(&self, table: &str, filter: Option<&str>) -> Result<usize> {
+        let table = self.table(table).await?;
+        Ok(table.count_rows(filter.map(str::to_string)).await?)
+    }
+
+    /// Writes a stream of rows of `spec` in one commit: appended when the table is empty,
+    /// else merged on the table's key (matching rows replaced, new rows inserted).
+    pub async fn write_rows(
+        &self,
+        spec: &TableSpec,
+        rows: Box<dyn RecordBatchReader + Send>,
+    ) -> Result<WriteStats> {
+        let table = self.table(spec.name).await?;
+        if table.count_rows(None).await? == 0 {
+            let before = table.count_rows(None).await?;
+            let result = table.add(rows).execute().await?;
+            let after = table.count_rows(None).await?;
+            return Ok(WriteStats {
+                inserted: (after - before) as u64,
+                updated: 0,
+                version: result.version,
+            });
+        }
+        let mut merge = table.merge_insert(spec.key);
+        merge
+            .when_matched_update_all(None)
+            .when_not_matched_insert_all();
+        let result = merge.execute(rows).await?;
+        Ok(WriteStats {
+            inserted: result.num_inserted_rows,
+            updated: result.num_updated_rows,
+            version: result.version,
+        })
+    }
+
+    /// Upserts one in-memory batch (run log, meta).
+    pub async fn upsert_batch(&self, spec: &TableSpec, batch: RecordBatch) -> Result<WriteStats> {
+        let schema = batch.schema();
+        let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+        self.write_rows(spec, Box::new(reader)).await
+    }
+
+    /// Reads a table (optionally filtered by a SQL predicate) as batches of every column.
+    pub async fn scan(&self, table: &str, filter: Option<&str>) -> Result<Vec<RecordBatch>> {
+        let table = self.table(table).await?;
+        let mut query = table.query().select(Select::All);
+        if let Some(filter) = filter {
+            query = query.only_if(filter);
+        }
+        Ok(query.execute().await?.try_collect().await?)
+    }
+
+    /// The stream behind `scan`, for tables too large to hold.
+    pub async fn scan_stream(
+        &self,
+        table: &str,
+        filter: Option<&str>,
+    ) -> Result<(SchemaRef, lancedb::arrow::SendableRecordBatchStream)> {
+        let table = self.table(table).await?;
+        let schema = table.schema().await?;
+        let mut query = table.query().select(Select::All);
+        if let Some(filter) = filter {
+            query = query.only_if(filter);
+        }
+        Ok((schema, query.execute().await?))
+    }
+}
+
+fn check_version(uri: &str, found: i64) -> Result<()> {
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            uri: uri.to_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found < SCHEMA_VERSION {
+        // Schema version 1 is the first; later issues add migrations from older versions here.
+        return Err(StoreError::NoMigration {
+            uri: uri.to_string(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+fn parse_meta(key: &str, value: &str) -> Result<i64> {
+    value.trim().parse::<i64>().map_err(|_| StoreError::BadMeta {
+        key: key.to_string(),
+        value: value.to_string(),
+    })
+}
+
+async fn read_meta(
+    connection: &lancedb::Connection,
+    existing: &[String],
+) -> Result<BTreeMap<String, String>> {
+    let mut meta = BTreeMap::new();
+    if !existing.iter().any(|n| n == META.name) {
+        return Ok(meta);
+    }
+    let table = connection.open_table(META.name).execute().await?;
+    let batches: Vec<RecordBatch> = table
+        .query()
+        .select(Select::All)
+        .execute()
+        .await?
+        .try_collect()
+        .await?;
+    for batch in batches {
+        let (Some(keys), Some(values)) = (batch.column_by_name("key"), batch.column_by_name("value"))
+        else {
+            continue;
+        };
+        let (keys, values) = (keys.as_string::<i32>(), values.as_string::<i32>());
+        for i in 0..batch.num_rows() {
+            if !keys.is_null(i) && !values.is_null(i) {
+                meta.insert(keys.value(i).to_string(), values.value(i).to_string());
+            }
+        }
+    }
+    Ok(meta)
+}
+
+/// Overwrites a meta entry; used by tests of version checks and by migrations.
+pub async fn set_meta(store: &Store, key: &str, value: &str) -> Result<()> {
+    store.write_meta(&[(key, value.to_string())]).await
+}
+
+pub fn table_spec_or_error(name: &str) -> std::result::Result<&'static TableSpec, String> {
+    schema::table_spec(name).ok_or_else(|| {
+        format!(
+            "unknown table '{name}' (tables: {})",
+            ALL_TABLES.iter().map(|t| t.name).collect::<Vec<_>>().join(", ")
+        )
+    })
+}

@@ -1,0 +1,135 @@
+//! The binary as a user runs it: init, schema versions, SQL, stats, synth, exit codes.
+
+use crate::common::{TestDb, fixture, memlife, stderr, stdout};
+
+#[test]
+fn init_is_idempotent_and_reports_the_schema() {
+    let db = TestDb::new();
+    let again = db.run(&["--json", "init"]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&again)).unwrap();
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["embedding_dim"], 384);
+    assert_eq!(report["created_tables"], serde_json::json!([]));
+    // A second init with another width keeps the recorded one.
+    let other = db.run(&["--json", "init", "--embedding-dim", "8"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&other)).unwrap();
+    assert_eq!(report["embedding_dim"], 384);
+}
+
+#[test]
+fn a_folder_that_is_not_a_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = dir.path().join("nothing.db").display().to_string();
+    let out = memlife(&["--db", &uri, "stats"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not a memlife database"), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_version_is_refused_with_a_clear_error() {
+    let db = TestDb::new();
+    let store = memlife::store::Store::open(&db.uri).await.unwrap();
+    memlife::store::set_meta(&store, "schema_version", "99").await.unwrap();
+    let out = db.run(&["stats"]);
+    assert_eq!(out.status.code(), Some(2));
+    let message = stderr(&out);
+    assert!(message.contains("schema version 99"), "{message}");
+    assert!(message.contains("upgrade memlife"), "{message}");
+}
+
+#[test]
+fn sql_prints_table_json_and_csv_and_refuses_writes() {
+    let db = TestDb::new();
+    let imported = db.run(&["import", fixture("memories.jsonl").to_str().unwrap()]);
+    assert_eq!(imported.status.code(), Some(0), "{}", stdout(&imported));
+    let json = db.run(&[
+        "sql",
+        "SELECT user_id, COUNT(*) AS n FROM memories GROUP BY user_id ORDER BY user_id",
+        "--format",
+        "json",
+    ]);
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(
+        rows,
+        serde_json::json!([{"user_id": "alice", "n": 6}, {"user_id": "bob", "n": 4}])
+    );
+    let csv = db.run(&["sql", "SELECT id FROM memories WHERE id IN ('m1','m2') ORDER BY id", "--format", "csv"]);
+    assert_eq!(stdout(&csv), "id\nm1\nm2\n");
+    let table = db.run(&["sql", "SELECT id FROM memories WHERE id = 'm3'"]);
+    assert!(stdout(&table).contains("| m3 |") && stdout(&table).contains("(1 row)"));
+    for statement in ["DELETE FROM memories", "DROP TABLE memories", "CREATE TABLE x AS SELECT 1"] {
+        let out = db.run(&["sql", statement]);
+        assert_eq!(out.status.code(), Some(2), "{statement} should be refused");
+    }
+    assert_eq!(db.count("memories"), 10);
+    let bad = db.run(&["sql", "SELECT nope FROM memories"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("nope"), "{}", stderr(&bad));
+}
+
+#[test]
+fn saved_queries_run_from_files_with_parameters() {
+    let db = TestDb::new();
+    db.run(&["import", fixture("memories.jsonl").to_str().unwrap()]);
+    let sql = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/supersession_chain.sql");
+    let out = db.run(&["sql", "--file", sql, "--param", "chain=chain-vs", "--format", "csv"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ids: Vec<String> = stdout(&out)
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["m1", "m2", "m3"]);
+    let missing = db.run(&["sql", "--file", sql]);
+    assert_eq!(missing.status.code(), Some(2), "a missing --param is an error");
+}
+
+#[test]
+fn stats_summarises_memories_links_and_runs() {
+    let db = TestDb::new();
+    db.run(&["import", fixture("memories.jsonl").to_str().unwrap()]);
+    db.run(&["import", "--table", "links", fixture("links.jsonl").to_str().unwrap()]);
+    let out = db.run(&["stats"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for expected in ["Memories per user, state and tier", "Links per type", "Last run of each job", "supersedes", "import"] {
+        assert!(text.contains(expected), "stats lacks {expected}:\n{text}");
+    }
+    let json = db.run(&["--json", "stats"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    let alice = &report["memories"][0];
+    assert_eq!(alice["user_id"], "alice");
+    assert_eq!(alice["total"], 6);
+    assert_eq!(alice["archived"], 1);
+    assert_eq!(alice["core"], 1);
+    assert_eq!(report["links"][0]["link_type"], "(all)");
+    assert_eq!(report["links"][0]["links"], 5);
+    assert_eq!(report["runs"][0]["job"], "import");
+    assert_eq!(report["runs"][0]["status"], "done");
+}
+
+#[test]
+fn synth_is_deterministic_and_imports_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    for name in ["a.jsonl", "b.jsonl", "c.jsonl", "a.parquet", "b.parquet"] {
+        let seed = if name.starts_with('c') { "8" } else { "7" };
+        let out = memlife(&["synth", "--users", "3", "--memories", "400", "--seed", seed, "-o", &path(name)]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let read = |name: &str| std::fs::read(path(name)).unwrap();
+    assert_eq!(read("a.jsonl"), read("b.jsonl"));
+    assert_eq!(read("a.truth.json"), read("b.truth.json"));
+    assert_eq!(read("a.parquet"), read("b.parquet"));
+    assert_ne!(read("a.jsonl"), read("c.jsonl"));
+    let truth: serde_json::Value = serde_json::from_slice(&read("a.truth.json")).unwrap();
+    for key in ["duplicate_groups", "merge_groups", "supersession_chains", "verbose", "entities", "sessions"] {
+        assert!(!truth[key].as_array().unwrap().is_empty(), "truth lacks {key}");
+    }
+    let db = TestDb::new();
+    let out = db.run(&["import", &path("a.jsonl")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(db.count("memories"), 400);
+    assert_eq!(db.scalar("SELECT COUNT(DISTINCT user_id) AS n FROM memories"), "3");
+}

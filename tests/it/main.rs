@@ -1,0 +1,9 @@
+//! The one integration-test binary (each extra binary would link all of lancedb again).
+//! Modules test the real `memlife` binary on real Lance folders, and the library where a
+//! test needs to reach inside (schema versions, saved SQL on fixtures).
+
+mod cli;
+mod common;
+mod import;
+mod roundtrip;
+mod saved_sql;
