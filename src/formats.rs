@@ -601,8 +601,8 @@ impl<W: Write + Send> BatchWriter<W> {
             WriterKind::Csv { out, .. } => out
                 .into_inner()
                 .map_err(|e| anyhow::anyhow!("cannot flush CSV output: {}", e.error()))?,
-            WriterKind::Parquet(mut writer) => {
-                writer.finish()?;
+            WriterKind::Parquet(writer) => {
+                // into_inner writes the footer, then hands the destination back.
                 let mut out = writer.into_inner()?;
                 out.flush()?;
                 out

@@ -188,6 +188,7 @@ impl RowBuilder {
         mut cell_of: impl FnMut(&str) -> Cell<'a>,
     ) -> Result<ValidRow<'a>, FieldError> {
         let mut values: Vec<Typed<'a>> = Vec::with_capacity(self.spec.fields.len());
+        let mut given: Vec<bool> = Vec::with_capacity(self.spec.fields.len());
         let mut derived_id_at = None;
         for field in self.spec.fields {
             let cell = cell_of(field.name);
@@ -195,7 +196,8 @@ impl RowBuilder {
                 field: field.name.to_string(),
                 reason,
             })?;
-            let typed = if typed.is_null() {
+            let cell_was_empty = typed.is_null();
+            let typed = if cell_was_empty {
                 match field.default {
                     Fallback::Null => Typed::Null,
                     Fallback::Required => {
@@ -230,21 +232,25 @@ impl RowBuilder {
                 check_rule(field, &typed, self.embedding_dim)?;
                 typed
             };
+            given.push(!cell_was_empty);
             values.push(typed);
         }
         if let Some(index) = derived_id_at {
-            values[index] = Typed::Str(Cow::Owned(self.derive_id(&values)));
+            values[index] = Typed::Str(Cow::Owned(self.derive_id(&values, &given)));
         }
         Ok(ValidRow { values })
     }
 
-    /// A UUID v5 over the row's `id_basis` columns: the same content gets the same id.
-    fn derive_id(&self, values: &[Typed]) -> String {
+    /// A UUID v5 over the row's `id_basis` columns as the input gave them (a defaulted value
+    /// such as the import's clock does not count): the same content gets the same id.
+    fn derive_id(&self, values: &[Typed], given: &[bool]) -> String {
         let mut basis = String::from(self.spec.name);
         for name in self.spec.id_basis {
             let index = self.spec.position(name).expect("id_basis names a column");
             basis.push('\u{1f}');
-            basis.push_str(&values[index].key_text());
+            if given[index] {
+                basis.push_str(&values[index].key_text());
+            }
         }
         uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, basis.as_bytes()).to_string()
     }
