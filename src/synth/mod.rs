@@ -401,7 +401,27 @@ impl UserGen<'_> {
         true
     }
 
+    /// A fact replaced over time: a topic's value, a side project's stage, or where a person
+    /// lives. Versions get rising timestamps; later ones carry cue words ("now", "moved").
     fn supersession_chain(&mut self) -> bool {
+        match self.rng.below(3) {
+            0 => self.topic_chain(),
+            1 => self.project_chain(),
+            _ => self.person_chain(),
+        }
+    }
+
+    fn record_chain(&mut self, topic: &str, ids: Vec<String>, values: Vec<String>) {
+        self.truth.supersession_chains.push(SupersessionChain {
+            user_id: self.user_id.clone(),
+            topic: topic.to_string(),
+            current_id: ids.last().cloned().unwrap_or_default(),
+            memory_ids: ids,
+            values,
+        });
+    }
+
+    fn topic_chain(&mut self) -> bool {
         let Some(t) = self.claim(FactKey::Topic, TOPICS.len()) else {
             return false;
         };
@@ -431,13 +451,71 @@ impl UserGen<'_> {
             }
             ids.push(self.push(text, "fact", session, times[i], topic.tag, &entities));
         }
-        self.truth.supersession_chains.push(SupersessionChain {
-            user_id: self.user_id.clone(),
-            topic: topic.name.to_string(),
-            current_id: ids.last().cloned().unwrap_or_default(),
-            memory_ids: ids,
-            values: values.iter().map(|v| v.to_string()).collect(),
-        });
+        let values = values.iter().map(|v| v.to_string()).collect();
+        self.record_chain(topic.name, ids, values);
+        true
+    }
+
+    fn project_chain(&mut self) -> bool {
+        let Some(p) = self.claim(FactKey::Project, PROJECTS.len()) else {
+            return false;
+        };
+        let (name, description) = PROJECTS[p];
+        let length = 2 + self.rng.below(2);
+        let first = self.rng.below(PROJECT_STAGES.len() + 1 - length);
+        let stages = &PROJECT_STAGES[first..first + length];
+        let times = self.rising_times(length);
+        let mut ids = Vec::new();
+        for (i, stage) in stages.iter().enumerate() {
+            let text = if i == 0 {
+                format!("User's side project {name}, {description}, {stage}.")
+            } else {
+                self.rng
+                    .pick(PROJECT_UPDATES)
+                    .replace("{name}", name)
+                    .replace("{stage}", stage)
+            };
+            let session = self.new_session();
+            ids.push(self.push(text, "fact", session, times[i], "projects", &[(name, "project")]));
+        }
+        let values = stages.iter().map(|v| v.to_string()).collect();
+        self.record_chain("project_stage", ids, values);
+        true
+    }
+
+    fn person_chain(&mut self) -> bool {
+        let Some(p) = self.claim(FactKey::Person, PEOPLE.len()) else {
+            return false;
+        };
+        let name = PEOPLE[p];
+        let relation = *self.rng.pick(RELATIONS);
+        let cities = TOPICS[4].values;
+        let length = 2 + self.rng.below(2);
+        let values: Vec<&str> = self
+            .rng
+            .distinct(cities.len(), length)
+            .into_iter()
+            .map(|i| cities[i])
+            .collect();
+        let times = self.rising_times(length);
+        let mut ids = Vec::new();
+        for (i, city) in values.iter().enumerate() {
+            let text = if i == 0 {
+                format!("User's {relation} {name} lives in {city}.")
+            } else {
+                self.rng
+                    .pick(PERSON_MOVES)
+                    .replace("{relation}", relation)
+                    .replace("{name}", name)
+                    .replace("{old}", values[i - 1])
+                    .replace("{new}", city)
+            };
+            let session = self.new_session();
+            let entities = [(name, "person"), (*city, "place")];
+            ids.push(self.push(text, "fact", session, times[i], "people", &entities));
+        }
+        let values = values.iter().map(|v| v.to_string()).collect();
+        self.record_chain("person_city", ids, values);
         true
     }
 

@@ -155,6 +155,66 @@ pub static TOPICS: &[Topic] = &[
             "User switched from {old} to {new} for exercise.",
         ],
     },
+    Topic {
+        name: "laptop",
+        entity_type: "tool",
+        tag: "tools",
+        values: &["a MacBook Pro", "a ThinkPad X1", "a Framework 13", "a Dell XPS 13", "a Surface Laptop"],
+        paraphrases: &[
+            "User works on {v}.",
+            "User's laptop is {v}.",
+            "User does their day-to-day work on {v}.",
+        ],
+        updates: &[
+            "User replaced {old} with {new}.",
+            "User now works on {new}; they retired {old}.",
+        ],
+    },
+    Topic {
+        name: "notes_app",
+        entity_type: "tool",
+        tag: "tools",
+        values: &["Notion", "Obsidian", "Logseq", "Apple Notes", "Bear"],
+        paraphrases: &[
+            "User keeps their notes in {v}.",
+            "User's note-taking app is {v}.",
+            "User writes everything down in {v}.",
+        ],
+        updates: &[
+            "User migrated their notes from {old} to {new}.",
+            "User switched from {old} to {new} for notes.",
+        ],
+    },
+    Topic {
+        name: "car",
+        entity_type: "tool",
+        tag: "places",
+        values: &["a Toyota Corolla", "a Tesla Model 3", "a Volkswagen Golf", "a Honda Civic", "a Kia Niro"],
+        paraphrases: &[
+            "User drives {v}.",
+            "User's car is {v}.",
+            "User gets around in {v}.",
+        ],
+        updates: &[
+            "User sold {old} and bought {new}.",
+            "User now drives {new} instead of {old}.",
+        ],
+    },
+    Topic {
+        name: "music_service",
+        entity_type: "tool",
+        tag: "preferences",
+        values: &["Spotify", "Apple Music", "Tidal", "YouTube Music", "Bandcamp"],
+        paraphrases: &[
+            "User listens to music on {v}.",
+            "User's music streaming service is {v}.",
+            "User streams their music through {v}.",
+        ],
+        updates: &[
+            "User cancelled {old} and moved to {new}.",
+            "User now streams music on {new} instead of {old}.",
+        ],
+    },
 ];
 
 /// Stable preferences and habits: each entry is one fact in several wordings.
@@ -291,8 +351,18 @@ pub static PROJECTS: &[(&str, &str)] = &[
 pub static PROJECT_STAGES: &[&str] = &[
     "is still a prototype",
     "has a private beta with a few friends",
-    "launched publicly",
+    "is publicly available",
     "has its first paying customers",
+];
+/// How a later stage of a side project is told: `{name}` and `{stage}`.
+pub static PROJECT_UPDATES: &[&str] = &[
+    "User's side project {name} has moved on: it {stage} now.",
+    "Update on {name}: it {stage}.",
+];
+/// How a person's move is told: `{relation}`, `{name}`, `{old}` and `{new}`.
+pub static PERSON_MOVES: &[&str] = &[
+    "User's {relation} {name} moved from {old} to {new}.",
+    "User's {relation} {name} no longer lives in {old}; they live in {new} now.",
 ];
 pub static PLACES: &[&str] = &[
     "Mount Tamalpais",
