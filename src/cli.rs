@@ -14,11 +14,20 @@ use crate::schema::DEFAULT_EMBEDDING_DIM;
 use crate::store::Store;
 
 #[derive(Parser, Debug)]
-#[command(name = "memlife", version, about = "Maintenance jobs for an LLM agent's memory store on Lance tables")]
+#[command(
+    name = "memlife",
+    version,
+    about = "Maintenance jobs for an LLM agent's memory store on Lance tables"
+)]
 #[command(after_help = "Exit codes: 0 done, 1 done but some items failed, 2 error.")]
 pub struct Cli {
     /// Database location: a folder, memory://, or an object-store URI.
-    #[arg(long, global = true, env = "MEMLIFE_DB", default_value = "./memlife.db")]
+    #[arg(
+        long,
+        global = true,
+        env = "MEMLIFE_DB",
+        default_value = "./memlife.db"
+    )]
     pub db: String,
 
     /// Print a machine-readable JSON report on stdout.
@@ -133,7 +142,9 @@ fn job_ctx(store: Store, job: &JobArgs) -> JobCtx {
 pub async fn run(cli: Cli) -> Result<u8> {
     let mut stdout = std::io::stdout().lock();
     match cli.command {
-        Command::Init { embedding_dim } => commands::init::run(&cli.db, embedding_dim, cli.json).await,
+        Command::Init { embedding_dim } => {
+            commands::init::run(&cli.db, embedding_dim, cli.json).await
+        }
         Command::Import {
             file,
             table,

@@ -118,7 +118,7 @@ pub fn convert<'a>(kind: Kind, cell: &Cell<'a>) -> Result<Typed<'a>, String> {
     let json = match cell {
         Cell::Missing | Cell::Null | Cell::Json(Value::Null) => return Ok(Typed::Null),
         Cell::JsonOwned(Value::Null) => return Ok(Typed::Null),
-        Cell::Text(s) if s.is_empty() => return Ok(Typed::Null),
+        Cell::Text("") => return Ok(Typed::Null),
         Cell::Json(v) => Some(*v),
         Cell::JsonOwned(v) => Some(v),
         _ => None,
@@ -173,7 +173,9 @@ pub fn convert<'a>(kind: Kind, cell: &Cell<'a>) -> Result<Typed<'a>, String> {
                 (_, Some(Value::String(s))) => parse_bool(s),
                 _ => None,
             };
-            value.map(Typed::Bool).map_or_else(|| fail("true or false"), Ok)
+            value
+                .map(Typed::Bool)
+                .map_or_else(|| fail("true or false"), Ok)
         }
         Kind::Timestamp => {
             let value = match (cell, json) {
@@ -294,14 +296,21 @@ pub fn parse_timestamp(text: &str) -> Option<i64> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Some(t.with_timezone(&Utc).timestamp_micros());
     }
-    for format in ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M"] {
+    for format in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ] {
         if let Ok(t) = NaiveDateTime::parse_from_str(s, format) {
             return Some(t.and_utc().timestamp_micros());
         }
     }
-    NaiveDate::parse_from_str(s, "%Y-%m-%d")
-        .ok()
-        .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc().timestamp_micros())
+    NaiveDate::parse_from_str(s, "%Y-%m-%d").ok().map(|d| {
+        d.and_hms_opt(0, 0, 0)
+            .expect("midnight")
+            .and_utc()
+            .timestamp_micros()
+    })
 }
 
 /// RFC 3339 in UTC with as many fractional digits as needed (none, 3, 6).
@@ -567,12 +576,20 @@ mod tests {
         let json = serde_json::json!({"n": 0.25, "s": "x", "i": 3, "a": ["a", "b"], "bad": [1]});
         check(Kind::F64, Cell::Text("0.25"), Ok(Typed::F64(0.25)));
         check(Kind::F64, Cell::Json(&json["n"]), Ok(Typed::F64(0.25)));
-        check(Kind::F64, Cell::Text("abc"), Err("expected a number, got 'abc'"));
+        check(
+            Kind::F64,
+            Cell::Text("abc"),
+            Err("expected a number, got 'abc'"),
+        );
         check(Kind::F64, Cell::Text("NaN"), Err("finite"));
         check(Kind::I64, Cell::Json(&json["i"]), Ok(Typed::I64(3)));
         check(Kind::I64, Cell::Text("3.0"), Ok(Typed::I64(3)));
         check(Kind::I64, Cell::Text("3.5"), Err("an integer"));
-        check(Kind::Str, Cell::Json(&json["s"]), Ok(Typed::Str("x".into())));
+        check(
+            Kind::Str,
+            Cell::Json(&json["s"]),
+            Ok(Typed::Str("x".into())),
+        );
         check(Kind::Str, Cell::Text(""), Ok(Typed::Null));
         check(Kind::Str, Cell::Json(&json["a"]), Err("a string"));
         check(
@@ -580,7 +597,11 @@ mod tests {
             Cell::Json(&json["a"]),
             Ok(Typed::StrList(vec!["a".into(), "b".into()])),
         );
-        check(Kind::StrList, Cell::Json(&json["bad"]), Err("array of strings"));
+        check(
+            Kind::StrList,
+            Cell::Json(&json["bad"]),
+            Err("array of strings"),
+        );
         check(Kind::StrList, Cell::Text("a;b"), Err("JSON array"));
         check(
             Kind::Embedding,
@@ -604,7 +625,10 @@ mod tests {
         );
         assert_eq!(format_timestamp(base), "2024-05-08T13:56:00Z");
         assert_eq!(format_timestamp(base + 1500), "2024-05-08T13:56:00.001500Z");
-        assert_eq!(parse_timestamp(&format_timestamp(base + 1500)), Some(base + 1500));
+        assert_eq!(
+            parse_timestamp(&format_timestamp(base + 1500)),
+            Some(base + 1500)
+        );
         assert_eq!(parse_timestamp("8 May 2024"), None);
     }
 
@@ -617,7 +641,11 @@ mod tests {
         };
         assert_eq!(notes[0].expires_at, None);
         let bad = serde_json::json!([{"text": "x"}]);
-        assert!(convert(Kind::Notes, &Cell::Json(&bad)).unwrap_err().contains("added_at"));
+        assert!(
+            convert(Kind::Notes, &Cell::Json(&bad))
+                .unwrap_err()
+                .contains("added_at")
+        );
     }
 
     #[test]
@@ -634,7 +662,11 @@ mod tests {
             let mut text = String::new();
             write_f32(&mut text, v);
             let back: Value = serde_json::from_str(&text).unwrap();
-            assert_eq!((back.as_f64().unwrap() as f32).to_bits(), v.to_bits(), "{text}");
+            assert_eq!(
+                (back.as_f64().unwrap() as f32).to_bits(),
+                v.to_bits(),
+                "{text}"
+            );
         }
     }
 }

@@ -144,8 +144,9 @@ pub fn open_source(path: &Path, format: Format) -> Result<Box<dyn RowSource>, Fo
             let Value::Array(items) = values else {
                 return Err(FormatError::Malformed {
                     path: path.to_path_buf(),
-                    message: "expected a JSON array of objects (use .jsonl for one object per line)"
-                        .to_string(),
+                    message:
+                        "expected a JSON array of objects (use .jsonl for one object per line)"
+                            .to_string(),
                 });
             };
             Box::new(JsonArraySource {
@@ -184,13 +185,14 @@ pub fn open_source(path: &Path, format: Format) -> Result<Box<dyn RowSource>, Fo
                     message: format!("not a readable Parquet file: {e}"),
                 }
             })?;
-            let reader = builder
-                .with_batch_size(8192)
-                .build()
-                .map_err(|e| FormatError::Malformed {
-                    path: path.to_path_buf(),
-                    message: e.to_string(),
-                })?;
+            let reader =
+                builder
+                    .with_batch_size(8192)
+                    .build()
+                    .map_err(|e| FormatError::Malformed {
+                        path: path.to_path_buf(),
+                        message: e.to_string(),
+                    })?;
             Box::new(ParquetSource {
                 path: path.to_path_buf(),
                 reader,
@@ -491,7 +493,7 @@ enum WriterKind<W: Write + Send> {
         line: String,
     },
     Csv {
-        out: csv::Writer<W>,
+        out: Box<csv::Writer<W>>,
         header_written: bool,
         cell: String,
     },
@@ -508,7 +510,7 @@ impl<W: Write + Send> BatchWriter<W> {
                 line: String::new(),
             },
             Format::Csv => WriterKind::Csv {
-                out: csv::WriterBuilder::new().from_writer(out),
+                out: Box::new(csv::WriterBuilder::new().from_writer(out)),
                 header_written: false,
                 cell: String::new(),
             },

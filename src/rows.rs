@@ -340,7 +340,9 @@ mod tests {
 
     fn check_error(input: Value, field: &str, fragment: &str) {
         let builder = RowBuilder::new(&MEMORIES, 3, 0);
-        let err = builder.validate(row_of(&input)).expect_err("row should be refused");
+        let err = builder
+            .validate(row_of(&input))
+            .expect_err("row should be refused");
         assert_eq!(err.field, field, "{err}");
         assert!(err.reason.contains(fragment), "{err} lacks {fragment}");
     }
@@ -355,14 +357,26 @@ mod tests {
             "created_at",
             "RFC 3339",
         );
-        check_error(json!({"text": "t", "user_id": "u", "salience": 1.5}), "salience", "[0, 1]");
-        check_error(json!({"text": "t", "user_id": "u", "state": "dormant"}), "state", "dormant");
+        check_error(
+            json!({"text": "t", "user_id": "u", "salience": 1.5}),
+            "salience",
+            "[0, 1]",
+        );
+        check_error(
+            json!({"text": "t", "user_id": "u", "state": "dormant"}),
+            "state",
+            "dormant",
+        );
         check_error(
             json!({"text": "t", "user_id": "u", "embedding": [0.1, 0.2]}),
             "embedding",
             "2 dimensions",
         );
-        check_error(json!({"text": "t", "user_id": "u", "access_count": -1}), "access_count", "negative");
+        check_error(
+            json!({"text": "t", "user_id": "u", "access_count": -1}),
+            "access_count",
+            "negative",
+        );
     }
 
     #[test]
@@ -372,8 +386,21 @@ mod tests {
             .append(row_of(&json!({"text": "User has a dog", "user_id": "u1"})))
             .unwrap();
         let batch = builder.finish().unwrap();
-        let f64_of = |name: &str| batch.column_by_name(name).unwrap().as_primitive::<Float64Type>().value(0);
-        let str_of = |name: &str| batch.column_by_name(name).unwrap().as_string::<i32>().value(0).to_string();
+        let f64_of = |name: &str| {
+            batch
+                .column_by_name(name)
+                .unwrap()
+                .as_primitive::<Float64Type>()
+                .value(0)
+        };
+        let str_of = |name: &str| {
+            batch
+                .column_by_name(name)
+                .unwrap()
+                .as_string::<i32>()
+                .value(0)
+                .to_string()
+        };
         assert_eq!(f64_of("salience"), 0.5);
         assert_eq!(f64_of("decay_gradient"), 1.0);
         assert_eq!(str_of("state"), "candidate");
@@ -402,10 +429,17 @@ mod tests {
     #[test]
     fn link_keys_are_composite_and_types_checked() {
         let builder = RowBuilder::new(&LINKS, 3, 0);
-        let link = json!({"source_id": "a", "target_id": "b", "user_id": "u", "link_type": "causes"});
+        let link =
+            json!({"source_id": "a", "target_id": "b", "user_id": "u", "link_type": "causes"});
         let row = builder.validate(row_of(&link)).unwrap();
         assert_eq!(builder.key_of(&row), "a\u{1f}b\u{1f}causes");
         let bad = json!({"source_id": "a", "target_id": "b", "user_id": "u", "link_type": "likes"});
-        assert!(builder.validate(row_of(&bad)).unwrap_err().reason.contains("likes"));
+        assert!(
+            builder
+                .validate(row_of(&bad))
+                .unwrap_err()
+                .reason
+                .contains("likes")
+        );
     }
 }

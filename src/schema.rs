@@ -15,7 +15,13 @@ pub const SCHEMA_VERSION: i64 = 1;
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
 pub const DEFAULT_EMBEDDING_DIM: usize = 384;
 
-pub const MEMORY_KINDS: &[&str] = &["fact", "episode", "narrative", "learning_pattern", "summary"];
+pub const MEMORY_KINDS: &[&str] = &[
+    "fact",
+    "episode",
+    "narrative",
+    "learning_pattern",
+    "summary",
+];
 pub const MEMORY_STATES: &[&str] = &["candidate", "active", "core", "archived"];
 pub const MEMORY_TIERS: &[&str] = &["hot", "warm", "cold", "archived"];
 pub const TTL_POLICIES: &[&str] = &["decay", "keep_forever", "ephemeral"];
@@ -215,15 +221,35 @@ pub static MEMORIES: TableSpec = TableSpec {
         field("confidence", K::F64, R::UnitInterval, D::F64(0.8)),
         field("emotional_salience", K::F64, R::UnitInterval, D::F64(0.0)),
         field("retention", K::F64, R::UnitInterval, D::F64(1.0)),
-        field("state", K::Str, R::OneOf(MEMORY_STATES), D::Str("candidate")),
+        field(
+            "state",
+            K::Str,
+            R::OneOf(MEMORY_STATES),
+            D::Str("candidate"),
+        ),
         field("tier", K::Str, R::OneOf(MEMORY_TIERS), D::Str("hot")),
         field("access_count", K::I64, R::NonNegative, D::I64(0)),
         field("recall_frequency", K::I64, R::NonNegative, D::I64(0)),
         field("last_accessed_at", K::Timestamp, R::Free, D::Null),
-        field("last_recall_interval_days", K::F64, R::NonNegative, D::F64(0.0)),
+        field(
+            "last_recall_interval_days",
+            K::F64,
+            R::NonNegative,
+            D::F64(0.0),
+        ),
         field("decay_gradient", K::F64, R::NonNegative, D::F64(1.0)),
-        field("ttl_policy", K::Str, R::OneOf(TTL_POLICIES), D::Str("decay")),
-        field("sensitivity", K::Str, R::OneOf(SENSITIVITIES), D::Str("normal")),
+        field(
+            "ttl_policy",
+            K::Str,
+            R::OneOf(TTL_POLICIES),
+            D::Str("decay"),
+        ),
+        field(
+            "sensitivity",
+            K::Str,
+            R::OneOf(SENSITIVITIES),
+            D::Str("normal"),
+        ),
         field("created_at", K::Timestamp, R::Free, D::Now),
         field("updated_at", K::Timestamp, R::Free, D::SameAs("created_at")),
         field("happens_at", K::Timestamp, R::Free, D::Null),
@@ -235,7 +261,12 @@ pub static MEMORIES: TableSpec = TableSpec {
         field("archived_at", K::Timestamp, R::Free, D::Null),
         field("consolidates_memory_ids", K::StrList, R::Free, D::EmptyList),
         field("tags", K::StrList, R::Free, D::EmptyList),
-        field("refinement_rejection_count", K::I64, R::NonNegative, D::I64(0)),
+        field(
+            "refinement_rejection_count",
+            K::I64,
+            R::NonNegative,
+            D::I64(0),
+        ),
         field("last_refined_at", K::Timestamp, R::Free, D::Null),
     ],
 };
@@ -251,7 +282,12 @@ pub static LINKS: TableSpec = TableSpec {
         field("link_type", K::Str, R::LinkType, D::Required),
         field("confidence", K::F64, R::UnitInterval, D::F64(1.0)),
         field("reasoning", K::Str, R::Free, D::Null),
-        field("origin", K::Str, R::OneOf(LINK_ORIGINS), D::Str("structural")),
+        field(
+            "origin",
+            K::Str,
+            R::OneOf(LINK_ORIGINS),
+            D::Str("structural"),
+        ),
         field("created_at", K::Timestamp, R::Free, D::Now),
     ],
 };
@@ -264,14 +300,24 @@ pub static ENTITIES: TableSpec = TableSpec {
         field("id", K::Str, R::NonEmpty, D::DerivedId),
         field("user_id", K::Str, R::NonEmpty, D::Required),
         field("name", K::Str, R::NonEmpty, D::Required),
-        field("entity_type", K::Str, R::OneOf(ENTITY_TYPES), D::Str("other")),
+        field(
+            "entity_type",
+            K::Str,
+            R::OneOf(ENTITY_TYPES),
+            D::Str("other"),
+        ),
         field("description", K::Str, R::Free, D::Null),
         field("notes", K::Notes, R::Free, D::EmptyList),
         field("is_dirty", K::Bool, R::Free, D::Bool(false)),
         field("embedding", K::Embedding, R::Free, D::Null),
         field("created_at", K::Timestamp, R::Free, D::Now),
         field("updated_at", K::Timestamp, R::Free, D::SameAs("created_at")),
-        field("last_seen_at", K::Timestamp, R::Free, D::SameAs("created_at")),
+        field(
+            "last_seen_at",
+            K::Timestamp,
+            R::Free,
+            D::SameAs("created_at"),
+        ),
     ],
 };
 
@@ -380,7 +426,12 @@ mod tests {
             for (index, f) in table.fields.iter().enumerate() {
                 if let Fallback::SameAs(other) = f.default {
                     let other_index = table.position(other).expect("SameAs target exists");
-                    assert!(other_index < index, "{}.{} refers forward", table.name, f.name);
+                    assert!(
+                        other_index < index,
+                        "{}.{} refers forward",
+                        table.name,
+                        f.name
+                    );
                 }
             }
             for key in table.key {

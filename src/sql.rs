@@ -34,9 +34,10 @@ pub fn parse_params(pairs: &[String]) -> Result<Vec<(String, String)>> {
     pairs
         .iter()
         .map(|pair| match pair.split_once('=') {
-            Some((name, value)) if !name.trim().is_empty() => {
-                Ok((name.trim().trim_start_matches('$').to_string(), value.to_string()))
-            }
+            Some((name, value)) if !name.trim().is_empty() => Ok((
+                name.trim().trim_start_matches('$').to_string(),
+                value.to_string(),
+            )),
             _ => bail!("--param '{pair}' is not of the form name=value"),
         })
         .collect()

@@ -2,12 +2,12 @@
 //! holding the tables of `schema`. Opening checks the recorded schema version; writes go
 //! through one Lance commit each, so a reader sees all of a write or none of it.
 
-use std::collections::BTreeMap;
 use arrow::array::{Array, AsArray, RecordBatch, RecordBatchIterator, RecordBatchReader};
 use arrow::datatypes::SchemaRef;
 use futures::TryStreamExt;
 use lancedb::Table;
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
+use std::collections::BTreeMap;
 
 use crate::encoding::Cell;
 use crate::rows::RowBuilder;
@@ -15,7 +15,9 @@ use crate::schema::{self, ALL_TABLES, META, SCHEMA_VERSION, TableSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("{uri} is not a memlife database (no memlife_meta table): run `memlife --db {uri} init`")]
+    #[error(
+        "{uri} is not a memlife database (no memlife_meta table): run `memlife --db {uri} init`"
+    )]
     NotInitialized { uri: String },
     #[error(
         "{uri} has schema version {found}, newer than this memlife supports ({supported}): upgrade memlife"
@@ -299,10 +301,13 @@ fn check_version(uri: &str, found: i64) -> Result<()> {
 }
 
 fn parse_meta(key: &str, value: &str) -> Result<i64> {
-    value.trim().parse::<i64>().map_err(|_| StoreError::BadMeta {
-        key: key.to_string(),
-        value: value.to_string(),
-    })
+    value
+        .trim()
+        .parse::<i64>()
+        .map_err(|_| StoreError::BadMeta {
+            key: key.to_string(),
+            value: value.to_string(),
+        })
 }
 
 async fn read_meta(
@@ -322,7 +327,8 @@ async fn read_meta(
         .try_collect()
         .await?;
     for batch in batches {
-        let (Some(keys), Some(values)) = (batch.column_by_name("key"), batch.column_by_name("value"))
+        let (Some(keys), Some(values)) =
+            (batch.column_by_name("key"), batch.column_by_name("value"))
         else {
             continue;
         };
@@ -345,7 +351,11 @@ pub fn table_spec_or_error(name: &str) -> std::result::Result<&'static TableSpec
     schema::table_spec(name).ok_or_else(|| {
         format!(
             "unknown table '{name}' (tables: {})",
-            ALL_TABLES.iter().map(|t| t.name).collect::<Vec<_>>().join(", ")
+            ALL_TABLES
+                .iter()
+                .map(|t| t.name)
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     })
 }

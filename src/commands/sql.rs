@@ -41,7 +41,11 @@ pub fn print_batches(
         OutputFormat::Table => {
             let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
             if rows > 0 {
-                writeln!(out, "{}", arrow::util::pretty::pretty_format_batches(batches)?)?;
+                writeln!(
+                    out,
+                    "{}",
+                    arrow::util::pretty::pretty_format_batches(batches)?
+                )?;
             } else {
                 let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
                 writeln!(out, "{}", names.join(" | "))?;

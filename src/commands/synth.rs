@@ -84,7 +84,12 @@ pub fn truth_path(output: &Path) -> PathBuf {
     output.with_file_name(format!("{stem}.truth.json"))
 }
 
-pub fn run(config: &SynthConfig, dim: usize, output: &Path, format: Format) -> Result<SynthSummary> {
+pub fn run(
+    config: &SynthConfig,
+    dim: usize,
+    output: &Path,
+    format: Format,
+) -> Result<SynthSummary> {
     let (memories, truth) = generate(config);
     let columns: Vec<&str> = COLUMNS
         .iter()
@@ -121,7 +126,9 @@ pub fn run(config: &SynthConfig, dim: usize, output: &Path, format: Format) -> R
                     "state" => Cell::Text(memory.state),
                     "access_count" => Cell::I64(memory.access_count),
                     "recall_frequency" => Cell::I64(memory.access_count),
-                    "last_accessed_at" => memory.last_accessed_at.map_or(Cell::Null, Cell::Timestamp),
+                    "last_accessed_at" => {
+                        memory.last_accessed_at.map_or(Cell::Null, Cell::Timestamp)
+                    }
                     "last_recall_interval_days" => Cell::F64(memory.last_recall_interval_days),
                     "created_at" => Cell::Timestamp(memory.created_at),
                     "happens_at" => memory.happens_at.map_or(Cell::Null, Cell::Timestamp),

@@ -149,8 +149,7 @@ impl ImportReader {
             }
             let more = {
                 let mut tally = self.tally.lock().expect("tally lock");
-                self.source
-                    .fill(&mut self.builder, &mut *tally, BATCH_ROWS)
+                self.source.fill(&mut self.builder, &mut *tally, BATCH_ROWS)
             };
             match more {
                 Ok(more) => self.exhausted = !more,
@@ -265,9 +264,11 @@ pub async fn run(ctx: &JobCtx, args: &ImportArgs) -> Result<JobReport> {
         .filter(|c| spec.field(c).is_none())
         .collect();
     if !ignored.is_empty() {
-        report
-            .notes
-            .push(format!("ignored columns not in '{}': {}", spec.name, ignored.join(", ")));
+        report.notes.push(format!(
+            "ignored columns not in '{}': {}",
+            spec.name,
+            ignored.join(", ")
+        ));
     }
     let file = args.file.display().to_string();
     report.failures = tally

@@ -186,7 +186,9 @@ impl RunLog {
 
     async fn write(&self, ctx: &JobCtx, report: Option<&JobReport>) -> Result<()> {
         let finished_at = Utc::now().timestamp_micros();
-        let counts = report.map(|r| serde_json::to_string(&r.counts)).transpose()?;
+        let counts = report
+            .map(|r| serde_json::to_string(&r.counts))
+            .transpose()?;
         let failed = report.map(|r| r.failures.len() as i64);
         let duration = report.map(|r| r.duration_ms as i64);
         let status = report.map_or("running", |r| r.status.as_str());

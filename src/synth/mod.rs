@@ -208,7 +208,8 @@ impl UserGen<'_> {
         times.sort_unstable();
         for i in 1..n {
             if times[i] < times[i - 1] + 7 * DAY {
-                times[i] = (times[i - 1] + 7 * DAY).min(self.end_micros() - (n - i) as i64 * MINUTE);
+                times[i] =
+                    (times[i - 1] + 7 * DAY).min(self.end_micros() - (n - i) as i64 * MINUTE);
                 times[i] = times[i].max(times[i - 1] + MINUTE);
             }
         }
@@ -302,23 +303,41 @@ impl UserGen<'_> {
 
     fn duplicate_group(&mut self) -> bool {
         let use_topic = self.rng.chance(0.5);
-        let (paraphrases, fact, tag, entity): (Vec<String>, String, &str, Option<(String, &'static str)>) =
-            if use_topic {
-                let Some(t) = self.claim(FactKey::Topic, TOPICS.len()) else {
-                    return false;
-                };
-                let topic = &TOPICS[t];
-                let value = *self.rng.pick(topic.values);
-                let texts = topic.paraphrases.iter().map(|p| p.replace("{v}", value)).collect::<Vec<_>>();
-                let fact = texts[0].clone();
-                (texts, fact, topic.tag, Some((value.to_string(), topic.entity_type)))
-            } else {
-                let Some(s) = self.claim(FactKey::Statement, STATEMENTS.len()) else {
-                    return false;
-                };
-                let (tag, texts) = STATEMENTS[s];
-                (texts.iter().map(|t| t.to_string()).collect(), texts[0].to_string(), tag, None)
+        let (paraphrases, fact, tag, entity): (
+            Vec<String>,
+            String,
+            &str,
+            Option<(String, &'static str)>,
+        ) = if use_topic {
+            let Some(t) = self.claim(FactKey::Topic, TOPICS.len()) else {
+                return false;
             };
+            let topic = &TOPICS[t];
+            let value = *self.rng.pick(topic.values);
+            let texts = topic
+                .paraphrases
+                .iter()
+                .map(|p| p.replace("{v}", value))
+                .collect::<Vec<_>>();
+            let fact = texts[0].clone();
+            (
+                texts,
+                fact,
+                topic.tag,
+                Some((value.to_string(), topic.entity_type)),
+            )
+        } else {
+            let Some(s) = self.claim(FactKey::Statement, STATEMENTS.len()) else {
+                return false;
+            };
+            let (tag, texts) = STATEMENTS[s];
+            (
+                texts.iter().map(|t| t.to_string()).collect(),
+                texts[0].to_string(),
+                tag,
+                None,
+            )
+        };
         let size = (2 + self.rng.below(3)).min(paraphrases.len());
         let chosen = self.rng.distinct(paraphrases.len(), size);
         let mut times = self.rising_times(size);
@@ -328,7 +347,14 @@ impl UserGen<'_> {
             let session = self.new_session();
             let entities: Vec<(&str, &'static str)> =
                 entity.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-            ids.push(self.push(paraphrases[index].clone(), "fact", session, time, tag, &entities));
+            ids.push(self.push(
+                paraphrases[index].clone(),
+                "fact",
+                session,
+                time,
+                tag,
+                &entities,
+            ));
         }
         self.truth.duplicate_groups.push(DuplicateGroup {
             user_id: self.user_id.clone(),
@@ -340,52 +366,60 @@ impl UserGen<'_> {
 
     fn merge_group(&mut self) -> bool {
         let choice = self.rng.below(3);
-        let (first, second, merged, tag, entities): (String, String, String, &str, Vec<(String, &'static str)>) =
-            match choice {
-                0 => {
-                    let Some(p) = self.claim(FactKey::Pet, PET_KINDS.len()) else {
-                        return false;
-                    };
-                    let kind = PET_KINDS[p];
-                    let name = *self.rng.pick(PET_NAMES);
-                    (
-                        format!("User has a {kind}."),
-                        format!("User's {kind} is named {name}."),
-                        format!("User has a {kind} named {name}."),
-                        "pets",
-                        vec![(name.to_string(), "pet")],
-                    )
-                }
-                1 => {
-                    let Some(p) = self.claim(FactKey::Person, PEOPLE.len()) else {
-                        return false;
-                    };
-                    let name = PEOPLE[p];
-                    let relation = *self.rng.pick(RELATIONS);
-                    let role = *self.rng.pick(ROLES);
-                    (
-                        format!("User's {relation} is called {name}."),
-                        format!("{name}, user's {relation}, works as a {role}."),
-                        format!("User's {relation} {name} works as a {role}."),
-                        "people",
-                        vec![(name.to_string(), "person")],
-                    )
-                }
-                _ => {
-                    let Some(p) = self.claim(FactKey::Project, PROJECTS.len()) else {
-                        return false;
-                    };
-                    let (name, description) = PROJECTS[p];
-                    let language = *self.rng.pick(TOPICS[2].values);
-                    (
-                        format!("User is building {name}, {description}."),
-                        format!("User is writing {name} in {language}."),
-                        format!("User is building {name}, {description}, in {language}."),
-                        "projects",
-                        vec![(name.to_string(), "project"), (language.to_string(), "tool")],
-                    )
-                }
-            };
+        let (first, second, merged, tag, entities): (
+            String,
+            String,
+            String,
+            &str,
+            Vec<(String, &'static str)>,
+        ) = match choice {
+            0 => {
+                let Some(p) = self.claim(FactKey::Pet, PET_KINDS.len()) else {
+                    return false;
+                };
+                let kind = PET_KINDS[p];
+                let name = *self.rng.pick(PET_NAMES);
+                (
+                    format!("User has a {kind}."),
+                    format!("User's {kind} is named {name}."),
+                    format!("User has a {kind} named {name}."),
+                    "pets",
+                    vec![(name.to_string(), "pet")],
+                )
+            }
+            1 => {
+                let Some(p) = self.claim(FactKey::Person, PEOPLE.len()) else {
+                    return false;
+                };
+                let name = PEOPLE[p];
+                let relation = *self.rng.pick(RELATIONS);
+                let role = *self.rng.pick(ROLES);
+                (
+                    format!("User's {relation} is called {name}."),
+                    format!("{name}, user's {relation}, works as a {role}."),
+                    format!("User's {relation} {name} works as a {role}."),
+                    "people",
+                    vec![(name.to_string(), "person")],
+                )
+            }
+            _ => {
+                let Some(p) = self.claim(FactKey::Project, PROJECTS.len()) else {
+                    return false;
+                };
+                let (name, description) = PROJECTS[p];
+                let language = *self.rng.pick(TOPICS[2].values);
+                (
+                    format!("User is building {name}, {description}."),
+                    format!("User is writing {name} in {language}."),
+                    format!("User is building {name}, {description}, in {language}."),
+                    "projects",
+                    vec![
+                        (name.to_string(), "project"),
+                        (language.to_string(), "tool"),
+                    ],
+                )
+            }
+        };
         let times = self.rising_times(2);
         let entity_refs: Vec<(&str, &'static str)> =
             entities.iter().map(|(n, t)| (n.as_str(), *t)).collect();
@@ -476,7 +510,14 @@ impl UserGen<'_> {
                     .replace("{stage}", stage)
             };
             let session = self.new_session();
-            ids.push(self.push(text, "fact", session, times[i], "projects", &[(name, "project")]));
+            ids.push(self.push(
+                text,
+                "fact",
+                session,
+                times[i],
+                "projects",
+                &[(name, "project")],
+            ));
         }
         let values = stages.iter().map(|v| v.to_string()).collect();
         self.record_chain("project_stage", ids, values);
@@ -544,14 +585,16 @@ impl UserGen<'_> {
             if i == 0 {
                 text.push_str(part);
             } else {
-                text.push_str(*self.rng.pick(VERBOSE_JOINERS));
+                let joiner = self.rng.pick(VERBOSE_JOINERS).to_string();
+                text.push_str(&joiner);
                 text.push(' ');
                 text.push_str(&lower_first(part));
             }
         }
         let time = self.random_time();
         let session = self.new_session();
-        let refs: Vec<(&str, &'static str)> = entities.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        let refs: Vec<(&str, &'static str)> =
+            entities.iter().map(|(n, t)| (n.as_str(), *t)).collect();
         let id = self.push(text, "fact", session, time, "mixed", &refs);
         self.truth.verbose.push(VerboseMemory {
             user_id: self.user_id.clone(),
@@ -581,7 +624,14 @@ impl UserGen<'_> {
                 let city = *self.rng.pick(TOPICS[4].values);
                 let text = format!("User's {relation} {name} lives in {city}.");
                 let (time, session) = (self.random_time(), self.new_session());
-                self.push(text, "fact", session, time, "people", &[(name, "person"), (city, "place")]);
+                self.push(
+                    text,
+                    "fact",
+                    session,
+                    time,
+                    "people",
+                    &[(name, "person"), (city, "place")],
+                );
             }
             _ => {
                 let Some(p) = self.claim(FactKey::Project, PROJECTS.len()) else {
@@ -591,7 +641,14 @@ impl UserGen<'_> {
                 let stage = *self.rng.pick(PROJECT_STAGES);
                 let text = format!("User's side project {name}, {description}, {stage}.");
                 let (time, session) = (self.random_time(), self.new_session());
-                self.push(text, "fact", session, time, "projects", &[(name, "project")]);
+                self.push(
+                    text,
+                    "fact",
+                    session,
+                    time,
+                    "projects",
+                    &[(name, "project")],
+                );
             }
         }
         true
@@ -630,10 +687,15 @@ impl UserGen<'_> {
                 if !self.texts.contains(&text) {
                     break;
                 }
-                let when = chrono::DateTime::from_timestamp_micros(happens_at.unwrap_or(created_at))
-                    .map(|d| d.format(format).to_string())
-                    .unwrap_or_default();
-                let base = text.split(" (on ").next().unwrap_or(&text).trim_end_matches('.');
+                let when =
+                    chrono::DateTime::from_timestamp_micros(happens_at.unwrap_or(created_at))
+                        .map(|d| d.format(format).to_string())
+                        .unwrap_or_default();
+                let base = text
+                    .split(" (on ")
+                    .next()
+                    .unwrap_or(&text)
+                    .trim_end_matches('.');
                 text = format!("{base} (on {when}).");
             }
             if self.texts.contains(&text) {
@@ -655,7 +717,14 @@ impl UserGen<'_> {
             if template.contains("{pet}") {
                 entities.push((pet, "pet"));
             }
-            let id = self.push(text, "episode", session.clone(), created_at, "episodes", &entities);
+            let id = self.push(
+                text,
+                "episode",
+                session.clone(),
+                created_at,
+                "episodes",
+                &entities,
+            );
             if let Some(last) = self.memories.last_mut() {
                 last.happens_at = happens_at;
             }
@@ -770,7 +839,12 @@ pub fn placeholder_embedding(seed: u64, id: &str, dim: usize, out: &mut Vec<f32>
     let mut rng = Rng::new(seed ^ fnv1a(id));
     out.clear();
     out.extend((0..dim).map(|_| (rng.unit() * 2.0 - 1.0) as f32));
-    let norm = out.iter().map(|v| v * v).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+    let norm = out
+        .iter()
+        .map(|v| v * v)
+        .sum::<f32>()
+        .sqrt()
+        .max(f32::MIN_POSITIVE);
     out.iter_mut().for_each(|v| *v /= norm);
 }
 
@@ -808,13 +882,21 @@ mod tests {
         let by_id: std::collections::HashMap<&str, &SynthMemory> =
             memories.iter().map(|m| (m.id.as_str(), m)).collect();
         for chain in &truth.supersession_chains {
-            let times: Vec<i64> = chain.memory_ids.iter().map(|id| by_id[id.as_str()].created_at).collect();
+            let times: Vec<i64> = chain
+                .memory_ids
+                .iter()
+                .map(|id| by_id[id.as_str()].created_at)
+                .collect();
             assert!(times.windows(2).all(|w| w[0] < w[1]), "{chain:?}");
             assert_eq!(chain.current_id, *chain.memory_ids.last().unwrap());
         }
         for group in &truth.duplicate_groups {
             assert!(group.memory_ids.len() >= 2);
-            let texts: HashSet<&str> = group.memory_ids.iter().map(|id| by_id[id.as_str()].text.as_str()).collect();
+            let texts: HashSet<&str> = group
+                .memory_ids
+                .iter()
+                .map(|id| by_id[id.as_str()].text.as_str())
+                .collect();
             assert_eq!(texts.len(), group.memory_ids.len(), "paraphrases differ");
         }
         for verbose in &truth.verbose {
@@ -828,7 +910,11 @@ mod tests {
         let (memories, _) = generate(&config(2, 3000, 5));
         let mut seen = HashSet::new();
         for memory in &memories {
-            assert!(seen.insert((&memory.user_id, &memory.text)), "{}", memory.text);
+            assert!(
+                seen.insert((&memory.user_id, &memory.text)),
+                "{}",
+                memory.text
+            );
         }
     }
 

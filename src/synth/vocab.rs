@@ -17,7 +17,15 @@ pub static TOPICS: &[Topic] = &[
         name: "editor",
         entity_type: "tool",
         tag: "tools",
-        values: &["VS Code", "Neovim", "Emacs", "IntelliJ IDEA", "Zed", "Sublime Text", "Helix"],
+        values: &[
+            "VS Code",
+            "Neovim",
+            "Emacs",
+            "IntelliJ IDEA",
+            "Zed",
+            "Sublime Text",
+            "Helix",
+        ],
         paraphrases: &[
             "User writes code in {v}.",
             "User's editor of choice is {v}.",
@@ -34,7 +42,9 @@ pub static TOPICS: &[Topic] = &[
         name: "vector_store",
         entity_type: "tool",
         tag: "tools",
-        values: &["Pinecone", "pgvector", "Qdrant", "Weaviate", "Milvus", "Chroma", "LanceDB"],
+        values: &[
+            "Pinecone", "pgvector", "Qdrant", "Weaviate", "Milvus", "Chroma", "LanceDB",
+        ],
         paraphrases: &[
             "User uses {v} for vector search.",
             "User's project stores its embeddings in {v}.",
@@ -51,7 +61,15 @@ pub static TOPICS: &[Topic] = &[
         name: "language",
         entity_type: "tool",
         tag: "tools",
-        values: &["Rust", "Python", "Go", "TypeScript", "Kotlin", "Elixir", "Haskell"],
+        values: &[
+            "Rust",
+            "Python",
+            "Go",
+            "TypeScript",
+            "Kotlin",
+            "Elixir",
+            "Haskell",
+        ],
         paraphrases: &[
             "User's main programming language is {v}.",
             "User writes most of their code in {v}.",
@@ -92,7 +110,16 @@ pub static TOPICS: &[Topic] = &[
         name: "city",
         entity_type: "place",
         tag: "places",
-        values: &["Lisbon", "Berlin", "Toronto", "Austin", "Kyoto", "Melbourne", "Nairobi", "Oslo"],
+        values: &[
+            "Lisbon",
+            "Berlin",
+            "Toronto",
+            "Austin",
+            "Kyoto",
+            "Melbourne",
+            "Nairobi",
+            "Oslo",
+        ],
         paraphrases: &[
             "User lives in {v}.",
             "User's home is in {v}.",
@@ -109,7 +136,13 @@ pub static TOPICS: &[Topic] = &[
         name: "phone",
         entity_type: "tool",
         tag: "tools",
-        values: &["an iPhone 13", "a Pixel 8", "a Galaxy S23", "a Fairphone 5", "an iPhone 15"],
+        values: &[
+            "an iPhone 13",
+            "a Pixel 8",
+            "a Galaxy S23",
+            "a Fairphone 5",
+            "an iPhone 15",
+        ],
         paraphrases: &[
             "User's phone is {v}.",
             "User uses {v} as their phone.",
@@ -124,7 +157,13 @@ pub static TOPICS: &[Topic] = &[
         name: "diet",
         entity_type: "concept",
         tag: "preferences",
-        values: &["vegetarian", "vegan", "pescatarian", "on a low-carb diet", "gluten-free"],
+        values: &[
+            "vegetarian",
+            "vegan",
+            "pescatarian",
+            "on a low-carb diet",
+            "gluten-free",
+        ],
         paraphrases: &[
             "User is {v}.",
             "User follows a diet: they are {v}.",
@@ -159,7 +198,13 @@ pub static TOPICS: &[Topic] = &[
         name: "laptop",
         entity_type: "tool",
         tag: "tools",
-        values: &["a MacBook Pro", "a ThinkPad X1", "a Framework 13", "a Dell XPS 13", "a Surface Laptop"],
+        values: &[
+            "a MacBook Pro",
+            "a ThinkPad X1",
+            "a Framework 13",
+            "a Dell XPS 13",
+            "a Surface Laptop",
+        ],
         paraphrases: &[
             "User works on {v}.",
             "User's laptop is {v}.",
@@ -189,7 +234,13 @@ pub static TOPICS: &[Topic] = &[
         name: "car",
         entity_type: "tool",
         tag: "places",
-        values: &["a Toyota Corolla", "a Tesla Model 3", "a Volkswagen Golf", "a Honda Civic", "a Kia Niro"],
+        values: &[
+            "a Toyota Corolla",
+            "a Tesla Model 3",
+            "a Volkswagen Golf",
+            "a Honda Civic",
+            "a Kia Niro",
+        ],
         paraphrases: &[
             "User drives {v}.",
             "User's car is {v}.",
@@ -204,7 +255,13 @@ pub static TOPICS: &[Topic] = &[
         name: "music_service",
         entity_type: "tool",
         tag: "preferences",
-        values: &["Spotify", "Apple Music", "Tidal", "YouTube Music", "Bandcamp"],
+        values: &[
+            "Spotify",
+            "Apple Music",
+            "Tidal",
+            "YouTube Music",
+            "Bandcamp",
+        ],
         paraphrases: &[
             "User listens to music on {v}.",
             "User's music streaming service is {v}.",
@@ -326,7 +383,14 @@ pub static PEOPLE: &[&str] = &[
     "Ingrid", "Rafael", "Mei", "Omar", "Lena", "Tariq",
 ];
 pub static RELATIONS: &[&str] = &[
-    "sister", "brother", "friend", "colleague", "manager", "cousin", "neighbour", "partner",
+    "sister",
+    "brother",
+    "friend",
+    "colleague",
+    "manager",
+    "cousin",
+    "neighbour",
+    "partner",
 ];
 pub static ROLES: &[&str] = &[
     "data engineer",
@@ -399,4 +463,5 @@ pub static VERBOSE_OPENERS: &[&str] = &[
     "User gave a lot of background in one message.",
     "In a rambling update, user covered a few topics.",
 ];
-pub static VERBOSE_JOINERS: &[&str] = &["Also,", "Besides that,", "On another note,", "Separately,"];
+pub static VERBOSE_JOINERS: &[&str] =
+    &["Also,", "Besides that,", "On another note,", "Separately,"];

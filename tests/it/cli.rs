@@ -23,14 +23,20 @@ fn a_folder_that_is_not_a_database_is_refused() {
     let uri = dir.path().join("nothing.db").display().to_string();
     let out = memlife(&["--db", &uri, "stats"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("not a memlife database"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a memlife database"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_schema_version_is_refused_with_a_clear_error() {
     let db = TestDb::new();
     let store = memlife::store::Store::open(&db.uri).await.unwrap();
-    memlife::store::set_meta(&store, "schema_version", "99").await.unwrap();
+    memlife::store::set_meta(&store, "schema_version", "99")
+        .await
+        .unwrap();
     let out = db.run(&["stats"]);
     assert_eq!(out.status.code(), Some(2));
     let message = stderr(&out);
@@ -54,11 +60,20 @@ fn sql_prints_table_json_and_csv_and_refuses_writes() {
         rows,
         serde_json::json!([{"user_id": "alice", "n": 6}, {"user_id": "bob", "n": 4}])
     );
-    let csv = db.run(&["sql", "SELECT id FROM memories WHERE id IN ('m1','m2') ORDER BY id", "--format", "csv"]);
+    let csv = db.run(&[
+        "sql",
+        "SELECT id FROM memories WHERE id IN ('m1','m2') ORDER BY id",
+        "--format",
+        "csv",
+    ]);
     assert_eq!(stdout(&csv), "id\nm1\nm2\n");
     let table = db.run(&["sql", "SELECT id FROM memories WHERE id = 'm3'"]);
     assert!(stdout(&table).contains("| m3 |") && stdout(&table).contains("(1 row)"));
-    for statement in ["DELETE FROM memories", "DROP TABLE memories", "CREATE TABLE x AS SELECT 1"] {
+    for statement in [
+        "DELETE FROM memories",
+        "DROP TABLE memories",
+        "CREATE TABLE x AS SELECT 1",
+    ] {
         let out = db.run(&["sql", statement]);
         assert_eq!(out.status.code(), Some(2), "{statement} should be refused");
     }
@@ -73,7 +88,15 @@ fn saved_queries_run_from_files_with_parameters() {
     let db = TestDb::new();
     db.run(&["import", fixture("memories.jsonl").to_str().unwrap()]);
     let sql = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/supersession_chain.sql");
-    let out = db.run(&["sql", "--file", sql, "--param", "chain=chain-vs", "--format", "csv"]);
+    let out = db.run(&[
+        "sql",
+        "--file",
+        sql,
+        "--param",
+        "chain=chain-vs",
+        "--format",
+        "csv",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let ids: Vec<String> = stdout(&out)
         .lines()
@@ -82,18 +105,33 @@ fn saved_queries_run_from_files_with_parameters() {
         .collect();
     assert_eq!(ids, ["m1", "m2", "m3"]);
     let missing = db.run(&["sql", "--file", sql]);
-    assert_eq!(missing.status.code(), Some(2), "a missing --param is an error");
+    assert_eq!(
+        missing.status.code(),
+        Some(2),
+        "a missing --param is an error"
+    );
 }
 
 #[test]
 fn stats_summarises_memories_links_and_runs() {
     let db = TestDb::new();
     db.run(&["import", fixture("memories.jsonl").to_str().unwrap()]);
-    db.run(&["import", "--table", "links", fixture("links.jsonl").to_str().unwrap()]);
+    db.run(&[
+        "import",
+        "--table",
+        "links",
+        fixture("links.jsonl").to_str().unwrap(),
+    ]);
     let out = db.run(&["stats"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
-    for expected in ["Memories per user, state and tier", "Links per type", "Last run of each job", "supersedes", "import"] {
+    for expected in [
+        "Memories per user, state and tier",
+        "Links per type",
+        "Last run of each job",
+        "supersedes",
+        "import",
+    ] {
         assert!(text.contains(expected), "stats lacks {expected}:\n{text}");
     }
     let json = db.run(&["--json", "stats"]);
@@ -115,7 +153,17 @@ fn synth_is_deterministic_and_imports_cleanly() {
     let path = |name: &str| dir.path().join(name).display().to_string();
     for name in ["a.jsonl", "b.jsonl", "c.jsonl", "a.parquet", "b.parquet"] {
         let seed = if name.starts_with('c') { "8" } else { "7" };
-        let out = memlife(&["synth", "--users", "3", "--memories", "400", "--seed", seed, "-o", &path(name)]);
+        let out = memlife(&[
+            "synth",
+            "--users",
+            "3",
+            "--memories",
+            "400",
+            "--seed",
+            seed,
+            "-o",
+            &path(name),
+        ]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     let read = |name: &str| std::fs::read(path(name)).unwrap();
@@ -124,12 +172,25 @@ fn synth_is_deterministic_and_imports_cleanly() {
     assert_eq!(read("a.parquet"), read("b.parquet"));
     assert_ne!(read("a.jsonl"), read("c.jsonl"));
     let truth: serde_json::Value = serde_json::from_slice(&read("a.truth.json")).unwrap();
-    for key in ["duplicate_groups", "merge_groups", "supersession_chains", "verbose", "entities", "sessions"] {
-        assert!(!truth[key].as_array().unwrap().is_empty(), "truth lacks {key}");
+    for key in [
+        "duplicate_groups",
+        "merge_groups",
+        "supersession_chains",
+        "verbose",
+        "entities",
+        "sessions",
+    ] {
+        assert!(
+            !truth[key].as_array().unwrap().is_empty(),
+            "truth lacks {key}"
+        );
     }
     let db = TestDb::new();
     let out = db.run(&["import", &path("a.jsonl")]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert_eq!(db.count("memories"), 400);
-    assert_eq!(db.scalar("SELECT COUNT(DISTINCT user_id) AS n FROM memories"), "3");
+    assert_eq!(
+        db.scalar("SELECT COUNT(DISTINCT user_id) AS n FROM memories"),
+        "3"
+    );
 }

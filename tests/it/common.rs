@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// Runs the real `memlife` binary.
@@ -54,7 +56,8 @@ impl TestDb {
     pub fn scalar(&self, sql: &str) -> String {
         let out = self.run(&["sql", sql, "--format", "jsonl"]);
         assert_eq!(out.status.code(), Some(0), "{sql}: {}", stderr(&out));
-        let row: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("one JSON row");
+        let row: serde_json::Value =
+            serde_json::from_str(stdout(&out).trim()).expect("one JSON row");
         let object = row.as_object().expect("object");
         assert_eq!(object.len(), 1, "{row}");
         object.values().next().unwrap().to_string()

@@ -4,7 +4,8 @@
 use crate::common::{TestDb, fixture, stderr, stdout};
 
 fn report(out: &std::process::Output) -> serde_json::Value {
-    serde_json::from_str(&stdout(out)).unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
+    serde_json::from_str(&stdout(out))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
 }
 
 fn failure_reasons(report: &serde_json::Value) -> Vec<String> {
@@ -12,7 +13,13 @@ fn failure_reasons(report: &serde_json::Value) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| format!("{}: {}", f["item"].as_str().unwrap(), f["reason"].as_str().unwrap()))
+        .map(|f| {
+            format!(
+                "{}: {}",
+                f["item"].as_str().unwrap(),
+                f["reason"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
@@ -26,59 +33,120 @@ fn abort_reports_every_bad_row_and_writes_nothing() {
     assert_eq!(report["status"], "failed");
     let reasons = failure_reasons(&report);
     let expect = [
-        ("bad_memories.jsonl:line 2", "field 'text': required field is missing"),
-        ("bad_memories.jsonl:line 3", "field 'user_id': required field is missing"),
-        ("bad_memories.jsonl:line 4", "field 'created_at': expected an RFC 3339 timestamp, got \"last tuesday\""),
-        ("bad_memories.jsonl:line 5", "field 'salience': 1.7 is outside [0, 1]"),
-        ("bad_memories.jsonl:line 6", "field 'state': unknown value 'dormant'"),
-        ("bad_memories.jsonl:line 7", "field 'embedding': embedding has 3 dimensions, the database expects 384"),
+        (
+            "bad_memories.jsonl:line 2",
+            "field 'text': required field is missing",
+        ),
+        (
+            "bad_memories.jsonl:line 3",
+            "field 'user_id': required field is missing",
+        ),
+        (
+            "bad_memories.jsonl:line 4",
+            "field 'created_at': expected an RFC 3339 timestamp, got \"last tuesday\"",
+        ),
+        (
+            "bad_memories.jsonl:line 5",
+            "field 'salience': 1.7 is outside [0, 1]",
+        ),
+        (
+            "bad_memories.jsonl:line 6",
+            "field 'state': unknown value 'dormant'",
+        ),
+        (
+            "bad_memories.jsonl:line 7",
+            "field 'embedding': embedding has 3 dimensions, the database expects 384",
+        ),
         ("bad_memories.jsonl:line 8", "not valid JSON"),
-        ("bad_memories.jsonl:line 10", "field 'id': duplicate key 'ok1' (first at line 1)"),
+        (
+            "bad_memories.jsonl:line 10",
+            "field 'id': duplicate key 'ok1' (first at line 1)",
+        ),
     ];
     assert_eq!(reasons.len(), expect.len(), "{reasons:#?}");
     for ((place, reason), got) in expect.iter().zip(&reasons) {
-        assert!(got.contains(place) && got.contains(reason), "expected {place} {reason}, got {got}");
+        assert!(
+            got.contains(place) && got.contains(reason),
+            "expected {place} {reason}, got {got}"
+        );
     }
     assert_eq!(db.count("memories"), 0, "abort must write nothing");
     // The failed run is on record.
-    assert_eq!(db.scalar("SELECT status FROM runs WHERE job = 'import'"), "\"failed\"");
+    assert_eq!(
+        db.scalar("SELECT status FROM runs WHERE job = 'import'"),
+        "\"failed\""
+    );
 }
 
 #[test]
 fn skip_writes_the_valid_rows_and_exits_1() {
     let db = TestDb::new();
     let file = fixture("bad_memories.jsonl");
-    let out = db.run(&["--json", "import", "--on-error", "skip", file.to_str().unwrap()]);
+    let out = db.run(&[
+        "--json",
+        "import",
+        "--on-error",
+        "skip",
+        file.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let report = report(&out);
     assert_eq!(report["status"], "partial");
     assert_eq!(report["counts"]["inserted"], 2);
     assert_eq!(report["counts"]["rows_rejected"], 8);
     assert_eq!(db.count("memories"), 2);
-    assert_eq!(db.scalar("SELECT text FROM memories WHERE id = 'ok1'"), "\"A valid memory.\"");
+    assert_eq!(
+        db.scalar("SELECT text FROM memories WHERE id = 'ok1'"),
+        "\"A valid memory.\""
+    );
 }
 
 #[test]
 fn csv_rows_are_checked_by_line_and_lists_parse_from_json_text() {
     let db = TestDb::new();
     let file = fixture("bad_memories.csv");
-    let out = db.run(&["--json", "import", "--on-error", "skip", file.to_str().unwrap()]);
+    let out = db.run(&[
+        "--json",
+        "import",
+        "--on-error",
+        "skip",
+        file.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let reasons = failure_reasons(&report(&out));
     assert_eq!(reasons.len(), 1, "{reasons:?}");
-    assert!(reasons[0].contains("bad_memories.csv:line 3") && reasons[0].contains("2.5 is outside [0, 1]"));
-    assert_eq!(db.scalar("SELECT tags FROM memories WHERE id = 'c1'"), "[\"drinks\"]");
-    assert_eq!(db.scalar("SELECT salience FROM memories WHERE id = 'c3'"), "0.5", "empty cell takes the default");
+    assert!(
+        reasons[0].contains("bad_memories.csv:line 3")
+            && reasons[0].contains("2.5 is outside [0, 1]")
+    );
+    assert_eq!(
+        db.scalar("SELECT tags FROM memories WHERE id = 'c1'"),
+        "[\"drinks\"]"
+    );
+    assert_eq!(
+        db.scalar("SELECT salience FROM memories WHERE id = 'c3'"),
+        "0.5",
+        "empty cell takes the default"
+    );
 }
 
 #[test]
 fn invalid_utf8_is_a_row_error_and_the_rest_goes_on() {
     let db = TestDb::new();
     let file = fixture("invalid_utf8.jsonl");
-    let out = db.run(&["--json", "import", "--on-error", "skip", file.to_str().unwrap()]);
+    let out = db.run(&[
+        "--json",
+        "import",
+        "--on-error",
+        "skip",
+        file.to_str().unwrap(),
+    ]);
     let reasons = failure_reasons(&report(&out));
     assert_eq!(reasons.len(), 1);
-    assert!(reasons[0].contains("line 2") && reasons[0].contains("invalid UTF-8"), "{reasons:?}");
+    assert!(
+        reasons[0].contains("line 2") && reasons[0].contains("invalid UTF-8"),
+        "{reasons:?}"
+    );
     assert_eq!(db.scalar("SELECT text FROM memories"), "\"café ok\"");
 }
 
@@ -87,15 +155,47 @@ fn bad_files_fail_with_their_name() {
     let db = TestDb::new();
     let missing = db.run(&["import", "/nonexistent/memories.jsonl"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(stderr(&missing).contains("/nonexistent/memories.jsonl"), "{}", stderr(&missing));
-    let unknown = db.run(&["import", fixture("memories.jsonl").with_extension("txt").to_str().unwrap()]);
+    assert!(
+        stderr(&missing).contains("/nonexistent/memories.jsonl"),
+        "{}",
+        stderr(&missing)
+    );
+    let unknown = db.run(&[
+        "import",
+        fixture("memories.jsonl")
+            .with_extension("txt")
+            .to_str()
+            .unwrap(),
+    ]);
     assert_eq!(unknown.status.code(), Some(2));
-    assert!(stderr(&unknown).contains("extension"), "{}", stderr(&unknown));
-    let not_parquet = db.run(&["import", "--format", "parquet", fixture("memories.jsonl").to_str().unwrap()]);
+    assert!(
+        stderr(&unknown).contains("extension"),
+        "{}",
+        stderr(&unknown)
+    );
+    let not_parquet = db.run(&[
+        "import",
+        "--format",
+        "parquet",
+        fixture("memories.jsonl").to_str().unwrap(),
+    ]);
     assert_eq!(not_parquet.status.code(), Some(2));
-    assert!(stderr(&not_parquet).contains("memories.jsonl"), "{}", stderr(&not_parquet));
-    let table = db.run(&["import", "--table", "nope", fixture("memories.jsonl").to_str().unwrap()]);
-    assert!(stderr(&table).contains("cannot import into 'nope'"), "{}", stderr(&table));
+    assert!(
+        stderr(&not_parquet).contains("memories.jsonl"),
+        "{}",
+        stderr(&not_parquet)
+    );
+    let table = db.run(&[
+        "import",
+        "--table",
+        "nope",
+        fixture("memories.jsonl").to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&table).contains("cannot import into 'nope'"),
+        "{}",
+        stderr(&table)
+    );
 }
 
 #[test]
@@ -116,9 +216,18 @@ fn reimporting_the_same_ids_upserts() {
     )
     .unwrap();
     let third = report(&db.run(&["--json", "import", &changed]));
-    assert_eq!((third["counts"]["inserted"].as_u64(), third["counts"]["updated"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (
+            third["counts"]["inserted"].as_u64(),
+            third["counts"]["updated"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
     assert_eq!(db.count("memories"), 11);
-    assert_eq!(db.scalar("SELECT text FROM memories WHERE id = 'm4'"), "\"Alice prefers light mode now.\"");
+    assert_eq!(
+        db.scalar("SELECT text FROM memories WHERE id = 'm4'"),
+        "\"Alice prefers light mode now.\""
+    );
 }
 
 #[test]
@@ -148,7 +257,10 @@ fn dry_run_and_user_scope_write_nothing_outside_their_scope() {
     let scoped = report(&db.run(&["--json", "import", "--user", "bob", file.to_str().unwrap()]));
     assert_eq!(scoped["counts"]["rows_other_users"], 6);
     assert_eq!(db.count("memories"), 4);
-    assert_eq!(db.scalar("SELECT COUNT(DISTINCT user_id) AS n FROM memories"), "1");
+    assert_eq!(
+        db.scalar("SELECT COUNT(DISTINCT user_id) AS n FROM memories"),
+        "1"
+    );
     assert_eq!(db.scalar("SELECT user_id FROM runs"), "\"bob\"");
 }
 
@@ -156,12 +268,30 @@ fn dry_run_and_user_scope_write_nothing_outside_their_scope() {
 fn links_and_entities_are_validated_and_keyed() {
     let db = TestDb::new();
     let links = fixture("links.jsonl");
-    assert_eq!(db.run(&["import", "--table", "links", links.to_str().unwrap()]).status.code(), Some(0));
-    assert_eq!(db.run(&["import", "--table", "links", links.to_str().unwrap()]).status.code(), Some(0));
-    assert_eq!(db.count("links"), 5, "links upsert on (source_id, target_id, link_type)");
+    assert_eq!(
+        db.run(&["import", "--table", "links", links.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        db.run(&["import", "--table", "links", links.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        db.count("links"),
+        5,
+        "links upsert on (source_id, target_id, link_type)"
+    );
     let bad = db.path("bad_links.jsonl");
     std::fs::write(&bad, "{\"source_id\": \"a\", \"target_id\": \"b\", \"user_id\": \"u\", \"link_type\": \"likes\"}\n").unwrap();
     let out = db.run(&["import", "--table", "links", &bad]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stdout(&out).contains("unknown link type 'likes'"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("unknown link type 'likes'"),
+        "{}",
+        stdout(&out)
+    );
 }

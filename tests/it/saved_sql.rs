@@ -37,17 +37,25 @@ async fn saved_queries_match_their_snapshots() {
     let mut mismatches = Vec::new();
     for (name, params) in CASES {
         let sql = std::fs::read_to_string(root.join("sql").join(format!("{name}.sql"))).unwrap();
-        let params: Vec<(String, String)> = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let params: Vec<(String, String)> = params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let (schema, batches) = memlife::sql::query(&context, &sql, &params)
             .await
             .unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let mut text = String::from_utf8(
-            memlife::commands::sql::encode(schema, &batches, memlife::formats::Format::Csv).unwrap(),
+            memlife::commands::sql::encode(schema, &batches, memlife::formats::Format::Csv)
+                .unwrap(),
         )
         .unwrap();
         // The import jobs' own run rows carry wall-clock times and random ids.
         if *name == "last_runs" {
-            text = text.lines().filter(|l| !l.starts_with("import,")).map(|l| format!("{l}\n")).collect();
+            text = text
+                .lines()
+                .filter(|l| !l.starts_with("import,"))
+                .map(|l| format!("{l}\n"))
+                .collect();
         }
         let snapshot = root.join("tests/snapshots").join(format!("{name}.csv"));
         if update {
