@@ -72,7 +72,9 @@ pub struct Store {
 
 impl Store {
     async fn connect(uri: &str) -> Result<lancedb::Connection> {
-        Ok(lancedb::connect(uri).execute().await?)
+        Ok(lancedb::connect(&local_path_as_absolute(uri))
+            .execute()
+            .await?)
     }
 
     /// Creates the database and any missing table; checks the tables that exist. Idempotent:
@@ -227,15 +229,15 @@ impl Store {
     ) -> Result<WriteStats> {
         let table = self.table(spec.name).await?;
         if table.count_rows(None).await? == 0 {
-            let before = table.count_rows(None).await?;
+            tracing::debug!(table = spec.name, "appending to an empty table");
             let result = table.add(rows).execute().await?;
-            let after = table.count_rows(None).await?;
             return Ok(WriteStats {
-                inserted: (after - before) as u64,
+                inserted: table.count_rows(None).await? as u64,
                 updated: 0,
                 version: result.version,
             });
         }
+        tracing::debug!(table = spec.name, key = ?spec.key, "merging on the table's key");
         let mut merge = table.merge_insert(spec.key);
         merge
             .when_matched_update_all(None)
@@ -279,6 +281,17 @@ impl Store {
         }
         Ok((schema, query.execute().await?))
     }
+}
+
+/// A URI without a scheme is a local folder: make it absolute. lancedb takes any URI that
+/// starts with "db" (a folder named `db`, `dbfiles`, ...) for a LanceDB Cloud address.
+fn local_path_as_absolute(uri: &str) -> String {
+    if uri.contains("://") {
+        return uri.to_string();
+    }
+    std::path::absolute(uri)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| uri.to_string())
 }
 
 fn check_version(uri: &str, found: i64) -> Result<()> {

@@ -206,6 +206,7 @@ pub async fn run(ctx: &JobCtx, args: &ImportArgs) -> Result<JobReport> {
         "on_error": args.on_error,
     });
     let log = RunLog::start(ctx, "import", &params).await?;
+    tracing::info!(run_id = log.run_id(), file = %args.file.display(), table = spec.name, "import started");
     let mut report = JobReport::new("import", ctx);
 
     let tally = Arc::new(Mutex::new(Tally {
@@ -299,5 +300,11 @@ pub async fn run(ctx: &JobCtx, args: &ImportArgs) -> Result<JobReport> {
         report.error = Some(format!("writing to '{}' failed: {e}", spec.name));
     }
     log.finish(ctx, &mut report).await?;
+    tracing::info!(
+        status = report.status.as_str(),
+        rows = tally.offered,
+        rejected = tally.rejected.len(),
+        "import finished"
+    );
     Ok(report)
 }

@@ -194,3 +194,20 @@ fn synth_is_deterministic_and_imports_cleanly() {
         "3"
     );
 }
+
+#[test]
+fn relative_folders_named_like_cloud_uris_are_local() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["db", "dbfiles"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_memlife"))
+            .current_dir(dir.path())
+            .args(["--db", name, "init"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        assert!(
+            dir.path().join(name).join("memories.lance").exists(),
+            "{name}"
+        );
+    }
+}

@@ -7,3 +7,4 @@ mod common;
 mod import;
 mod roundtrip;
 mod saved_sql;
+mod store;
