@@ -153,49 +153,30 @@ fn invalid_utf8_is_a_row_error_and_the_rest_goes_on() {
 #[test]
 fn bad_files_fail_with_their_name() {
     let db = TestDb::new();
-    let missing = db.run(&["import", "/nonexistent/memories.jsonl"]);
-    assert_eq!(missing.status.code(), Some(2));
-    assert!(
-        stderr(&missing).contains("/nonexistent/memories.jsonl"),
-        "{}",
-        stderr(&missing)
-    );
-    let unknown = db.run(&[
-        "import",
-        fixture("memories.jsonl")
-            .with_extension("txt")
-            .to_str()
-            .unwrap(),
-    ]);
-    assert_eq!(unknown.status.code(), Some(2));
-    assert!(
-        stderr(&unknown).contains("extension"),
-        "{}",
-        stderr(&unknown)
-    );
-    let not_parquet = db.run(&[
-        "import",
-        "--format",
-        "parquet",
-        fixture("memories.jsonl").to_str().unwrap(),
-    ]);
-    assert_eq!(not_parquet.status.code(), Some(2));
-    assert!(
-        stderr(&not_parquet).contains("memories.jsonl"),
-        "{}",
-        stderr(&not_parquet)
-    );
-    let table = db.run(&[
-        "import",
-        "--table",
-        "nope",
-        fixture("memories.jsonl").to_str().unwrap(),
-    ]);
-    assert!(
-        stderr(&table).contains("cannot import into 'nope'"),
-        "{}",
-        stderr(&table)
-    );
+    let jsonl = fixture("memories.jsonl").display().to_string();
+    let txt = fixture("memories.txt").display().to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["import", "/nonexistent/memories.jsonl"],
+            "/nonexistent/memories.jsonl",
+        ),
+        (&["import", &txt], "extension"),
+        (&["import", "--format", "parquet", &jsonl], "memories.jsonl"),
+        (
+            &["import", "--table", "nope", &jsonl],
+            "cannot import into 'nope'",
+        ),
+    ];
+    for (args, fragment) in cases {
+        let out = db.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&out).contains(fragment),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(db.count("memories"), 0);
 }
 
 #[test]
