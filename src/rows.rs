@@ -182,16 +182,17 @@ impl RowBuilder {
         self.rows == 0
     }
 
-    /// Converts and checks one row. `cell_of` gives the input cell of a column by name.
+    /// Converts and checks one row. `cell_of(index, name)` gives the input cell of the
+    /// table's column at `index` in its spec, named `name`.
     pub fn validate<'a>(
         &self,
-        mut cell_of: impl FnMut(&str) -> Cell<'a>,
+        mut cell_of: impl FnMut(usize, &str) -> Cell<'a>,
     ) -> Result<ValidRow<'a>, FieldError> {
         let mut values: Vec<Typed<'a>> = Vec::with_capacity(self.spec.fields.len());
         let mut given: Vec<bool> = Vec::with_capacity(self.spec.fields.len());
         let mut derived_id_at = None;
-        for field in self.spec.fields {
-            let cell = cell_of(field.name);
+        for (index, field) in self.spec.fields.iter().enumerate() {
+            let cell = cell_of(index, field.name);
             let typed = convert(field.kind, &cell).map_err(|reason| FieldError {
                 field: field.name.to_string(),
                 reason,
@@ -255,6 +256,31 @@ impl RowBuilder {
         uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, basis.as_bytes()).to_string()
     }
 
+    /// A 128-bit digest of the row's key: two SipHash passes with different seeds, so telling
+    /// a million keys apart needs no string per row (a false match has odds near 2^-90).
+    pub fn key_digest(&self, row: &ValidRow) -> u128 {
+        use std::hash::{Hash, Hasher};
+        let mut low = std::collections::hash_map::DefaultHasher::new();
+        let mut high = std::collections::hash_map::DefaultHasher::new();
+        0x9e37_79b9_7f4a_7c15u64.hash(&mut high);
+        for name in self.spec.key {
+            let index = self.spec.position(name).expect("key names a column");
+            let value = &row.values[index];
+            match value {
+                Typed::Str(s) => {
+                    s.as_ref().hash(&mut low);
+                    s.as_ref().hash(&mut high);
+                }
+                other => {
+                    let text = other.key_text();
+                    text.hash(&mut low);
+                    text.hash(&mut high);
+                }
+            }
+        }
+        ((high.finish() as u128) << 64) | low.finish() as u128
+    }
+
     /// The row's key (its upsert identity) as one string.
     pub fn key_of(&self, row: &ValidRow) -> String {
         let mut key = String::new();
@@ -276,7 +302,10 @@ impl RowBuilder {
     }
 
     /// Validates and appends in one step; for callers that build rows themselves.
-    pub fn append<'a>(&mut self, cell_of: impl FnMut(&str) -> Cell<'a>) -> Result<(), FieldError> {
+    pub fn append<'a>(
+        &mut self,
+        cell_of: impl FnMut(usize, &str) -> Cell<'a>,
+    ) -> Result<(), FieldError> {
         let row = self.validate(cell_of)?;
         self.push(row);
         Ok(())
@@ -297,13 +326,16 @@ fn check_rule(field: &FieldSpec, value: &Typed, embedding_dim: usize) -> Result<
             reason,
         })
     };
-    if let Typed::Floats(v) = value
-        && v.len() != embedding_dim
-    {
-        return fail(format!(
-            "embedding has {} dimensions, the database expects {embedding_dim}",
-            v.len()
-        ));
+    if let Typed::Floats(v) = value {
+        if v.len() != embedding_dim {
+            return fail(format!(
+                "embedding has {} dimensions, the database expects {embedding_dim}",
+                v.len()
+            ));
+        }
+        if let Some(position) = v.iter().position(|x| !x.is_finite()) {
+            return fail(format!("embedding value {position} is not a finite number"));
+        }
     }
     match (field.rule, value) {
         (Rule::OneOf(allowed), Typed::Str(s)) if !allowed.contains(&s.as_ref()) => fail(format!(
@@ -334,8 +366,8 @@ mod tests {
     use arrow::datatypes::Float64Type;
     use serde_json::{Value, json};
 
-    fn row_of<'a>(value: &'a Value) -> impl FnMut(&str) -> Cell<'a> + 'a {
-        move |name| value.get(name).map_or(Cell::Missing, Cell::Json)
+    fn row_of<'a>(value: &'a Value) -> impl FnMut(usize, &str) -> Cell<'a> + 'a {
+        move |_, name| value.get(name).map_or(Cell::Missing, Cell::Json)
     }
 
     fn check_error(input: Value, field: &str, fragment: &str) {

@@ -216,6 +216,7 @@ pub static MEMORIES: TableSpec = TableSpec {
         field("session_id", K::Str, R::Free, D::Null),
         field("source", K::Str, R::Free, D::Null),
         field("embedding", K::Embedding, R::Free, D::Null),
+        field("embedding_model", K::Str, R::Free, D::Null),
         field("importance", K::F64, R::UnitInterval, D::F64(0.5)),
         field("salience", K::F64, R::UnitInterval, D::F64(0.5)),
         field("confidence", K::F64, R::UnitInterval, D::F64(0.8)),
@@ -310,6 +311,7 @@ pub static ENTITIES: TableSpec = TableSpec {
         field("notes", K::Notes, R::Free, D::EmptyList),
         field("is_dirty", K::Bool, R::Free, D::Bool(false)),
         field("embedding", K::Embedding, R::Free, D::Null),
+        field("embedding_model", K::Str, R::Free, D::Null),
         field("created_at", K::Timestamp, R::Free, D::Now),
         field("updated_at", K::Timestamp, R::Free, D::SameAs("created_at")),
         field(

@@ -204,7 +204,7 @@ impl Store {
         let mut builder = RowBuilder::new(&META, self.embedding_dim, 0);
         for (key, value) in entries {
             builder
-                .append(|name| match name {
+                .append(|_, name| match name {
                     "key" => Cell::Text(key),
                     _ => Cell::Text(value),
                 })
@@ -230,7 +230,9 @@ impl Store {
         let table = self.table(spec.name).await?;
         if table.count_rows(None).await? == 0 {
             tracing::debug!(table = spec.name, "appending to an empty table");
-            let result = table.add(rows).execute().await?;
+            // Lance encodes and writes one stream per core; batches go round-robin.
+            let streams = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let result = table.add(rows).write_parallelism(streams).execute().await?;
             return Ok(WriteStats {
                 inserted: table.count_rows(None).await? as u64,
                 updated: 0,
@@ -265,6 +267,33 @@ impl Store {
             query = query.only_if(filter);
         }
         Ok(query.execute().await?.try_collect().await?)
+    }
+
+    /// Reads some columns of a table (optionally filtered).
+    pub async fn scan_columns(
+        &self,
+        table: &str,
+        filter: Option<&str>,
+        columns: &[&str],
+    ) -> Result<Vec<RecordBatch>> {
+        let table = self.table(table).await?;
+        let mut query = table.query().select(Select::columns(columns));
+        if let Some(filter) = filter {
+            query = query.only_if(filter);
+        }
+        Ok(query.execute().await?.try_collect().await?)
+    }
+
+    /// Merges the small fragments that many small commits leave into larger files.
+    pub async fn compact(&self, table: &str) -> Result<()> {
+        let table = self.table(table).await?;
+        table
+            .optimize(lancedb::table::OptimizeAction::Compact {
+                options: Default::default(),
+                remap_options: None,
+            })
+            .await?;
+        Ok(())
     }
 
     /// The stream behind `scan`, for tables too large to hold.

@@ -11,7 +11,7 @@ use crate::encoding::Cell;
 use crate::formats::{BatchWriter, Format, open_output};
 use crate::rows::RowBuilder;
 use crate::schema::MEMORIES;
-use crate::synth::{SynthConfig, generate, placeholder_embedding};
+use crate::synth::{SynthConfig, SynthMemory, generate_each_user, placeholder_embedding};
 
 /// The columns synth sets; import gives every other column its default.
 const COLUMNS: &[&str] = &[
@@ -22,6 +22,7 @@ const COLUMNS: &[&str] = &[
     "session_id",
     "source",
     "embedding",
+    "embedding_model",
     "importance",
     "confidence",
     "emotional_salience",
@@ -36,6 +37,9 @@ const COLUMNS: &[&str] = &[
 ];
 
 const BATCH_ROWS: usize = 8192;
+
+/// The model name placeholder vectors carry, so `embed` never mixes them with real ones.
+pub const PLACEHOLDER_MODEL: &str = "synth-placeholder";
 
 #[derive(Debug, Serialize)]
 pub struct SynthSummary {
@@ -90,11 +94,10 @@ pub fn run(
     output: &Path,
     format: Format,
 ) -> Result<SynthSummary> {
-    let (memories, truth) = generate(config);
     let columns: Vec<&str> = COLUMNS
         .iter()
         .copied()
-        .filter(|c| dim > 0 || *c != "embedding")
+        .filter(|c| dim > 0 || !c.starts_with("embedding"))
         .collect();
     let mut builder = RowBuilder::new(&MEMORIES, dim.max(1), 0);
     let full_schema = builder.schema();
@@ -104,41 +107,22 @@ pub fn run(
         .collect();
     let schema = std::sync::Arc::new(full_schema.project(&indices)?);
     let mut writer = BatchWriter::new(format, open_output(Some(output))?, schema)?;
-    let mut embedding = Vec::with_capacity(dim);
-    for chunk in memories.chunks(BATCH_ROWS) {
-        for memory in chunk {
-            if dim > 0 {
-                placeholder_embedding(config.seed, &memory.id, dim, &mut embedding);
-            }
-            let tags: Vec<Option<&str>> = memory.tags.iter().map(|t| Some(t.as_str())).collect();
-            builder
-                .append(|name| match name {
-                    "id" => Cell::Text(&memory.id),
-                    "user_id" => Cell::Text(&memory.user_id),
-                    "text" => Cell::Text(&memory.text),
-                    "kind" => Cell::Text(memory.kind),
-                    "session_id" => Cell::Text(&memory.session_id),
-                    "source" => Cell::Text("synth"),
-                    "embedding" if dim > 0 => Cell::Floats(&embedding),
-                    "importance" => Cell::F64(memory.importance),
-                    "confidence" => Cell::F64(memory.confidence),
-                    "emotional_salience" => Cell::F64(memory.emotional_salience),
-                    "state" => Cell::Text(memory.state),
-                    "access_count" => Cell::I64(memory.access_count),
-                    "recall_frequency" => Cell::I64(memory.access_count),
-                    "last_accessed_at" => {
-                        memory.last_accessed_at.map_or(Cell::Null, Cell::Timestamp)
-                    }
-                    "last_recall_interval_days" => Cell::F64(memory.last_recall_interval_days),
-                    "created_at" => Cell::Timestamp(memory.created_at),
-                    "happens_at" => memory.happens_at.map_or(Cell::Null, Cell::Timestamp),
-                    "tags" => Cell::StrList(tags.clone()),
-                    _ => Cell::Missing,
-                })
-                .map_err(|e| anyhow::anyhow!("synth row {}: {e}", memory.id))?;
+    let mut written = 0usize;
+    let mut failure: Option<anyhow::Error> = None;
+    // Each user's memories are written as soon as they exist: memory stays flat at any size.
+    let truth = generate_each_user(config, |memories| {
+        if failure.is_none() {
+            written += memories.len();
+            let output = Output {
+                seed: config.seed,
+                dim,
+                indices: &indices,
+            };
+            failure = output.write(&memories, &mut builder, &mut writer).err();
         }
-        let batch = builder.finish()?.project(&indices)?;
-        writer.write(&batch)?;
+    });
+    if let Some(error) = failure {
+        return Err(error);
     }
     writer.finish()?;
     let truth_file = truth_path(output);
@@ -151,7 +135,7 @@ pub fn run(
     Ok(SynthSummary {
         output: output.to_path_buf(),
         truth: truth_file,
-        memories: memories.len(),
+        memories: written,
         users: config.users,
         duplicate_groups: truth.duplicate_groups.len(),
         merge_groups: truth.merge_groups.len(),
@@ -160,4 +144,62 @@ pub fn run(
         sessions: truth.sessions.len(),
         entities: truth.entities.len(),
     })
+}
+
+/// What every batch of the output shares.
+struct Output<'a> {
+    seed: u64,
+    dim: usize,
+    indices: &'a [usize],
+}
+
+impl Output<'_> {
+    /// Appends one user's memories, a batch at a time.
+    fn write(
+        &self,
+        memories: &[SynthMemory],
+        builder: &mut RowBuilder,
+        writer: &mut BatchWriter,
+    ) -> Result<()> {
+        let dim = self.dim;
+        let mut embedding = Vec::with_capacity(dim);
+        for chunk in memories.chunks(BATCH_ROWS) {
+            for memory in chunk {
+                if dim > 0 {
+                    placeholder_embedding(self.seed, &memory.id, dim, &mut embedding);
+                }
+                let tags: Vec<Option<&str>> =
+                    memory.tags.iter().map(|t| Some(t.as_str())).collect();
+                builder
+                    .append(|_, name| match name {
+                        "id" => Cell::Text(&memory.id),
+                        "user_id" => Cell::Text(&memory.user_id),
+                        "text" => Cell::Text(&memory.text),
+                        "kind" => Cell::Text(memory.kind),
+                        "session_id" => Cell::Text(&memory.session_id),
+                        "source" => Cell::Text("synth"),
+                        "embedding" if dim > 0 => Cell::Floats(&embedding),
+                        "embedding_model" if dim > 0 => Cell::Text(PLACEHOLDER_MODEL),
+                        "importance" => Cell::F64(memory.importance),
+                        "confidence" => Cell::F64(memory.confidence),
+                        "emotional_salience" => Cell::F64(memory.emotional_salience),
+                        "state" => Cell::Text(memory.state),
+                        "access_count" => Cell::I64(memory.access_count),
+                        "recall_frequency" => Cell::I64(memory.access_count),
+                        "last_accessed_at" => {
+                            memory.last_accessed_at.map_or(Cell::Null, Cell::Timestamp)
+                        }
+                        "last_recall_interval_days" => Cell::F64(memory.last_recall_interval_days),
+                        "created_at" => Cell::Timestamp(memory.created_at),
+                        "happens_at" => memory.happens_at.map_or(Cell::Null, Cell::Timestamp),
+                        "tags" => Cell::StrList(tags.clone()),
+                        _ => Cell::Missing,
+                    })
+                    .map_err(|e| anyhow::anyhow!("synth row {}: {e}", memory.id))?;
+            }
+            let batch = builder.finish()?.project(self.indices)?;
+            writer.write(&batch)?;
+        }
+        Ok(())
+    }
 }

@@ -5,7 +5,9 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use anyhow::{Result, bail};
 use arrow::array::{RecordBatch, RecordBatchReader};
@@ -60,7 +62,7 @@ struct Tally {
     skipped_other_user: u64,
     rejected: Vec<RowError>,
     input_columns: Vec<String>,
-    first_seen: HashMap<String, Location>,
+    first_seen: HashMap<u128, Location>,
     user: Option<String>,
 }
 
@@ -69,7 +71,7 @@ impl Intake for Tally {
         &mut self,
         builder: &mut RowBuilder,
         location: Location,
-        cell_of: &mut dyn FnMut(&str) -> Cell<'a>,
+        cell_of: &mut dyn FnMut(usize, &str) -> Cell<'a>,
     ) {
         self.offered += 1;
         let row = match builder.validate(cell_of) {
@@ -85,18 +87,18 @@ impl Intake for Tally {
             self.skipped_other_user += 1;
             return;
         }
-        let key = builder.key_of(&row);
-        if let Some(first) = self.first_seen.get(&key) {
+        let digest = builder.key_digest(&row);
+        if let Some(first) = self.first_seen.get(&digest) {
             return self.rejected.push(RowError {
                 location,
                 field: Some(builder.spec().key.join("+")),
                 reason: format!(
                     "duplicate key '{}' (first at {first})",
-                    key.replace('\u{1f}', "+")
+                    builder.key_of(&row).replace('\u{1f}', "+")
                 ),
             });
         }
-        self.first_seen.insert(key, location);
+        self.first_seen.insert(digest, location);
         builder.push(row);
         self.accepted += 1;
     }
@@ -111,17 +113,65 @@ impl Intake for Tally {
     }
 }
 
-/// Streams validated batches out of a file; Lance pulls from it while writing. The stream
-/// fails at its end when rows were refused under `--on-error abort`, which aborts the commit.
+/// Validated batches of a file, produced on their own thread so parsing overlaps Lance's
+/// encoding and writing. The stream fails at its end when rows were refused under
+/// `--on-error abort`, which aborts the commit.
 struct ImportReader {
-    source: Box<dyn RowSource>,
-    builder: RowBuilder,
+    schema: SchemaRef,
+    receiver: Receiver<Result<RecordBatch, ArrowError>>,
+    pending: Option<RecordBatch>,
+    finished: bool,
+}
+
+/// Starts the producer; join the handle before reading the tally.
+fn spawn_producer(
+    mut source: Box<dyn RowSource>,
+    mut builder: RowBuilder,
     tally: Arc<Mutex<Tally>>,
     fatal: Arc<Mutex<Option<FormatError>>>,
     abort_on_error: bool,
-    pending: Option<RecordBatch>,
-    exhausted: bool,
-    finished: bool,
+) -> (ImportReader, JoinHandle<()>) {
+    let schema = builder.schema();
+    // Two batches in flight: enough to keep both sides busy, little memory.
+    let (sender, receiver) = sync_channel(2);
+    let handle = std::thread::spawn(move || {
+        loop {
+            let more = {
+                let mut tally = tally.lock().expect("tally lock");
+                source.fill(&mut builder, &mut *tally, BATCH_ROWS)
+            };
+            let more = match more {
+                Ok(more) => more,
+                Err(e) => {
+                    let message = e.to_string();
+                    *fatal.lock().expect("fatal lock") = Some(e);
+                    let _ = sender.send(Err(ArrowError::ExternalError(message.into())));
+                    return;
+                }
+            };
+            if (builder.len() >= BATCH_ROWS || (!more && !builder.is_empty()))
+                && sender.send(builder.finish()).is_err()
+            {
+                return; // The writer stopped reading: it failed and reports why.
+            }
+            if !more {
+                let rejected = tally.lock().expect("tally lock").rejected.len();
+                if abort_on_error && rejected > 0 {
+                    let message =
+                        format!("{rejected} invalid rows with --on-error abort: nothing written");
+                    let _ = sender.send(Err(ArrowError::ExternalError(message.into())));
+                }
+                return;
+            }
+        }
+    });
+    let reader = ImportReader {
+        schema,
+        receiver,
+        pending: None,
+        finished: false,
+    };
+    (reader, handle)
 }
 
 impl ImportReader {
@@ -129,39 +179,17 @@ impl ImportReader {
         if let Some(batch) = self.pending.take() {
             return Some(Ok(batch));
         }
-        loop {
-            if self.finished {
-                return None;
+        if self.finished {
+            return None;
+        }
+        match self.receiver.recv() {
+            Ok(item) => {
+                self.finished = item.is_err();
+                Some(item)
             }
-            if self.exhausted {
+            Err(_) => {
                 self.finished = true;
-                let tally = self.tally.lock().expect("tally lock");
-                if self.abort_on_error && !tally.rejected.is_empty() {
-                    return Some(Err(ArrowError::ExternalError(
-                        format!(
-                            "{} invalid rows with --on-error abort: nothing written",
-                            tally.rejected.len()
-                        )
-                        .into(),
-                    )));
-                }
-                return None;
-            }
-            let more = {
-                let mut tally = self.tally.lock().expect("tally lock");
-                self.source.fill(&mut self.builder, &mut *tally, BATCH_ROWS)
-            };
-            match more {
-                Ok(more) => self.exhausted = !more,
-                Err(e) => {
-                    let message = e.to_string();
-                    *self.fatal.lock().expect("fatal lock") = Some(e);
-                    self.finished = true;
-                    return Some(Err(ArrowError::ExternalError(message.into())));
-                }
-            }
-            if self.builder.len() >= BATCH_ROWS || (self.exhausted && !self.builder.is_empty()) {
-                return Some(self.builder.finish());
+                None
             }
         }
     }
@@ -188,7 +216,7 @@ impl Iterator for ImportReader {
 
 impl RecordBatchReader for ImportReader {
     fn schema(&self) -> SchemaRef {
-        self.builder.schema()
+        self.schema.clone()
     }
 }
 
@@ -214,16 +242,15 @@ pub async fn run(ctx: &JobCtx, args: &ImportArgs) -> Result<JobReport> {
         ..Tally::default()
     }));
     let fatal = Arc::new(Mutex::new(None));
-    let mut reader = ImportReader {
+    let builder = RowBuilder::new(spec, ctx.store.embedding_dim(), ctx.now.timestamp_micros());
+    let abort_on_error = args.on_error == OnError::Abort;
+    let (mut reader, producer) = spawn_producer(
         source,
-        builder: RowBuilder::new(spec, ctx.store.embedding_dim(), ctx.now.timestamp_micros()),
-        tally: tally.clone(),
-        fatal: fatal.clone(),
-        abort_on_error: args.on_error == OnError::Abort,
-        pending: None,
-        exhausted: false,
-        finished: false,
-    };
+        builder,
+        tally.clone(),
+        fatal.clone(),
+        abort_on_error,
+    );
 
     let mut write_error = None;
     let mut written = None;
@@ -242,6 +269,9 @@ pub async fn run(ctx: &JobCtx, args: &ImportArgs) -> Result<JobReport> {
         // Drain the error, if any, that ended the read-ahead.
         reader.for_each(drop);
     }
+    producer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the import's reader thread panicked"))?;
 
     let tally = std::mem::take(&mut *tally.lock().expect("tally lock"));
     let fatal = fatal.lock().expect("fatal lock").take();

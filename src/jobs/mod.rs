@@ -2,6 +2,7 @@
 //! in `runs` per execution, and a `JobReport` that prints as a table for people or as JSON for
 //! schedulers and maps to the exit code (0 done, 1 some items failed, 2 error).
 
+pub mod embed;
 pub mod import;
 
 use std::collections::BTreeMap;
@@ -195,7 +196,7 @@ impl RunLog {
         let error = report.and_then(|r| r.error.as_deref());
         let mut builder = RowBuilder::new(&RUNS, ctx.store.embedding_dim(), self.started_at);
         builder
-            .append(|name| match name {
+            .append(|_, name| match name {
                 "run_id" => Cell::Text(&self.run_id),
                 "job" => Cell::Text(&self.job),
                 "user_id" => ctx.user.as_deref().map_or(Cell::Null, Cell::Text),

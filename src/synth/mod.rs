@@ -759,6 +759,14 @@ fn lower_first(text: &str) -> String {
 
 /// Generates the memories (sorted by user, then creation time, then id) and their truth.
 pub fn generate(config: &SynthConfig) -> (Vec<SynthMemory>, Truth) {
+    let mut all = Vec::with_capacity(config.memories);
+    let truth = generate_each_user(config, |memories| all.extend(memories));
+    (all, truth)
+}
+
+/// Generates user by user, handing each user's memories (sorted by creation time, then id)
+/// to `sink` as soon as they exist, so a million memories never sit in memory at once.
+pub fn generate_each_user(config: &SynthConfig, mut sink: impl FnMut(Vec<SynthMemory>)) -> Truth {
     let mut truth = Truth {
         seed: config.seed,
         users: config.users,
@@ -773,7 +781,6 @@ pub fn generate(config: &SynthConfig) -> (Vec<SynthMemory>, Truth) {
     };
     let users = config.users.max(1);
     let width = users.to_string().len().max(2);
-    let mut all = Vec::with_capacity(config.memories);
     for user in 0..users {
         let budget = config.memories / users + usize::from(user < config.memories % users);
         let user_id = format!("user-{:0width$}", user + 1);
@@ -829,9 +836,9 @@ pub fn generate(config: &SynthConfig) -> (Vec<SynthMemory>, Truth) {
         }
         let mut memories = generator.memories;
         memories.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-        all.extend(memories);
+        sink(memories);
     }
-    (all, truth)
+    truth
 }
 
 /// A pseudo-random unit vector for a memory: load-test filler, not a semantic embedding.

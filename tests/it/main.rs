@@ -4,7 +4,10 @@
 
 mod cli;
 mod common;
+mod embed;
 mod import;
+mod local_model;
+mod loopback;
 mod roundtrip;
 mod saved_sql;
 mod store;

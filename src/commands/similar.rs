@@ -1,0 +1,156 @@
+//! `memlife similar ID`: a memory's nearest neighbours among its user's memories, with their
+//! cosine similarity, for tuning thresholds (seed 003: 0.75 linking, 0.85 default, 0.95
+//! near-duplicates). Exact search with the pure kernels; only vectors of the same model count.
+
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::Float32Type;
+
+use crate::commands::export::sql_string;
+use crate::similarity::{SelfMatch, top_k};
+use crate::store::Store;
+
+#[derive(Debug, serde::Serialize)]
+pub struct SimilarRow {
+    pub rank: usize,
+    pub id: String,
+    pub score: f32,
+    pub state: String,
+    pub text: String,
+}
+
+/// A user's vectors of one model, row-major, with ids, texts and states.
+pub struct UserVectors {
+    pub ids: Vec<String>,
+    pub texts: Vec<String>,
+    pub states: Vec<String>,
+    pub data: Vec<f32>,
+    pub dim: usize,
+}
+
+pub async fn load_user_vectors(
+    store: &Store,
+    user: &str,
+    model: Option<&str>,
+) -> Result<UserVectors> {
+    let mut filter = format!("user_id = {} AND embedding IS NOT NULL", sql_string(user));
+    if let Some(model) = model {
+        filter.push_str(&format!(" AND embedding_model = {}", sql_string(model)));
+    }
+    let batches = store
+        .scan_columns(
+            "memories",
+            Some(&filter),
+            &["id", "text", "state", "embedding"],
+        )
+        .await?;
+    let dim = store.embedding_dim();
+    let mut vectors = UserVectors {
+        ids: Vec::new(),
+        texts: Vec::new(),
+        states: Vec::new(),
+        data: Vec::new(),
+        dim,
+    };
+    for batch in &batches {
+        append(&mut vectors, batch);
+    }
+    Ok(vectors)
+}
+
+fn append(vectors: &mut UserVectors, batch: &RecordBatch) {
+    let ids = batch.column(0).as_string::<i32>();
+    let texts = batch.column(1).as_string::<i32>();
+    let states = batch.column(2).as_string::<i32>();
+    let list = batch.column(3).as_fixed_size_list();
+    let values = list.values().as_primitive::<Float32Type>();
+    for row in 0..batch.num_rows() {
+        vectors.ids.push(ids.value(row).to_string());
+        vectors.texts.push(texts.value(row).to_string());
+        vectors.states.push(states.value(row).to_string());
+        let start = list.value_offset(row) as usize;
+        vectors
+            .data
+            .extend_from_slice(&values.values()[start..start + vectors.dim]);
+    }
+}
+
+pub async fn run(
+    store: &Store,
+    id: &str,
+    k: usize,
+    min: f32,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let filter = format!("id = {}", sql_string(id));
+    let found = store
+        .scan_columns(
+            "memories",
+            Some(&filter),
+            &["user_id", "embedding_model", "embedding"],
+        )
+        .await?;
+    let Some(batch) = found.iter().find(|b| b.num_rows() > 0) else {
+        bail!("no memory with id '{id}'");
+    };
+    if batch.column(2).is_null(0) {
+        bail!("memory '{id}' has no embedding yet: run `memlife embed`");
+    }
+    let user = batch.column(0).as_string::<i32>().value(0).to_string();
+    let models = batch.column(1).as_string::<i32>();
+    let model = models.is_valid(0).then(|| models.value(0).to_string());
+    let vectors = load_user_vectors(store, &user, model.as_deref()).await?;
+    let position = vectors
+        .ids
+        .iter()
+        .position(|x| x == id)
+        .context("memory vanished")?;
+    let query = &vectors.data[position * vectors.dim..(position + 1) * vectors.dim];
+    let rows = [position as u32];
+    let neighbours = top_k(query, &vectors.data, vectors.dim, k, SelfMatch::Rows(&rows))
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let rows: Vec<SimilarRow> = neighbours
+        .into_iter()
+        .filter(|n| n.score >= min)
+        .enumerate()
+        .map(|(rank, n)| SimilarRow {
+            rank: rank + 1,
+            id: vectors.ids[n.index as usize].clone(),
+            score: n.score,
+            state: vectors.states[n.index as usize].clone(),
+            text: vectors.texts[n.index as usize].clone(),
+        })
+        .collect();
+    if json {
+        serde_json::to_writer_pretty(
+            &mut *out,
+            &serde_json::json!({
+                "id": id, "user_id": user, "model": model, "text": vectors.texts[position], "neighbours": rows,
+            }),
+        )?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{id} ({user}, {}): {}",
+        model.as_deref().unwrap_or("unknown model"),
+        vectors.texts[position]
+    )?;
+    for row in &rows {
+        writeln!(
+            out,
+            "{:>3}  {:.4}  {:<28} {:<9} {}",
+            row.rank, row.score, row.id, row.state, row.text
+        )?;
+    }
+    if rows.is_empty() {
+        writeln!(out, "(no neighbour at or above {min})")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! `memlife embed`: fills missing embeddings of memories and entities, user by user, and
+//! records the model beside each vector. Rows are embedded in model batches and written back
+//! a chunk at a time, each chunk one Lance commit: a killed run loses at most the chunk in
+//! flight, and the next run picks up the rows still without a vector. A user whose vectors
+//! come from another model is refused (mixing models makes similarities meaningless) unless
+//! `--all` re-embeds everything.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use arrow::array::{
+    Array, ArrayRef, AsArray, FixedSizeListBuilder, Float32Builder, RecordBatch, StringBuilder,
+};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::{ItemFailure, JobCtx, JobReport, RunLog};
+use crate::commands::export::sql_string;
+use crate::embedders::{Embedded, Embedder};
+use crate::schema::{ENTITIES, MEMORIES, TableSpec};
+
+#[derive(Debug, Clone)]
+pub struct EmbedArgs {
+    /// Recompute every vector, not only the missing ones.
+    pub all: bool,
+    /// Texts per model call.
+    pub batch_size: usize,
+    /// Rows per Lance commit: the most a killed run can lose.
+    pub commit_rows: usize,
+    /// Which tables: memories, entities, or both.
+    pub tables: Vec<String>,
+}
+
+/// The text a row is embedded from.
+fn texts_of(spec: &TableSpec, batch: &RecordBatch) -> Vec<String> {
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .map(|c| c.as_string::<i32>().clone())
+    };
+    if spec.name == MEMORIES.name {
+        let text = column("text").expect("memories.text");
+        return (0..batch.num_rows())
+            .map(|i| text.value(i).to_string())
+            .collect();
+    }
+    // Entities: name, description and notes, as a person would read them.
+    let name = column("name").expect("entities.name");
+    let description = column("description").expect("entities.description");
+    let notes = batch
+        .column_by_name("notes")
+        .map(|c| c.as_list::<i32>().clone());
+    (0..batch.num_rows())
+        .map(|i| {
+            let mut text = name.value(i).to_string();
+            if description.is_valid(i) && !description.value(i).is_empty() {
+                text.push_str(": ");
+                text.push_str(description.value(i));
+            }
+            if let Some(notes) = &notes
+                && notes.is_valid(i)
+            {
+                let entries = notes.value(i);
+                let texts = entries.as_struct().column(0).as_string::<i32>().clone();
+                for n in 0..texts.len() {
+                    text.push_str(". ");
+                    text.push_str(texts.value(n));
+                }
+            }
+            text
+        })
+        .collect()
+}
+
+/// Distinct users of a table (or the one in scope).
+async fn users(ctx: &JobCtx, table: &str) -> Result<Vec<String>> {
+    if let Some(user) = &ctx.user {
+        return Ok(vec![user.clone()]);
+    }
+    let mut users = std::collections::BTreeSet::new();
+    for batch in ctx.store.scan_columns(table, None, &["user_id"]).await? {
+        let column = batch.column(0).as_string::<i32>();
+        users.extend((0..batch.num_rows()).map(|i| column.value(i).to_string()));
+    }
+    Ok(users.into_iter().collect())
+}
+
+/// Models other than `current` that made some of the user's vectors.
+async fn other_models(ctx: &JobCtx, table: &str, user: &str, current: &str) -> Result<Vec<String>> {
+    let filter = format!("user_id = {} AND embedding IS NOT NULL", sql_string(user));
+    let mut models = std::collections::BTreeSet::new();
+    for batch in ctx
+        .store
+        .scan_columns(table, Some(&filter), &["embedding_model"])
+        .await?
+    {
+        let column = batch.column(0).as_string::<i32>();
+        for i in 0..batch.num_rows() {
+            let model = if column.is_valid(i) {
+                column.value(i)
+            } else {
+                "unknown"
+            };
+            if model != current {
+                models.insert(model.to_string());
+            }
+        }
+    }
+    Ok(models.into_iter().collect())
+}
+
+/// Replaces the embedding and embedding_model columns of a batch.
+fn with_vectors(
+    batch: &RecordBatch,
+    vectors: &[Option<Vec<f32>>],
+    model: &str,
+    dim: usize,
+) -> Result<RecordBatch> {
+    let mut embedding = FixedSizeListBuilder::new(Float32Builder::new(), dim as i32);
+    let mut names = StringBuilder::new();
+    let old_embedding = batch
+        .column_by_name("embedding")
+        .context("no embedding column")?;
+    let old_names = batch
+        .column_by_name("embedding_model")
+        .context("no embedding_model column")?;
+    let old_list = old_embedding.as_fixed_size_list();
+    let old_names = old_names.as_string::<i32>();
+    for (row, vector) in vectors.iter().enumerate() {
+        match vector {
+            Some(values) => {
+                embedding.values().append_slice(values);
+                embedding.append(true);
+                names.append_value(model);
+            }
+            // A refused text keeps whatever it had.
+            None if old_list.is_valid(row) => {
+                let values = old_list.value(row);
+                embedding.values().append_slice(
+                    values
+                        .as_primitive::<arrow::datatypes::Float32Type>()
+                        .values(),
+                );
+                embedding.append(true);
+                names.append_option(old_names.is_valid(row).then(|| old_names.value(row)));
+            }
+            None => {
+                embedding.values().append_nulls(dim);
+                embedding.append(false);
+                names.append_null();
+            }
+        }
+    }
+    let schema = batch.schema();
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(field, column)| match field.name().as_str() {
+            "embedding" => Arc::new(embedding.finish()) as ArrayRef,
+            "embedding_model" => Arc::new(names.finish()) as ArrayRef,
+            _ => column.clone(),
+        })
+        .collect();
+    // The builders' list field must match the table's (nullable float items).
+    let columns = columns
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(column, field)| arrow::compute::cast(&column, field.data_type()))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if std::io::stderr().is_terminal() {
+        bar.set_style(
+            ProgressStyle::with_template("{prefix} {bar:40} {pos}/{len} {per_sec} eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+pub async fn run(ctx: &JobCtx, args: &EmbedArgs, embedder: &Embedder) -> Result<JobReport> {
+    let model = embedder.model_name();
+    let params = serde_json::json!({
+        "all": args.all, "model": model, "tables": args.tables,
+        "batch_size": args.batch_size, "commit_rows": args.commit_rows,
+    });
+    let log = RunLog::start(ctx, "embed", &params).await?;
+    let mut report = JobReport::new("embed", ctx);
+    report
+        .notes
+        .push(format!("model: {model} ({} dimensions)", embedder.dim()));
+    let (mut embedded, mut truncated, mut refused) = (0u64, 0u64, 0u64);
+    let dim = ctx.store.embedding_dim();
+    for spec in [&MEMORIES, &ENTITIES] {
+        if !args.tables.iter().any(|t| t == spec.name) {
+            continue;
+        }
+        for user in users(ctx, spec.name).await? {
+            let others = other_models(ctx, spec.name, &user, &model).await?;
+            if !others.is_empty() && !args.all {
+                report.failures.push(ItemFailure {
+                    item: format!("{} of user {user}", spec.name),
+                    reason: format!(
+                        "has vectors from {}; embedding with {model} would mix models \
+                         (run `memlife embed --all` to re-embed this user with {model})",
+                        others.join(", ")
+                    ),
+                });
+                continue;
+            }
+            let mut filter = format!("user_id = {}", sql_string(&user));
+            if !args.all {
+                filter.push_str(" AND embedding IS NULL");
+            }
+            let total = ctx.store.count_rows(spec.name, Some(&filter)).await? as u64;
+            if total == 0 {
+                continue;
+            }
+            let bar = progress_bar(total);
+            bar.set_prefix(format!("{} {user}", spec.name));
+            // Rows are read once up front: a chunk's commit must not shift what is left to read.
+            let batches = ctx.store.scan(spec.name, Some(&filter)).await?;
+            for batch in batches {
+                for start in (0..batch.num_rows()).step_by(args.commit_rows.max(1)) {
+                    let length = args.commit_rows.max(1).min(batch.num_rows() - start);
+                    let chunk = batch.slice(start, length);
+                    let texts = texts_of(spec, &chunk);
+                    let ids = chunk
+                        .column_by_name("id")
+                        .context("id column")?
+                        .as_string::<i32>()
+                        .clone();
+                    let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(length);
+                    for (offset, group) in texts.chunks(args.batch_size.max(1)).enumerate() {
+                        let refs: Vec<&str> = group.iter().map(String::as_str).collect();
+                        for (i, outcome) in embedder.embed(&refs).await?.into_iter().enumerate() {
+                            let row = offset * args.batch_size.max(1) + i;
+                            match outcome {
+                                Embedded::Vector {
+                                    values,
+                                    truncated: cut,
+                                } => {
+                                    embedded += 1;
+                                    if cut {
+                                        truncated += 1;
+                                    }
+                                    vectors.push(Some(values));
+                                }
+                                Embedded::Refused(reason) => {
+                                    refused += 1;
+                                    report.failures.push(ItemFailure {
+                                        item: format!("{} {}", spec.name, ids.value(row)),
+                                        reason,
+                                    });
+                                    vectors.push(None);
+                                }
+                            }
+                        }
+                        bar.inc(group.len() as u64);
+                    }
+                    if !ctx.dry_run {
+                        let updated = with_vectors(&chunk, &vectors, &model, dim)?;
+                        ctx.store.upsert_batch(spec, updated).await?;
+                    }
+                }
+            }
+            bar.finish_and_clear();
+        }
+    }
+    report.count("embedded", embedded);
+    report.count("refused", refused);
+    report.count("truncated", truncated);
+    if truncated > 0 {
+        report.notes.push(format!(
+            "{truncated} texts were longer than the model reads and were truncated"
+        ));
+    }
+    if !ctx.dry_run && embedded > 0 {
+        for spec in [&MEMORIES, &ENTITIES] {
+            ctx.store.compact(spec.name).await?;
+        }
+    }
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}
