@@ -104,9 +104,12 @@ pub enum Command {
         output: PathBuf,
         #[arg(long, value_enum)]
         format: Option<Format>,
-        /// Add placeholder unit embeddings of this width (0: none). For load tests only.
+        /// Add embeddings of this width (0: none). For load tests: see --vectors.
         #[arg(long, default_value_t = 0)]
         dim: usize,
+        /// What the embeddings are: random unit vectors, or lexical hash vectors of the texts.
+        #[arg(long, value_enum, default_value = "random")]
+        vectors: commands::synth::SynthVectors,
         /// First day memories may be created on (UTC).
         #[arg(long, default_value = "2025-01-01")]
         start: String,
@@ -285,6 +288,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
             output,
             format,
             dim,
+            vectors,
             start,
             days,
         } => {
@@ -301,7 +305,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
                 Some(f) => f,
                 None => Format::from_path(&output)?,
             };
-            let summary = commands::synth::run(&config, dim, &output, format)?;
+            let summary = commands::synth::run(&config, dim, vectors, &output, format)?;
             summary.print(cli.json, &mut stdout)?;
             Ok(0)
         }

@@ -56,7 +56,10 @@ pub struct IndexReport {
 /// The largest divisor of `dim` not above `dim / 16` (PQ needs sub-vectors that divide it).
 fn default_sub_vectors(dim: usize) -> u32 {
     let target = (dim / 16).max(1);
-    (1..=target).rev().find(|d| dim.is_multiple_of(*d)).unwrap_or(1) as u32
+    (1..=target)
+        .rev()
+        .find(|d| dim.is_multiple_of(*d))
+        .unwrap_or(1) as u32
 }
 
 pub async fn run(store: &Store, args: &IndexArgs, json: bool, out: &mut dyn Write) -> Result<()> {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::embedders::hash::{HASH_MODEL_NAME, hash_embed};
 use crate::encoding::Cell;
 use crate::formats::{BatchWriter, Format, open_output};
 use crate::rows::RowBuilder;
@@ -88,9 +89,19 @@ pub fn truth_path(output: &Path) -> PathBuf {
     output.with_file_name(format!("{stem}.truth.json"))
 }
 
+/// What fills the embedding column when `--dim` is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SynthVectors {
+    /// Pseudo-random unit vectors: no structure at all.
+    Random,
+    /// The lexical hash embedder's vectors of each text: shared words make neighbours.
+    Hash,
+}
+
 pub fn run(
     config: &SynthConfig,
     dim: usize,
+    vectors: SynthVectors,
     output: &Path,
     format: Format,
 ) -> Result<SynthSummary> {
@@ -116,6 +127,7 @@ pub fn run(
             let output = Output {
                 seed: config.seed,
                 dim,
+                vectors,
                 indices: &indices,
             };
             failure = output.write(&memories, &mut builder, &mut writer).err();
@@ -150,6 +162,7 @@ pub fn run(
 struct Output<'a> {
     seed: u64,
     dim: usize,
+    vectors: SynthVectors,
     indices: &'a [usize],
 }
 
@@ -166,8 +179,17 @@ impl Output<'_> {
         for chunk in memories.chunks(BATCH_ROWS) {
             for memory in chunk {
                 if dim > 0 {
-                    placeholder_embedding(self.seed, &memory.id, dim, &mut embedding);
+                    match self.vectors {
+                        SynthVectors::Random => {
+                            placeholder_embedding(self.seed, &memory.id, dim, &mut embedding)
+                        }
+                        SynthVectors::Hash => embedding = hash_embed(&memory.text, dim),
+                    }
                 }
+                let model = match self.vectors {
+                    SynthVectors::Random => PLACEHOLDER_MODEL,
+                    SynthVectors::Hash => HASH_MODEL_NAME,
+                };
                 let tags: Vec<Option<&str>> =
                     memory.tags.iter().map(|t| Some(t.as_str())).collect();
                 builder
@@ -179,7 +201,7 @@ impl Output<'_> {
                         "session_id" => Cell::Text(&memory.session_id),
                         "source" => Cell::Text("synth"),
                         "embedding" if dim > 0 => Cell::Floats(&embedding),
-                        "embedding_model" if dim > 0 => Cell::Text(PLACEHOLDER_MODEL),
+                        "embedding_model" if dim > 0 => Cell::Text(model),
                         "importance" => Cell::F64(memory.importance),
                         "confidence" => Cell::F64(memory.confidence),
                         "emotional_salience" => Cell::F64(memory.emotional_salience),
