@@ -23,3 +23,7 @@ snapshots:
 # Import and SQL benchmarks at 100k and 1M memories (see BENCHMARKS.md).
 bench:
     bash benches/import_sql.sh
+
+# Embedding, neighbour-search and vector-index benchmarks (see BENCHMARKS.md).
+bench-embeddings:
+    bash benches/embeddings.sh
