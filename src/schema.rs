@@ -406,10 +406,6 @@ pub static IMPORTABLE_TABLES: &[&TableSpec] = &[
     &AUDIT_LOG,
 ];
 
-pub fn table_spec(name: &str) -> Option<&'static TableSpec> {
-    ALL_TABLES.iter().copied().find(|t| t.name == name)
-}
-
 /// Checks a link type against the known set.
 pub fn is_known_link_type(value: &str) -> bool {
     LINK_TYPES.contains(&value)

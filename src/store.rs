@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::encoding::Cell;
 use crate::rows::RowBuilder;
-use crate::schema::{self, ALL_TABLES, META, SCHEMA_VERSION, TableSpec};
+use crate::schema::{ALL_TABLES, META, SCHEMA_VERSION, TableSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -173,10 +173,6 @@ impl Store {
             }),
             Err(e) => Err(e.into()),
         }
-    }
-
-    pub fn schema_of(&self, spec: &TableSpec) -> SchemaRef {
-        spec.arrow_schema(self.embedding_dim)
     }
 
     async fn check_columns(&self) -> Result<()> {
@@ -387,17 +383,4 @@ async fn read_meta(
 /// Overwrites a meta entry; used by tests of version checks and by migrations.
 pub async fn set_meta(store: &Store, key: &str, value: &str) -> Result<()> {
     store.write_meta(&[(key, value.to_string())]).await
-}
-
-pub fn table_spec_or_error(name: &str) -> std::result::Result<&'static TableSpec, String> {
-    schema::table_spec(name).ok_or_else(|| {
-        format!(
-            "unknown table '{name}' (tables: {})",
-            ALL_TABLES
-                .iter()
-                .map(|t| t.name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })
 }

@@ -3,7 +3,7 @@
 //! `model.safetensors`. Its vectors are the Python package's: WordPiece tokens truncated to
 //! 256, BERT, mean pooling over real (unpadded) tokens, L2 normalisation.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use candle_core::{DType, Device, Tensor};
@@ -23,7 +23,6 @@ pub struct LocalEmbedder {
     model: BertModel,
     tokenizer: Tokenizer,
     dim: usize,
-    folder: PathBuf,
 }
 
 impl LocalEmbedder {
@@ -66,16 +65,11 @@ impl LocalEmbedder {
             model,
             tokenizer,
             dim,
-            folder: folder.to_path_buf(),
         })
     }
 
     pub fn dim(&self) -> usize {
         self.dim
-    }
-
-    pub fn folder(&self) -> &Path {
-        &self.folder
     }
 
     /// Embeds a batch. Blank texts are refused; texts over 256 tokens are truncated and say so.
