@@ -189,6 +189,12 @@ pub enum Command {
     },
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchData {
+    SynthHash,
+    Random,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// Top-k of every vector of one set (parallel kernel) against the naive loop.
@@ -199,9 +205,18 @@ pub enum BenchCommand {
         dim: usize,
         #[arg(long, default_value_t = 10)]
         k: usize,
-        /// Queries the naive loop is timed on (its total is extrapolated).
+        /// Queries the naive loop is timed on (its total is extrapolated) and recall is
+        /// measured on.
         #[arg(long, default_value_t = 500)]
         naive_queries: usize,
+        /// Vectors searched: lexical-hash embeddings of synthetic memory texts (paraphrase
+        /// groups, like a real user's memories), or uniform random unit vectors (no structure:
+        /// the hardest case for the int8 pass).
+        #[arg(long, value_enum, default_value_t = BenchData::SynthHash)]
+        data: BenchData,
+        /// Use the exact f32 kernel even where the int8 pass is available.
+        #[arg(long)]
+        exact: bool,
     },
     /// Sentences per second of an embedder.
     Embed {
@@ -385,7 +400,19 @@ pub async fn run(cli: Cli) -> Result<u8> {
                     dim,
                     k,
                     naive_queries,
-                } => commands::bench::similarity(vectors, dim, k, naive_queries, &mut stdout)?,
+                    data,
+                    exact,
+                } => commands::bench::similarity(
+                    &commands::bench::SimilarityBench {
+                        vectors,
+                        dim,
+                        k,
+                        naive_queries,
+                        data,
+                        exact,
+                    },
+                    &mut stdout,
+                )?,
                 BenchCommand::Embed {
                     sentences,
                     batch_size,

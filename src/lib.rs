@@ -6,10 +6,12 @@
 
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod embedders;
 pub mod encoding;
 pub mod formats;
 pub mod jobs;
+pub mod llm;
 pub mod rows;
 pub mod schema;
 pub mod similarity;

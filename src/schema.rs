@@ -10,7 +10,11 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// What each version added, for the migration in `store` (version 1 is the first).
+/// 2: table `llm_batches`; column `runs.llm_usage`.
+pub const SCHEMA_HISTORY: &[(i64, &str)] = &[(2, "llm_batches table; runs.llm_usage column")];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
 pub const DEFAULT_EMBEDDING_DIM: usize = 384;
@@ -50,6 +54,16 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "SPLIT",
     "LINK",
     "IMPORT",
+    "BATCH_CLEANUP",
+];
+/// The life of a Batch API submission (see `llm::batch`).
+pub const BATCH_STATUSES: &[&str] = &[
+    "submitting",
+    "submitted",
+    "ready",
+    "applying",
+    "applied",
+    "failed",
 ];
 /// Link types of seed 000 and seed 003. `shares_entity:<name>` is accepted as a family.
 pub const LINK_TYPES: &[&str] = &[
@@ -351,6 +365,46 @@ pub static RUNS: TableSpec = TableSpec {
         field("items_failed", K::I64, R::NonNegative, D::I64(0)),
         field("duration_ms", K::I64, R::NonNegative, D::Null),
         field("error", K::Str, R::Free, D::Null),
+        // Calls, tokens, retries, failures and estimated cost per provider (JSON; v2).
+        field("llm_usage", K::Str, R::Free, D::Null),
+    ],
+};
+
+/// One submission to the OpenAI Batch API, so `batches poll` applies its results later,
+/// exactly once, and `batches retry` can resubmit it from `items`.
+pub static LLM_BATCHES: TableSpec = TableSpec {
+    name: "llm_batches",
+    key: &["batch_key"],
+    id_basis: &["run_id", "task", "submitted_at"],
+    fields: &[
+        field("batch_key", K::Str, R::NonEmpty, D::DerivedId),
+        field("job", K::Str, R::NonEmpty, D::Required),
+        field("run_id", K::Str, R::NonEmpty, D::Required),
+        field("user_id", K::Str, R::Free, D::Null),
+        field("task", K::Str, R::NonEmpty, D::Required),
+        field("provider", K::Str, R::NonEmpty, D::Required),
+        field("model", K::Str, R::Free, D::Null),
+        field(
+            "status",
+            K::Str,
+            R::OneOf(BATCH_STATUSES),
+            D::Str("submitting"),
+        ),
+        field("remote_batch_id", K::Str, R::Free, D::Null),
+        field("input_file_id", K::Str, R::Free, D::Null),
+        field("output_file_id", K::Str, R::Free, D::Null),
+        field("error_file_id", K::Str, R::Free, D::Null),
+        field("request_count", K::I64, R::NonNegative, D::I64(0)),
+        // The submitted items (JSON), to validate replies against and to resubmit.
+        field("items", K::Str, R::Free, D::Str("[]")),
+        field("attempts", K::I64, R::NonNegative, D::I64(1)),
+        field("submitted_at", K::Timestamp, R::Free, D::Now),
+        field("updated_at", K::Timestamp, R::Free, D::Now),
+        field("claimed_at", K::Timestamp, R::Free, D::Null),
+        field("claim_token", K::Str, R::Free, D::Null),
+        field("applied_at", K::Timestamp, R::Free, D::Null),
+        field("error", K::Str, R::Free, D::Null),
+        field("counts", K::Str, R::Free, D::Null),
     ],
 };
 
@@ -385,7 +439,7 @@ pub static META: TableSpec = TableSpec {
     ],
 };
 
-/// Every table of schema version 1, in creation order.
+/// Every table of the current schema version, in creation order.
 pub static ALL_TABLES: &[&TableSpec] = &[
     &META,
     &MEMORIES,
@@ -394,6 +448,7 @@ pub static ALL_TABLES: &[&TableSpec] = &[
     &MEMORY_ENTITIES,
     &RUNS,
     &AUDIT_LOG,
+    &LLM_BATCHES,
 ];
 
 /// Tables a user may load with `memlife import --table`.

@@ -88,8 +88,12 @@ impl Store {
             Some(v) => parse_meta("embedding_dim", v)? as usize,
             None => embedding_dim,
         };
-        if let Some(v) = meta.get("schema_version") {
-            check_version(uri, parse_meta("schema_version", v)?)?;
+        let found = meta
+            .get("schema_version")
+            .map(|v| parse_meta("schema_version", v))
+            .transpose()?;
+        if let Some(found) = found {
+            check_version(uri, found)?;
         }
         for spec in ALL_TABLES {
             if existing.iter().any(|n| n == spec.name) {
@@ -107,6 +111,9 @@ impl Store {
             embedding_dim,
             schema_version: SCHEMA_VERSION,
         };
+        if let Some(found) = found.filter(|f| *f < SCHEMA_VERSION) {
+            store.migrate(found).await?;
+        }
         if meta.is_empty() {
             let now = chrono::Utc::now().to_rfc3339();
             store
@@ -140,12 +147,56 @@ impl Store {
             "embedding_dim",
             meta.get("embedding_dim").map_or("", String::as_str),
         )? as usize;
-        Ok(Store {
+        let store = Store {
             uri: uri.to_string(),
             connection,
             embedding_dim,
             schema_version: version,
-        })
+        };
+        if version < SCHEMA_VERSION {
+            store.migrate(version).await?;
+            return Ok(Store {
+                schema_version: SCHEMA_VERSION,
+                ..store
+            });
+        }
+        Ok(store)
+    }
+
+    /// Brings an older database to `SCHEMA_VERSION` in place: creates the tables it lacks and
+    /// adds the columns it lacks (all null), then records the version. Every step checks
+    /// before it acts, so a migration killed half-way is finished by the next open.
+    async fn migrate(&self, from: i64) -> Result<()> {
+        let existing = self.table_names().await?;
+        for spec in ALL_TABLES {
+            if !existing.iter().any(|n| n == spec.name) {
+                self.connection
+                    .create_empty_table(spec.name, spec.arrow_schema(self.embedding_dim))
+                    .execute()
+                    .await?;
+                continue;
+            }
+            let table = self.table(spec.name).await?;
+            let schema = table.schema().await?;
+            let wanted = spec.arrow_schema(self.embedding_dim);
+            let missing: Vec<arrow::datatypes::Field> = wanted
+                .fields()
+                .iter()
+                .filter(|f| schema.field_with_name(f.name()).is_err())
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect();
+            if !missing.is_empty() {
+                let added = std::sync::Arc::new(arrow::datatypes::Schema::new(missing));
+                table
+                    .add_columns()
+                    .transform(lancedb::table::NewColumnTransform::AllNulls(added))
+                    .execute()
+                    .await?;
+            }
+        }
+        tracing::info!(uri = %self.uri, from, to = SCHEMA_VERSION, "schema migrated");
+        self.write_meta(&[("schema_version", SCHEMA_VERSION.to_string())])
+            .await
     }
 
     pub fn uri(&self) -> &str {
@@ -327,8 +378,7 @@ fn check_version(uri: &str, found: i64) -> Result<()> {
             supported: SCHEMA_VERSION,
         });
     }
-    if found < SCHEMA_VERSION {
-        // Schema version 1 is the first; later issues add migrations from older versions here.
+    if found < 1 {
         return Err(StoreError::NoMigration {
             uri: uri.to_string(),
             found,
@@ -383,4 +433,44 @@ async fn read_meta(
 /// Overwrites a meta entry; used by tests of version checks and by migrations.
 pub async fn set_meta(store: &Store, key: &str, value: &str) -> Result<()> {
     store.write_meta(&[(key, value.to_string())]).await
+}
+
+/// Rows as JSON objects keyed by column name (timestamps as RFC 3339 text): the slow, simple
+/// path for small control tables (runs, llm_batches), never for memories in bulk.
+pub fn json_rows(batches: &[RecordBatch]) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    let mut rows = Vec::new();
+    for batch in batches {
+        let schema = batch.schema();
+        for row in 0..batch.num_rows() {
+            let mut object = serde_json::Map::new();
+            for (field, column) in schema.fields().iter().zip(batch.columns()) {
+                object.insert(
+                    field.name().clone(),
+                    crate::encoding::json_value(column.as_ref(), row),
+                );
+            }
+            rows.push(object);
+        }
+    }
+    rows
+}
+
+/// Builds a batch of `spec` rows from JSON objects, validated like imported rows.
+pub fn batch_from_json(
+    spec: &'static TableSpec,
+    embedding_dim: usize,
+    now_micros: i64,
+    rows: &[serde_json::Value],
+) -> std::result::Result<RecordBatch, String> {
+    let mut builder = RowBuilder::new(spec, embedding_dim, now_micros);
+    for (index, row) in rows.iter().enumerate() {
+        builder
+            .append(|_, name| match row.get(name) {
+                None => Cell::Missing,
+                Some(serde_json::Value::Null) => Cell::Null,
+                Some(value) => Cell::Json(value),
+            })
+            .map_err(|e| format!("{} row {index}: {e}", spec.name))?;
+    }
+    builder.finish().map_err(|e| e.to_string())
 }

@@ -9,41 +9,87 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::embedders::Embedder;
-use crate::similarity::{SelfMatch, top_k, top_k_naive};
+use rayon::prelude::*;
+
+use crate::cli::BenchData;
+use crate::embedders::hash::hash_embed;
+use crate::similarity::{SelfMatch, all_pairs_top_k, top_k_naive};
 use crate::synth::{SynthConfig, generate, placeholder_embedding};
 
-pub fn similarity(
-    vectors: usize,
-    dim: usize,
-    k: usize,
-    naive_queries: usize,
-    out: &mut dyn Write,
-) -> Result<()> {
-    let mut data = Vec::with_capacity(vectors * dim);
-    let mut one = Vec::with_capacity(dim);
-    for i in 0..vectors {
-        placeholder_embedding(7, &i.to_string(), dim, &mut one);
-        data.extend_from_slice(&one);
+/// What `memlife bench similarity` measures.
+pub struct SimilarityBench {
+    pub vectors: usize,
+    pub dim: usize,
+    pub k: usize,
+    pub naive_queries: usize,
+    pub data: BenchData,
+    pub exact: bool,
+}
+
+fn bench_vectors(bench: &SimilarityBench) -> Vec<f32> {
+    let mut data = Vec::with_capacity(bench.vectors * bench.dim);
+    match bench.data {
+        BenchData::Random => {
+            let mut one = Vec::with_capacity(bench.dim);
+            for i in 0..bench.vectors {
+                placeholder_embedding(7, &i.to_string(), bench.dim, &mut one);
+                data.extend_from_slice(&one);
+            }
+        }
+        BenchData::SynthHash => {
+            let (memories, _) = generate(&SynthConfig {
+                users: 1,
+                memories: bench.vectors,
+                seed: 7,
+                start_micros: 1_735_689_600_000_000,
+                span_days: 365,
+            });
+            let vectors: Vec<Vec<f32>> = memories
+                .par_iter()
+                .map(|m| hash_embed(&m.text, bench.dim))
+                .collect();
+            vectors.iter().for_each(|v| data.extend_from_slice(v));
+        }
     }
+    data
+}
+
+pub fn similarity(bench: &SimilarityBench, out: &mut dyn Write) -> Result<()> {
+    let (vectors, dim, k) = (bench.vectors, bench.dim, bench.k);
+    let data = bench_vectors(bench);
     let started = Instant::now();
-    let result = top_k(&data, &data, dim, k, SelfMatch::SameRows);
+    let (result, kernel) = all_pairs_top_k(&data, dim, k, bench.exact);
     let kernel_seconds = started.elapsed().as_secs_f64();
-    let sample = naive_queries.min(vectors);
+    let sample = bench.naive_queries.min(vectors);
     let started = Instant::now();
     let naive = top_k_naive(&data[..sample * dim], &data, dim, k, SelfMatch::SameRows);
     let naive_seconds = started.elapsed().as_secs_f64() * vectors as f64 / sample.max(1) as f64;
-    let agree = naive
-        .iter()
-        .zip(&result)
-        .all(|(a, b)| a.iter().map(|n| n.index).eq(b.iter().map(|n| n.index)));
+    // Recall@k of the kernel on the sampled queries, against the naive loop's exact answer.
+    let (mut hits, mut wanted, mut identical) = (0usize, 0usize, 0usize);
+    for (exact, fast) in naive.iter().zip(&result) {
+        hits += fast
+            .iter()
+            .filter(|n| exact.iter().any(|e| e.index == n.index))
+            .count();
+        wanted += exact.len();
+        identical += usize::from(
+            exact
+                .iter()
+                .map(|n| n.index)
+                .eq(fast.iter().map(|n| n.index)),
+        );
+    }
     let report = serde_json::json!({
         "bench": "similarity",
+        "data": format!("{:?}", bench.data).to_lowercase(),
         "vectors": vectors, "dim": dim, "k": k, "threads": rayon::current_num_threads(),
+        "kernel": kernel,
         "kernel_seconds": kernel_seconds,
         "naive_seconds_extrapolated": naive_seconds,
         "naive_queries_timed": sample,
         "speedup": naive_seconds / kernel_seconds.max(f64::MIN_POSITIVE),
-        "same_neighbours_as_naive": agree,
+        "recall_at_k": hits as f64 / wanted.max(1) as f64,
+        "queries_with_identical_neighbours": identical,
     });
     writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     Ok(())

@@ -10,6 +10,9 @@ use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
 
+#[allow(unsafe_code)]
+pub mod int8;
+
 /// Queries handled together: their rows stay in L1/L2 while a corpus tile streams past.
 const QUERY_BLOCK: usize = 16;
 /// Corpus rows per tile: 256 rows of 384 f32 are 384 KiB, about one L2 cache.
@@ -188,6 +191,37 @@ pub fn above_threshold(
             })
         })
         .collect()
+}
+
+/// Which kernel answered an all-pairs search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kernel {
+    /// Blocked f32 dot products: exact.
+    ExactF32,
+    /// AVX-512 VNNI int8 candidates, re-ranked exactly (see `int8`).
+    Int8Rerank,
+}
+
+/// Below this many rows the exact kernel is as fast as quantising.
+const INT8_MIN_ROWS: usize = 2048;
+
+/// The `k` nearest other rows of every row of one set (all pairs), best first, with exact
+/// scores. Large sets on CPUs with AVX-512 VNNI take the int8 pass with `2k + 8` candidates
+/// re-ranked exactly; the rest the exact f32 kernel. `exact` forces the f32 kernel.
+pub fn all_pairs_top_k(
+    vectors: &[f32],
+    dim: usize,
+    k: usize,
+    exact: bool,
+) -> (Vec<Vec<Neighbour>>, Kernel) {
+    check_shapes(vectors, vectors, dim);
+    if !exact && vectors.len() / dim >= INT8_MIN_ROWS && int8::available() {
+        let found = int8::all_pairs_top_k(vectors, dim, k, 2 * k + 8);
+        return (found, Kernel::Int8Rerank);
+    }
+    let found = top_k(vectors, vectors, dim, k, SelfMatch::SameRows);
+    (found, Kernel::ExactF32)
 }
 
 /// The textbook loop: one thread, one query at a time, a full sort. The reference that tests

@@ -1,0 +1,359 @@
+//! `memlife.toml`: providers, roles and tasks of the LLM layer, the embedder, and the tunable
+//! parameters of the jobs. Read once (`--config`, else `$MEMLIFE_CONFIG`, else `./memlife.toml`
+//! when it exists, else built-in defaults) and validated before any job starts, so a typo is a
+//! clear error naming the file and the key, not a failure half-way through a run.
+//!
+//! API keys are never in the file: a provider names the environment variable holding its key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+/// Every task of the LLM layer and the role it uses unless the file says otherwise.
+pub const DEFAULT_TASK_ROLES: &[(&str, &str)] = &[
+    ("consolidate.propose", "reasoning"),
+    ("consolidate.verify", "fast"),
+    ("link.classify", "fast"),
+    ("integrate.classify", "fast"),
+    ("integrate.merge", "reasoning"),
+    ("refine", "reasoning"),
+    ("summarize", "fast"),
+];
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub llm: LlmSection,
+    /// Named OpenAI-compatible endpoints.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Role name to an ordered chain of provider names (the first that works serves a call).
+    #[serde(default)]
+    pub roles: BTreeMap<String, Vec<String>>,
+    /// Task name to role name; tasks not listed use `DEFAULT_TASK_ROLES`.
+    #[serde(default)]
+    pub tasks: BTreeMap<String, String>,
+    #[serde(default)]
+    pub embedder: EmbedderSection,
+    /// Where the configuration came from (not read from the file).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSection {
+    /// `offline` (the rule-based judge, no network) or `providers`.
+    #[serde(default = "default_judge")]
+    pub judge: String,
+    /// `online` or `batch`.
+    #[serde(default = "default_mode")]
+    pub mode: String,
+    /// A reply that fails to parse or validate is asked again this many times.
+    #[serde(default = "default_reply_retries")]
+    pub invalid_reply_retries: u32,
+    /// Batch records and their files older than this are removed by `batches cleanup`.
+    #[serde(default = "default_cleanup_days")]
+    pub batch_retention_days: u32,
+    /// A claim on a batch's results older than this is presumed dead (its poller crashed).
+    #[serde(default = "default_lease")]
+    pub apply_lease_secs: u64,
+}
+
+fn default_judge() -> String {
+    "offline".into()
+}
+fn default_mode() -> String {
+    "online".into()
+}
+fn default_reply_retries() -> u32 {
+    1
+}
+fn default_cleanup_days() -> u32 {
+    7
+}
+fn default_lease() -> u64 {
+    600
+}
+
+impl Default for LlmSection {
+    fn default() -> Self {
+        LlmSection {
+            judge: default_judge(),
+            mode: default_mode(),
+            invalid_reply_retries: default_reply_retries(),
+            batch_retention_days: default_cleanup_days(),
+            apply_lease_secs: default_lease(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// e.g. https://api.openai.com/v1, http://localhost:1234/v1 (LM Studio),
+    /// http://localhost:11434/v1 (Ollama).
+    pub base_url: String,
+    pub model: String,
+    /// Name of the environment variable holding the API key; none for local servers.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default = "default_concurrency")]
+    pub max_concurrency: usize,
+    /// Client-side limits; 0 means unlimited.
+    #[serde(default)]
+    pub requests_per_minute: u32,
+    #[serde(default)]
+    pub tokens_per_minute: u32,
+    #[serde(default = "default_timeout")]
+    pub timeout_secs: f64,
+    /// Retries after the first attempt on 429, 5xx, timeouts and refused connections.
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+    /// First backoff delay; doubles per retry (with jitter), capped at `max_backoff_secs`.
+    #[serde(default = "default_backoff")]
+    pub initial_backoff_secs: f64,
+    #[serde(default = "default_max_backoff")]
+    pub max_backoff_secs: f64,
+    /// USD per million tokens, for the cost estimate.
+    #[serde(default)]
+    pub input_price_per_million: f64,
+    #[serde(default)]
+    pub output_price_per_million: f64,
+    /// Ask for a JSON object reply (`response_format: json_object`); turn off for servers
+    /// that reject the field.
+    #[serde(default = "default_true")]
+    pub json_mode: bool,
+    /// The provider accepts the OpenAI Batch API (files + batches).
+    #[serde(default)]
+    pub batch: bool,
+    #[serde(default = "default_max_tokens")]
+    pub max_output_tokens: u32,
+}
+
+fn default_concurrency() -> usize {
+    8
+}
+fn default_timeout() -> f64 {
+    60.0
+}
+fn default_retries() -> u32 {
+    4
+}
+fn default_backoff() -> f64 {
+    0.5
+}
+fn default_max_backoff() -> f64 {
+    30.0
+}
+fn default_true() -> bool {
+    true
+}
+fn default_max_tokens() -> u32 {
+    1024
+}
+
+/// The embedder section; flags and environment variables override it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedderSection {
+    /// local, openai or hash.
+    pub kind: Option<String>,
+    pub model_dir: Option<PathBuf>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub dimensions: Option<u32>,
+    pub concurrency: Option<usize>,
+    pub timeout_secs: Option<u64>,
+}
+
+impl Config {
+    /// Reads the file named by `--config`, else `$MEMLIFE_CONFIG` (clap passes either as
+    /// `explicit`), else `./memlife.toml` if present, else the defaults.
+    pub fn load(explicit: Option<&Path>) -> Result<Config> {
+        let path = match explicit {
+            Some(path) => Some(path.to_path_buf()),
+            None => Some(PathBuf::from("memlife.toml")).filter(|p| p.is_file()),
+        };
+        let mut config = match &path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read config file {}", path.display()))?;
+                Self::parse(&text).with_context(|| format!("in config file {}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        config.source = path;
+        Ok(config)
+    }
+
+    pub fn parse(text: &str) -> Result<Config> {
+        let config: Config = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !["offline", "providers"].contains(&self.llm.judge.as_str()) {
+            bail!(
+                "llm.judge = {:?}: expected \"offline\" or \"providers\"",
+                self.llm.judge
+            );
+        }
+        if !["online", "batch"].contains(&self.llm.mode.as_str()) {
+            bail!(
+                "llm.mode = {:?}: expected \"online\" or \"batch\"",
+                self.llm.mode
+            );
+        }
+        for (name, p) in &self.providers {
+            if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
+                bail!(
+                    "providers.{name}.base_url = {:?}: expected an http(s) URL",
+                    p.base_url
+                );
+            }
+            if p.max_concurrency == 0 {
+                bail!("providers.{name}.max_concurrency must be at least 1");
+            }
+            if !(p.timeout_secs > 0.0) {
+                bail!("providers.{name}.timeout_secs must be positive");
+            }
+            if p.input_price_per_million < 0.0 || p.output_price_per_million < 0.0 {
+                bail!("providers.{name}: prices cannot be negative");
+            }
+        }
+        for (role, chain) in &self.roles {
+            if chain.is_empty() {
+                bail!("roles.{role} lists no provider");
+            }
+            for provider in chain {
+                if !self.providers.contains_key(provider) {
+                    bail!(
+                        "roles.{role} names provider {provider:?}, which is not defined under [providers] (known: {})",
+                        self.providers
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
+            }
+        }
+        for (task, role) in &self.tasks {
+            if !DEFAULT_TASK_ROLES.iter().any(|(t, _)| t == task) {
+                bail!(
+                    "tasks.{task:?} is not a task of memlife (known: {})",
+                    DEFAULT_TASK_ROLES
+                        .iter()
+                        .map(|(t, _)| *t)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            if !self.roles.contains_key(role) {
+                bail!("tasks.{task:?} uses role {role:?}, which is not defined under [roles]");
+            }
+        }
+        Ok(())
+    }
+
+    /// The role a task uses.
+    pub fn role_of(&self, task: &str) -> String {
+        self.tasks.get(task).cloned().unwrap_or_else(|| {
+            DEFAULT_TASK_ROLES
+                .iter()
+                .find(|(t, _)| *t == task)
+                .map_or("fast", |(_, r)| r)
+                .to_string()
+        })
+    }
+
+    /// The provider chain of a task: its role's providers, in order.
+    pub fn chain_of(&self, task: &str) -> Result<Vec<(String, ProviderConfig)>> {
+        let role = self.role_of(task);
+        let Some(chain) = self.roles.get(&role) else {
+            bail!(
+                "task {task} uses role {role:?}, but no [roles] entry defines it{}",
+                self.source
+                    .as_ref()
+                    .map(|p| format!(" in {}", p.display()))
+                    .unwrap_or_else(|| " (no config file was found: pass --config)".into())
+            );
+        };
+        Ok(chain
+            .iter()
+            .map(|name| (name.clone(), self.providers[name].clone()))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[llm]
+judge = "providers"
+
+[providers.nano]
+base_url = "https://api.openai.com/v1"
+model = "gpt-5-nano"
+api_key_env = "OPENAI_API_KEY"
+max_concurrency = 32
+input_price_per_million = 0.05
+output_price_per_million = 0.4
+batch = true
+
+[providers.ollama]
+base_url = "http://localhost:11434/v1"
+model = "qwen2.5:3b"
+
+[roles]
+fast = ["nano", "ollama"]
+reasoning = ["nano"]
+
+[tasks]
+"consolidate.verify" = "fast"
+"#;
+
+    #[test]
+    fn a_full_file_parses_and_resolves_chains() {
+        let config = Config::parse(EXAMPLE).unwrap();
+        let chain = config.chain_of("link.classify").unwrap();
+        assert_eq!(
+            chain.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["nano", "ollama"]
+        );
+        assert_eq!(chain[1].1.max_concurrency, 8, "defaults fill omitted keys");
+        assert_eq!(config.role_of("refine"), "reasoning");
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        for (text, expected) in [
+            (
+                "[roles]\nfast = [\"nope\"]",
+                "roles.fast names provider \"nope\"",
+            ),
+            ("[llm]\njudge = \"magic\"", "llm.judge"),
+            ("[tasks]\n\"summarise\" = \"fast\"", "not a task of memlife"),
+            (
+                "[providers.a]\nbase_url = \"ftp://x\"\nmodel = \"m\"",
+                "providers.a.base_url",
+            ),
+            ("[provider.a]\nmodel = \"m\"", "unknown field"),
+            (
+                "[providers.a]\nbase_url = \"http://x\"\nmodel = \"m\"\napi_key = \"sk-1\"",
+                "unknown field",
+            ),
+        ] {
+            let error = format!("{:#}", Config::parse(text).unwrap_err());
+            assert!(error.contains(expected), "{text:?} gave {error}");
+        }
+    }
+}

@@ -1,0 +1,694 @@
+//! The OpenAI Batch API path: `submit` uploads a JSONL file of chat requests, creates a batch
+//! and records it in `llm_batches`; `poll` (cron, every minute) moves finished batches to
+//! `ready`, then claims each ready batch, downloads its output and error files, validates
+//! every reply and hands the outcomes to the job that submitted them; `retry` resubmits
+//! failed and expired batches; `cleanup` deletes old records and their remote files.
+//!
+//! Exactly once: a poller claims a batch with a conditional Lance update
+//! (`status = 'ready'` to `applying`, with its own claim token) and applies only if the
+//! stored token is still its own. Appliers write with keys derived from the batch and the
+//! item, through merge-insert, so applying the same results again changes nothing: a
+//! poller that crashes after claiming leaves `applying` behind, and once the claim is older
+//! than the lease the next poll re-applies the batch to the same end state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context, Result, anyhow, bail};
+use async_openai::types::batches::{
+    BatchCompletionWindow, BatchEndpoint, BatchRequest, BatchStatus,
+};
+use async_openai::types::files::{CreateFileRequest, FileInput, FilePurpose};
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+
+use super::provider::{Provider, cost, describe};
+use super::tasks::{Task, parse_reply};
+use super::{Item, Llm, LlmUsage, Outcome};
+use crate::encoding::{format_timestamp, parse_timestamp};
+use crate::schema::LLM_BATCHES;
+use crate::store::{Store, batch_from_json, json_rows};
+
+/// One row of `llm_batches`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BatchRecord {
+    pub batch_key: String,
+    pub job: String,
+    pub run_id: String,
+    pub user_id: Option<String>,
+    pub task: String,
+    pub provider: String,
+    pub model: Option<String>,
+    pub status: String,
+    pub remote_batch_id: Option<String>,
+    pub input_file_id: Option<String>,
+    pub output_file_id: Option<String>,
+    pub error_file_id: Option<String>,
+    pub request_count: i64,
+    pub items: String,
+    pub attempts: i64,
+    pub submitted_at: String,
+    pub updated_at: String,
+    pub claimed_at: Option<String>,
+    pub claim_token: Option<String>,
+    pub applied_at: Option<String>,
+    pub error: Option<String>,
+    pub counts: Option<String>,
+}
+
+impl BatchRecord {
+    pub fn items(&self) -> Result<Vec<Item>> {
+        serde_json::from_str(&self.items)
+            .with_context(|| format!("llm_batches row {}: unreadable items", self.batch_key))
+    }
+}
+
+fn sql_text(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+pub async fn load(store: &Store, filter: &str) -> Result<Vec<BatchRecord>> {
+    let rows = json_rows(&store.scan(LLM_BATCHES.name, Some(filter)).await?);
+    let mut records = rows
+        .into_iter()
+        .map(|row| {
+            serde_json::from_value::<BatchRecord>(serde_json::Value::Object(row))
+                .map_err(|e| anyhow!("llm_batches row: {e}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    records.sort_by(|a, b| {
+        a.submitted_at
+            .cmp(&b.submitted_at)
+            .then(a.batch_key.cmp(&b.batch_key))
+    });
+    Ok(records)
+}
+
+async fn save(store: &Store, record: &BatchRecord) -> Result<()> {
+    let value = serde_json::to_value(record)?;
+    let batch = batch_from_json(
+        &LLM_BATCHES,
+        store.embedding_dim(),
+        Utc::now().timestamp_micros(),
+        &[value],
+    )
+    .map_err(|e| anyhow!(e))?;
+    store.upsert_batch(&LLM_BATCHES, batch).await?;
+    Ok(())
+}
+
+fn now_text() -> String {
+    format_timestamp(Utc::now().timestamp_micros())
+}
+
+/// The first provider of the task's chain that takes batches.
+fn batch_provider(llm: &Llm, task: Task) -> Result<std::sync::Arc<Provider>> {
+    llm.chain(task)?
+        .into_iter()
+        .find(|p| p.config.batch)
+        .ok_or_else(|| {
+            anyhow!(
+                "no provider of task {}'s chain accepts the Batch API (set batch = true on one)",
+                task.name()
+            )
+        })
+}
+
+/// The JSONL body of a batch: one chat request per item.
+fn request_lines(provider: &Provider, items: &[Item], temperature: f32) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for item in items {
+        let mut body = serde_json::json!({
+            "model": provider.config.model,
+            "messages": [{"role": "user", "content": item.input.render()}],
+            "temperature": temperature,
+            "max_completion_tokens": provider.config.max_output_tokens,
+        });
+        if provider.config.json_mode {
+            body["response_format"] = serde_json::json!({"type": "json_object"});
+        }
+        let line = serde_json::json!({
+            "custom_id": item.custom_id,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": body,
+        });
+        serde_json::to_writer(&mut out, &line)?;
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+/// Uploads and creates the remote batch for a record; fills in its ids.
+async fn send(llm: &Llm, record: &mut BatchRecord, items: &[Item]) -> Result<()> {
+    let task =
+        Task::from_name(&record.task).ok_or_else(|| anyhow!("unknown task {}", record.task))?;
+    let provider = batch_provider(llm, task)?;
+    let temperature = if llm.config().role_of(task.name()) == "fast" {
+        0.0
+    } else {
+        0.2
+    };
+    let body = request_lines(&provider, items, temperature)?;
+    let file = provider
+        .client()
+        .files()
+        .create(CreateFileRequest {
+            file: FileInput::from_vec_u8(format!("memlife-{}.jsonl", record.batch_key), body),
+            purpose: FilePurpose::Batch,
+            expires_after: None,
+        })
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "provider {}: uploading the batch file: {}",
+                provider.name,
+                describe(&e)
+            )
+        })?;
+    let mut metadata = std::collections::HashMap::new();
+    metadata.insert(
+        "memlife_batch_key".to_string(),
+        serde_json::json!(record.batch_key),
+    );
+    let batch = provider
+        .client()
+        .batches()
+        .create(BatchRequest {
+            input_file_id: file.id.clone(),
+            endpoint: BatchEndpoint::V1ChatCompletions,
+            completion_window: BatchCompletionWindow::W24H,
+            metadata: Some(metadata),
+            output_expires_after: None,
+        })
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "provider {}: creating the batch: {}",
+                provider.name,
+                describe(&e)
+            )
+        })?;
+    record.provider = provider.name.clone();
+    record.model = Some(provider.config.model.clone());
+    record.input_file_id = Some(file.id);
+    record.remote_batch_id = Some(batch.id);
+    record.status = "submitted".into();
+    record.updated_at = now_text();
+    record.error = None;
+    Ok(())
+}
+
+/// Submits `items` of one task as a batch for `job`; returns its record. The record is written
+/// (as `submitting`) before anything is sent, so a crash leaves a row `retry` resubmits.
+pub async fn submit(
+    store: &Store,
+    llm: &Llm,
+    job: &str,
+    run_id: &str,
+    user: Option<&str>,
+    task: Task,
+    items: &[Item],
+) -> Result<BatchRecord> {
+    for item in items {
+        item.input
+            .check()
+            .map_err(|e| anyhow!("item {}: {e}", item.custom_id))?;
+    }
+    let provider = batch_provider(llm, task)?;
+    let submitted_at = now_text();
+    let mut record = BatchRecord {
+        batch_key: uuid::Uuid::new_v4().to_string(),
+        job: job.to_string(),
+        run_id: run_id.to_string(),
+        user_id: user.map(str::to_string),
+        task: task.name().to_string(),
+        provider: provider.name.clone(),
+        model: Some(provider.config.model.clone()),
+        status: "submitting".into(),
+        request_count: items.len() as i64,
+        items: serde_json::to_string(items)?,
+        attempts: 1,
+        updated_at: submitted_at.clone(),
+        submitted_at,
+        ..Default::default()
+    };
+    save(store, &record).await?;
+    match send(llm, &mut record, items).await {
+        Ok(()) => save(store, &record).await?,
+        Err(e) => {
+            record.status = "failed".into();
+            record.error = Some(format!("{e:#}"));
+            record.updated_at = now_text();
+            save(store, &record).await?;
+            return Err(e);
+        }
+    }
+    Ok(record)
+}
+
+/// Applies validated outcomes of one batch; implemented by each job that submits batches.
+/// Must be idempotent: keys derived from `record.batch_key` and the item's custom id.
+#[async_trait::async_trait]
+pub trait Applier: Send + Sync {
+    async fn apply(
+        &self,
+        store: &Store,
+        record: &BatchRecord,
+        items: &[Item],
+        outcomes: &[Outcome],
+    ) -> Result<BTreeMap<String, u64>>;
+}
+
+/// What a poll did.
+#[derive(Debug, Default, Serialize)]
+pub struct PollReport {
+    pub checked: u64,
+    pub still_running: u64,
+    pub became_ready: u64,
+    pub failed_remotely: u64,
+    pub applied: u64,
+    pub skipped_claimed_elsewhere: u64,
+    pub items_applied: u64,
+    pub items_failed: u64,
+    pub errors: Vec<String>,
+    pub usage: LlmUsage,
+    pub counts: BTreeMap<String, u64>,
+}
+
+/// Test hook: `MEMLIFE_FAULT=after-download` makes a poll exit (code 3) after claiming and
+/// downloading a batch, before applying it: the crash the exactly-once test replays.
+fn fault(point: &str) {
+    if std::env::var("MEMLIFE_FAULT").as_deref() == Ok(point) {
+        eprintln!("memlife: injected fault at {point}");
+        std::process::exit(3);
+    }
+}
+
+/// Parses a downloaded output file (and error file) into one outcome per submitted item.
+pub fn read_results(
+    task: Task,
+    items: &[Item],
+    output: &str,
+    errors: &str,
+) -> (Vec<Outcome>, u64, u64) {
+    let by_id: BTreeMap<&str, &Item> = items.iter().map(|i| (i.custom_id.as_str(), i)).collect();
+    let mut found: BTreeMap<String, Outcome> = BTreeMap::new();
+    let (mut input_tokens, mut output_tokens) = (0u64, 0u64);
+    for line in output
+        .lines()
+        .chain(errors.lines())
+        .filter(|l| !l.trim().is_empty())
+    {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(custom_id) = value["custom_id"].as_str() else {
+            continue;
+        };
+        let Some(item) = by_id.get(custom_id) else {
+            continue;
+        };
+        let response = &value["response"];
+        let status = response["status_code"].as_u64().unwrap_or(0);
+        let body = &response["body"];
+        input_tokens += body["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+        output_tokens += body["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+        let outcome = if status == 200 {
+            let text = body["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or("");
+            match parse_reply(&item.input, text) {
+                Ok(reply) => Outcome {
+                    custom_id: custom_id.to_string(),
+                    reply: Some(reply),
+                    failure: None,
+                    served_by: None,
+                },
+                Err(reason) => {
+                    Outcome::failed(custom_id, task, format!("invalid reply: {reason}"), None)
+                }
+            }
+        } else {
+            let message = value["error"]["message"]
+                .as_str()
+                .or(body["error"]["message"].as_str())
+                .unwrap_or("no message");
+            Outcome::failed(
+                custom_id,
+                task,
+                format!("batch request failed (HTTP {status}): {message}"),
+                None,
+            )
+        };
+        found.insert(custom_id.to_string(), outcome);
+    }
+    let outcomes = items
+        .iter()
+        .map(|item| {
+            found.remove(&item.custom_id).unwrap_or_else(|| {
+                Outcome::failed(
+                    &item.custom_id,
+                    task,
+                    "no result in the batch output".into(),
+                    None,
+                )
+            })
+        })
+        .collect();
+    (outcomes, input_tokens, output_tokens)
+}
+
+/// Options of `batches poll`.
+pub struct PollOptions {
+    /// A claim older than this is taken over (its poller is presumed dead).
+    pub lease_secs: u64,
+}
+
+pub async fn poll(
+    store: &Store,
+    llm: &Llm,
+    appliers: &BTreeMap<&str, Box<dyn Applier>>,
+    options: &PollOptions,
+) -> Result<PollReport> {
+    let mut report = PollReport::default();
+    // 1. Ask the provider about every batch still running.
+    for mut record in load(store, "status = 'submitted'").await? {
+        report.checked += 1;
+        let Some(remote) = record.remote_batch_id.clone() else {
+            continue;
+        };
+        let Ok(provider) = provider_named(llm, &record.provider) else {
+            report.errors.push(format!(
+                "batch {}: provider {} is not configured",
+                record.batch_key, record.provider
+            ));
+            continue;
+        };
+        let batch = match provider.client().batches().retrieve(&remote).await {
+            Ok(b) => b,
+            Err(e) => {
+                report
+                    .errors
+                    .push(format!("batch {}: {}", record.batch_key, describe(&e)));
+                continue;
+            }
+        };
+        match batch.status {
+            BatchStatus::Completed => {
+                record.status = "ready".into();
+                record.output_file_id = batch.output_file_id;
+                record.error_file_id = batch.error_file_id;
+                report.became_ready += 1;
+            }
+            BatchStatus::Failed | BatchStatus::Expired | BatchStatus::Cancelled => {
+                record.status = "failed".into();
+                record.error = Some(format!(
+                    "remote batch {:?}{}",
+                    batch.status,
+                    batch
+                        .errors
+                        .map(|e| e
+                            .data
+                            .iter()
+                            .map(|d| format!(": {}", d.message))
+                            .collect::<String>())
+                        .unwrap_or_default()
+                ));
+                report.failed_remotely += 1;
+            }
+            _ => {
+                report.still_running += 1;
+                continue;
+            }
+        }
+        record.updated_at = now_text();
+        save(store, &record).await?;
+    }
+    // 2. Apply every ready batch (and every abandoned claim) exactly once.
+    let stale =
+        format_timestamp(Utc::now().timestamp_micros() - options.lease_secs as i64 * 1_000_000);
+    let filter = format!(
+        "status = 'ready' OR (status = 'applying' AND claimed_at <= TIMESTAMP '{}')",
+        stale.trim_end_matches('Z')
+    );
+    for record in load(store, &filter).await? {
+        match apply_one(store, llm, appliers, record, &stale).await {
+            Ok(Some(applied)) => {
+                report.applied += 1;
+                report.items_applied += applied.items;
+                report.items_failed += applied.failed;
+                report.usage.merge(&applied.usage);
+                for (k, v) in applied.counts {
+                    *report.counts.entry(k).or_default() += v;
+                }
+            }
+            Ok(None) => report.skipped_claimed_elsewhere += 1,
+            Err(e) => report.errors.push(format!("{e:#}")),
+        }
+    }
+    report.usage.judge = "providers".into();
+    report.usage.mode = "batch".into();
+    Ok(report)
+}
+
+async fn download(provider: &Provider, key: &str, id: Option<&str>) -> Result<String> {
+    match id {
+        None => Ok(String::new()),
+        Some(id) => provider
+            .client()
+            .files()
+            .content(id)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| anyhow!("batch {key}: downloading file {id}: {}", describe(&e))),
+    }
+}
+
+struct Applied {
+    items: u64,
+    failed: u64,
+    usage: LlmUsage,
+    counts: BTreeMap<String, u64>,
+}
+
+fn provider_named(llm: &Llm, name: &str) -> Result<std::sync::Arc<Provider>> {
+    for &task in super::tasks::ALL_TASKS {
+        if let Ok(chain) = llm.chain(task)
+            && let Some(p) = chain.into_iter().find(|p| p.name == name)
+        {
+            return Ok(p);
+        }
+    }
+    bail!("provider {name} is not in any role of the config")
+}
+
+async fn apply_one(
+    store: &Store,
+    llm: &Llm,
+    appliers: &BTreeMap<&str, Box<dyn Applier>>,
+    mut record: BatchRecord,
+    stale: &str,
+) -> Result<Option<Applied>> {
+    let key = record.batch_key.clone();
+    let applier = appliers
+        .get(record.job.as_str())
+        .ok_or_else(|| anyhow!("batch {key}: no job named {} applies batches", record.job))?;
+    // Claim: a conditional update that only one poller can win.
+    let token = uuid::Uuid::new_v4().to_string();
+    let table = store.table(LLM_BATCHES.name).await?;
+    let condition = format!(
+        "batch_key = {} AND (status = 'ready' OR (status = 'applying' AND claimed_at <= TIMESTAMP '{}'))",
+        sql_text(&key),
+        stale.trim_end_matches('Z')
+    );
+    let claimed = table
+        .update()
+        .only_if(condition)
+        .column("status", "'applying'")
+        .column("claim_token", sql_text(&token))
+        .column(
+            "claimed_at",
+            format!("TIMESTAMP '{}'", now_text().trim_end_matches('Z')),
+        )
+        .execute()
+        .await;
+    match claimed {
+        Ok(result) if result.rows_updated == 1 => {}
+        Ok(_) => return Ok(None),
+        Err(e) => {
+            tracing::info!(batch = %key, "claim lost to a concurrent poller: {e}");
+            return Ok(None);
+        }
+    }
+    let mine = load(store, &format!("batch_key = {}", sql_text(&key))).await?;
+    if mine.first().and_then(|r| r.claim_token.as_deref()) != Some(token.as_str()) {
+        return Ok(None);
+    }
+    let provider = provider_named(llm, &record.provider)?;
+    let output = download(&provider, &key, record.output_file_id.as_deref()).await?;
+    let errors = download(&provider, &key, record.error_file_id.as_deref()).await?;
+    fault("after-download");
+    let task = Task::from_name(&record.task)
+        .ok_or_else(|| anyhow!("batch {key}: unknown task {}", record.task))?;
+    let items = record.items()?;
+    let (mut outcomes, input_tokens, output_tokens) = read_results(task, &items, &output, &errors);
+    // An invalid reply is asked again once, online (a second batch would add up to 24 h).
+    let retry: Vec<Item> = items
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, o)| {
+            o.failure
+                .as_deref()
+                .is_some_and(|f| f.starts_with("invalid reply"))
+        })
+        .map(|(i, _)| i.clone())
+        .collect();
+    let retried: BTreeSet<String> = retry.iter().map(|i| i.custom_id.clone()).collect();
+    if !retry.is_empty() && llm.config().llm.invalid_reply_retries > 0 {
+        let again = llm.run(retry).await;
+        let mut by_id: BTreeMap<String, Outcome> = again
+            .into_iter()
+            .map(|o| (o.custom_id.clone(), o))
+            .collect();
+        for outcome in outcomes
+            .iter_mut()
+            .filter(|o| retried.contains(&o.custom_id))
+        {
+            if let Some(new) = by_id.remove(&outcome.custom_id) {
+                *outcome = new;
+            }
+        }
+    }
+    for o in outcomes
+        .iter_mut()
+        .filter(|o| o.served_by.is_none() && o.failure.is_none())
+    {
+        o.served_by = Some(record.provider.clone());
+    }
+    let counts = applier.apply(store, &record, &items, &outcomes).await?;
+    let failed = outcomes.iter().filter(|o| o.failure.is_some()).count() as u64;
+    let mut usage = llm.usage(&[]);
+    usage.mode = "batch".into();
+    usage.items = outcomes.len() as u64;
+    usage.failed_items = failed;
+    let batch_cost = cost(&provider.config, input_tokens, output_tokens, true);
+    let entry = usage.providers.entry(record.provider.clone()).or_default();
+    entry.model = provider.config.model.clone();
+    entry.input_tokens += input_tokens;
+    entry.output_tokens += output_tokens;
+    entry.served += outcomes.iter().filter(|o| o.failure.is_none()).count() as u64;
+    entry.estimated_cost_usd += batch_cost;
+    usage.estimated_cost_usd = usage.providers.values().map(|u| u.estimated_cost_usd).sum();
+    record.status = "applied".into();
+    record.claim_token = Some(token);
+    record.applied_at = Some(now_text());
+    record.updated_at = now_text();
+    let mut all_counts = counts.clone();
+    all_counts.insert("items".into(), outcomes.len() as u64);
+    all_counts.insert("items_failed".into(), failed);
+    record.counts = Some(serde_json::to_string(
+        &serde_json::json!({"counts": all_counts, "usage": usage}),
+    )?);
+    save(store, &record).await?;
+    Ok(Some(Applied {
+        items: outcomes.len() as u64,
+        failed,
+        usage,
+        counts,
+    }))
+}
+
+/// Resubmits failed batches (and submissions that never reached the provider) from their
+/// stored items. Returns the records resubmitted.
+pub async fn retry(store: &Store, llm: &Llm, stuck_after_secs: u64) -> Result<Vec<BatchRecord>> {
+    let stuck =
+        format_timestamp(Utc::now().timestamp_micros() - stuck_after_secs as i64 * 1_000_000);
+    let filter = format!(
+        "status = 'failed' OR (status = 'submitting' AND updated_at <= TIMESTAMP '{}')",
+        stuck.trim_end_matches('Z')
+    );
+    let mut done = Vec::new();
+    for mut record in load(store, &filter).await? {
+        let items = record.items()?;
+        record.attempts += 1;
+        match send(llm, &mut record, &items).await {
+            Ok(()) => {
+                save(store, &record).await?;
+                done.push(record);
+            }
+            Err(e) => {
+                record.error = Some(format!("{e:#}"));
+                record.updated_at = now_text();
+                save(store, &record).await?;
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Deletes records of applied or failed batches last updated before `older_than_days`, and
+/// their files on the provider (best effort). Each deletion is written to the audit log first.
+pub async fn cleanup(
+    store: &Store,
+    llm: &Llm,
+    run_id: &str,
+    older_than_days: u32,
+) -> Result<(u64, u64)> {
+    let cutoff = Utc::now().timestamp_micros() - older_than_days as i64 * 86_400_000_000;
+    let filter = format!(
+        "(status = 'applied' OR status = 'failed') AND updated_at <= TIMESTAMP '{}'",
+        format_timestamp(cutoff).trim_end_matches('Z')
+    );
+    let records = load(store, &filter).await?;
+    if records.is_empty() {
+        return Ok((0, 0));
+    }
+    let now = Utc::now().timestamp_micros();
+    let audit: Vec<serde_json::Value> = records
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "run_id": run_id,
+                "user_id": r.user_id,
+                "operation": "BATCH_CLEANUP",
+                "target_id": r.batch_key,
+                "classification": r.status,
+                "before_state": serde_json::to_string(r).unwrap_or_default(),
+                "created_at": format_timestamp(now),
+            })
+        })
+        .collect();
+    let batch = batch_from_json(
+        &crate::schema::AUDIT_LOG,
+        store.embedding_dim(),
+        now,
+        &audit,
+    )
+    .map_err(|e| anyhow!(e))?;
+    store.upsert_batch(&crate::schema::AUDIT_LOG, batch).await?;
+    let mut files_deleted = 0u64;
+    for r in &records {
+        if let Ok(provider) = provider_named(llm, &r.provider) {
+            for id in [&r.input_file_id, &r.output_file_id, &r.error_file_id]
+                .into_iter()
+                .flatten()
+            {
+                if provider.client().files().delete(id).await.is_ok() {
+                    files_deleted += 1;
+                }
+            }
+        }
+    }
+    let keys: Vec<String> = records.iter().map(|r| sql_text(&r.batch_key)).collect();
+    store
+        .table(LLM_BATCHES.name)
+        .await?
+        .delete(&format!("batch_key IN ({})", keys.join(", ")))
+        .await?;
+    Ok((records.len() as u64, files_deleted))
+}
+
+/// Seconds since a record was last updated (for reports).
+pub fn age_secs(record: &BatchRecord) -> Option<i64> {
+    parse_timestamp(&record.updated_at).map(|t| (Utc::now().timestamp_micros() - t) / 1_000_000)
+}

@@ -1,0 +1,555 @@
+//! The offline judge: a deterministic, rule-based stand-in for every LLM task, so the whole
+//! pipeline runs with no network (`--llm offline`, the embedded default) and the mock server
+//! can answer any memlife prompt. It reads words, not meaning; the rules:
+//!
+//! - Words are lower-cased, stop words dropped, and a few synonyms folded (work/job/employer,
+//!   like/love/enjoy/prefer, live/based, ...). Overlap is Jaccard of these content words, and
+//!   containment is the shared part of the smaller set.
+//! - integrate.classify: Jaccard >= 0.6 is DUPLICATE; otherwise a shared subject (a shared
+//!   content word) plus a change cue in the newer text ("now", "switched to", "no longer",
+//!   "moved to", "update on", ...) is SUPERSEDE; a shared subject with containment >= 0.3 and
+//!   new words is MERGE; anything else COEXIST.
+//! - link.classify: a change cue with a shared subject is `supersedes` (from the newer memory);
+//!   one side negating the other ("not", "no longer", "never") with Jaccard >= 0.5 is
+//!   `conflicts`; "because", "so that", "to help" with a shared subject is `motivated_by`;
+//!   "led to", "caused", "so " is `causes`; otherwise `null`.
+//! - integrate.merge: the union of clauses (sentences and comma-separated parts), in time
+//!   order, dropping a clause whose content words another kept clause already holds.
+//! - refine: two or more sentences that share few words (topics) split at sentence
+//!   boundaries, with connective openers ("Besides that,", "On another note,") removed;
+//!   filler phrases are trimmed; otherwise keep.
+//! - consolidate.propose: the hub groups with neighbours it would call DUPLICATE or MERGE;
+//!   consolidate.verify approves when every source's content words are in the proposal and
+//!   the proposal adds at most 20% new words.
+//! - summarize: the first sentence of up to five memories, newest first.
+
+use std::collections::BTreeSet;
+
+use super::tasks::*;
+
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "the", "is", "are", "was", "were", "be", "been", "to", "of", "in", "on", "at",
+    "for", "with", "and", "or", "but", "it", "its", "their", "they", "them", "user", "user's",
+    "users", "has", "have", "had", "as", "by", "from", "that", "this", "these", "those", "s",
+    "about", "into", "very", "really", "also", "there",
+];
+
+/// Words folded to one stem, so paraphrases of common memory facts overlap.
+const SYNONYMS: &[(&str, &str)] = &[
+    ("works", "work"),
+    ("working", "work"),
+    ("job", "work"),
+    ("employer", "work"),
+    ("employed", "work"),
+    ("likes", "like"),
+    ("loves", "like"),
+    ("love", "like"),
+    ("enjoys", "like"),
+    ("enjoy", "like"),
+    ("prefers", "like"),
+    ("prefer", "like"),
+    ("favourite", "like"),
+    ("favorite", "like"),
+    ("lives", "live"),
+    ("living", "live"),
+    ("based", "live"),
+    ("home", "live"),
+    ("uses", "use"),
+    ("using", "use"),
+    ("used", "use"),
+    ("called", "named"),
+    ("name", "named"),
+];
+
+const CHANGE_CUES: &[&str] = &[
+    "now ",
+    "switched",
+    "no longer",
+    "moved to",
+    "moved from",
+    "changed",
+    "instead",
+    "anymore",
+    "replaced",
+    "migrated",
+    "update on",
+    "updated",
+    "these days",
+    "started",
+    "stopped",
+    "quit",
+    "new ",
+    "not any more",
+    "became",
+    "is now",
+    "has become",
+];
+
+const NEGATIONS: &[&str] = &["not ", "no longer", "never", "n't ", "stopped", "quit"];
+
+const FILLERS: &[&str] = &[
+    "basically, ",
+    "basically ",
+    "you know, ",
+    "i think that ",
+    "it is worth noting that ",
+    "as mentioned before, ",
+    "actually, ",
+    "just ",
+];
+
+const CONNECTIVES: &[&str] = &[
+    "besides that, ",
+    "on another note, ",
+    "also, ",
+    "in addition, ",
+    "and ",
+    "additionally, ",
+    "separately, ",
+];
+
+fn content_words(text: &str) -> BTreeSet<String> {
+    text.to_lowercase()
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .map(|w| w.trim_matches('\'').trim_end_matches("'s"))
+        .filter(|w| !w.is_empty() && !STOP_WORDS.contains(w))
+        .map(|w| {
+            SYNONYMS
+                .iter()
+                .find(|(from, _)| *from == w)
+                .map_or(w, |(_, to)| *to)
+                .to_string()
+        })
+        .collect()
+}
+
+struct Overlap {
+    jaccard: f64,
+    containment: f64,
+    shared: usize,
+    new_words: usize,
+}
+
+fn overlap(old: &str, new: &str) -> Overlap {
+    let (a, b) = (content_words(old), content_words(new));
+    let shared = a.intersection(&b).count();
+    let union = a.union(&b).count().max(1);
+    Overlap {
+        jaccard: shared as f64 / union as f64,
+        containment: shared as f64 / a.len().min(b.len()).max(1) as f64,
+        shared,
+        new_words: b.difference(&a).count(),
+    }
+}
+
+fn has_any(text: &str, cues: &[&str]) -> Option<String> {
+    let lower = format!("{} ", text.to_lowercase());
+    cues.iter()
+        .find(|c| lower.contains(*c))
+        .map(|c| c.trim().to_string())
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// Orders two memories oldest first (by created_at, then input order).
+fn by_time<'a>(a: &'a MemoryView, b: &'a MemoryView) -> (&'a MemoryView, &'a MemoryView) {
+    if b.created_at < a.created_at {
+        (b, a)
+    } else {
+        (a, b)
+    }
+}
+
+pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
+    let (old, newer) = by_time(existing, new);
+    let o = overlap(&old.text, &newer.text);
+    let (classification, confidence, reasoning) = if o.jaccard >= 0.6 {
+        (
+            Classification::Duplicate,
+            0.6 + 0.4 * o.jaccard,
+            format!("{:.0}% of content words shared", o.jaccard * 100.0),
+        )
+    } else if let Some(cue) = has_any(&newer.text, CHANGE_CUES).filter(|_| o.shared > 0) {
+        (
+            Classification::Supersede,
+            0.75,
+            format!("same subject; the newer memory says \"{cue}\""),
+        )
+    } else if o.shared > 0 && o.containment >= 0.3 && o.new_words > 0 {
+        (
+            Classification::Merge,
+            0.55 + 0.3 * o.containment.min(1.0),
+            format!("same subject; the newer memory adds {} words", o.new_words),
+        )
+    } else {
+        (
+            Classification::Coexist,
+            0.5,
+            "related at most: distinct facts".to_string(),
+        )
+    };
+    ClassifyReply {
+        classification,
+        confidence: round2(confidence.min(1.0)),
+        reasoning: format!("offline rules: {reasoning}"),
+    }
+}
+
+pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
+    let o = overlap(&target.text, &source.text);
+    let lower = source.text.to_lowercase();
+    let newer = source.created_at >= target.created_at;
+    let negated =
+        has_any(&source.text, NEGATIONS).is_some() != has_any(&target.text, NEGATIONS).is_some();
+    let (link_type, confidence, why) =
+        if o.shared > 0 && newer && has_any(&source.text, CHANGE_CUES).is_some() {
+            (
+                LinkType::Supersedes,
+                0.75,
+                "newer memory with a change cue on the same subject",
+            )
+        } else if negated && o.jaccard >= 0.5 {
+            (LinkType::Conflicts, 0.7, "one memory negates the other")
+        } else if o.shared > 0
+            && ["because", "so that", "to help", "in order to"]
+                .iter()
+                .any(|c| lower.contains(c))
+        {
+            (
+                LinkType::MotivatedBy,
+                0.6,
+                "states a reason on a shared subject",
+            )
+        } else if o.shared > 0
+            && ["led to", "caused", "resulted in"]
+                .iter()
+                .any(|c| lower.contains(c))
+        {
+            (
+                LinkType::Causes,
+                0.6,
+                "states a consequence on a shared subject",
+            )
+        } else {
+            (LinkType::Null, 0.6, "no typed relationship found")
+        };
+    LinkReply {
+        link_type,
+        confidence,
+        reasoning: format!("offline rules: {why}"),
+    }
+}
+
+/// Sentences of a text, with their end punctuation.
+fn sentences(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        current.push(c);
+        let boundary =
+            matches!(c, '.' | '!' | '?') && chars.get(i + 1).is_none_or(|n| n.is_whitespace());
+        if boundary {
+            let s = current.trim().to_string();
+            if !s.is_empty() {
+                out.push(s);
+            }
+            current.clear();
+        }
+    }
+    let rest = current.trim();
+    if !rest.is_empty() {
+        out.push(rest.to_string());
+    }
+    out
+}
+
+fn strip_connective(sentence: &str) -> String {
+    let lower = sentence.to_lowercase();
+    for c in CONNECTIVES {
+        if lower.starts_with(c) {
+            let rest = sentence[c.len()..].trim_start();
+            let mut chars = rest.chars();
+            return match chars.next() {
+                Some(first) => first.to_uppercase().collect::<String>() + chars.as_str(),
+                None => String::new(),
+            };
+        }
+    }
+    sentence.to_string()
+}
+
+pub fn merge(memories: &[MemoryView]) -> MergeReply {
+    let mut ordered: Vec<&MemoryView> = memories.iter().collect();
+    ordered.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+    let mut kept: Vec<(String, BTreeSet<String>)> = Vec::new();
+    for memory in ordered {
+        for sentence in sentences(&memory.text) {
+            let words = content_words(&sentence);
+            if words.is_empty() {
+                continue;
+            }
+            if kept.iter().any(|(_, k)| words.is_subset(k)) {
+                continue;
+            }
+            // A new clause that holds an earlier one replaces it.
+            kept.retain(|(_, k)| !k.is_subset(&words));
+            kept.push((sentence.trim_end_matches('.').to_string(), words));
+        }
+    }
+    let text = kept
+        .iter()
+        .map(|(s, _)| s.as_str())
+        .collect::<Vec<_>>()
+        .join("; ")
+        + ".";
+    MergeReply {
+        text,
+        confidence: 0.6,
+    }
+}
+
+pub fn refine(memory: &MemoryView) -> RefineReply {
+    let parts: Vec<String> = sentences(&memory.text);
+    // Drop a framing sentence with no facts of its own ("During a long conversation, ...").
+    let factual: Vec<String> = parts
+        .iter()
+        .filter(|s| {
+            let l = s.to_lowercase();
+            !(l.contains("shared several things") || l.contains("talked about a few things"))
+        })
+        .map(|s| strip_connective(s))
+        .collect();
+    if factual.len() >= 2 {
+        let distinct = factual
+            .windows(2)
+            .all(|w| overlap(&w[0], &w[1]).jaccard < 0.3);
+        if distinct {
+            return RefineReply {
+                action: RefineAction::Split,
+                confidence: 0.7,
+                reasoning: format!(
+                    "offline rules: {} sentences on distinct topics",
+                    factual.len()
+                ),
+                parts: factual,
+            };
+        }
+    }
+    let mut trimmed = memory.text.clone();
+    for filler in FILLERS {
+        while let Some(at) = trimmed.to_lowercase().find(filler) {
+            trimmed.replace_range(at..at + filler.len(), "");
+        }
+    }
+    let trimmed = trimmed.split_whitespace().collect::<Vec<_>>().join(" ");
+    if trimmed != memory.text.split_whitespace().collect::<Vec<_>>().join(" ")
+        && !trimmed.is_empty()
+    {
+        return RefineReply {
+            action: RefineAction::Trim,
+            parts: vec![trimmed],
+            confidence: 0.6,
+            reasoning: "offline rules: filler words removed".into(),
+        };
+    }
+    RefineReply {
+        action: RefineAction::Keep,
+        parts: Vec::new(),
+        confidence: 0.6,
+        reasoning: "offline rules: one topic, no filler".into(),
+    }
+}
+
+pub fn propose(memories: &[MemoryView]) -> ProposeReply {
+    let Some((hub, rest)) = memories.split_first() else {
+        return ProposeReply { groups: Vec::new() };
+    };
+    let mut group = vec![hub.clone()];
+    for candidate in rest {
+        let c = classify(hub, candidate).classification;
+        if matches!(c, Classification::Duplicate | Classification::Merge) {
+            group.push(candidate.clone());
+        }
+    }
+    if group.len() < 2 {
+        return ProposeReply { groups: Vec::new() };
+    }
+    let merged = merge(&group);
+    ProposeReply {
+        groups: vec![ProposedGroup {
+            memory_ids: group.iter().map(|m| m.id.clone()).collect(),
+            text: merged.text,
+            confidence: 0.65,
+            reasoning: format!(
+                "offline rules: {} memories on the hub's subject",
+                group.len()
+            ),
+        }],
+    }
+}
+
+pub fn verify(memories: &[MemoryView], proposal: &str) -> VerifyReply {
+    let proposed = content_words(proposal);
+    let mut sources = BTreeSet::new();
+    let mut missing = 0usize;
+    for m in memories {
+        let words = content_words(&m.text);
+        missing += words.difference(&proposed).count();
+        sources.extend(words);
+    }
+    let added = proposed.difference(&sources).count();
+    let approve = missing == 0 && added as f64 <= 0.2 * proposed.len().max(1) as f64;
+    VerifyReply {
+        approve,
+        confidence: if approve { 0.7 } else { 0.8 },
+        reasoning: format!("offline rules: {missing} source words missing, {added} words added"),
+    }
+}
+
+pub fn summarize(memories: &[MemoryView]) -> SummaryReply {
+    let mut ordered: Vec<&MemoryView> = memories.iter().collect();
+    ordered.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+    let summary = ordered
+        .iter()
+        .take(5)
+        .filter_map(|m| sentences(&m.text).into_iter().next())
+        .collect::<Vec<_>>()
+        .join(" ");
+    SummaryReply {
+        summary,
+        confidence: 0.5,
+    }
+}
+
+/// The offline judge's reply to any task.
+pub fn judge(input: &TaskInput) -> Reply {
+    let m = &input.memories;
+    match input.task {
+        Task::IntegrateClassify => Reply::Classify(classify(&m[0], &m[1])),
+        Task::LinkClassify => Reply::Link(link(&m[0], &m[1])),
+        Task::IntegrateMerge => Reply::Merge(merge(m)),
+        Task::Refine => Reply::Refine(refine(&m[0])),
+        Task::ConsolidatePropose => Reply::Propose(propose(m)),
+        Task::ConsolidateVerify => {
+            Reply::Verify(verify(m, input.proposal.as_deref().unwrap_or("")))
+        }
+        Task::Summarize => Reply::Summary(summarize(m)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(id: &str, created: &str, text: &str) -> MemoryView {
+        MemoryView {
+            id: id.into(),
+            kind: "fact".into(),
+            created_at: format!("2025-{created}T00:00:00Z"),
+            happens_at: None,
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn classification_rules() {
+        let cases = [
+            (
+                "User works at Initech.",
+                "User has a job at Initech.",
+                Classification::Duplicate,
+            ),
+            (
+                "User uses Pinecone for vector search.",
+                "User moved to pgvector for vector search.",
+                Classification::Supersede,
+            ),
+            (
+                "User's side project Fieldnotes, a birdwatching log, has a private beta.",
+                "Update on Fieldnotes: it is publicly available.",
+                Classification::Supersede,
+            ),
+            (
+                "User's neighbour is called Omar.",
+                "Omar, user's neighbour, works as an engineering manager.",
+                Classification::Merge,
+            ),
+            (
+                "User enjoys hiking.",
+                "User's cousin Rafael lives in Toronto.",
+                Classification::Coexist,
+            ),
+        ];
+        for (old, new, expected) in cases {
+            let got = classify(&memory("a", "01-01", old), &memory("b", "02-01", new));
+            assert_eq!(
+                got.classification, expected,
+                "{old} / {new}: {}",
+                got.reasoning
+            );
+            assert!((0.0..=1.0).contains(&got.confidence));
+        }
+    }
+
+    #[test]
+    fn verbose_memories_split_at_topics_and_merges_keep_every_clause() {
+        let verbose = memory(
+            "v",
+            "01-01",
+            "During a long conversation, user shared several things. User cycles to work. \
+             Besides that, user's main programming language is Rust. On another note, user trains at a CrossFit box near work.",
+        );
+        let reply = refine(&verbose);
+        assert_eq!(reply.action, RefineAction::Split);
+        assert_eq!(
+            reply.parts,
+            [
+                "User cycles to work.",
+                "User's main programming language is Rust.",
+                "User trains at a CrossFit box near work."
+            ]
+        );
+        assert_eq!(
+            refine(&memory("k", "01-01", "User prefers dark mode.")).action,
+            RefineAction::Keep
+        );
+        let merged = merge(&[
+            memory("a", "01-01", "User's neighbour is called Omar."),
+            memory("b", "02-01", "Omar works as an engineering manager."),
+        ]);
+        assert!(merged.text.contains("Omar") && merged.text.contains("engineering manager"));
+        let proposal = merged.text.clone();
+        let sources = [
+            memory("a", "01-01", "User's neighbour is called Omar."),
+            memory("b", "02-01", "Omar works as an engineering manager."),
+        ];
+        assert!(verify(&sources, &proposal).approve);
+        assert!(!verify(&sources, "Omar is a pilot.").approve);
+    }
+
+    #[test]
+    fn every_task_answers_with_a_reply_that_passes_validation() {
+        let memories = vec![
+            memory("a", "01-01", "User works at Initech."),
+            memory("b", "02-01", "User has a job at Initech."),
+        ];
+        for &task in ALL_TASKS {
+            let input = TaskInput {
+                task,
+                memories: if task == Task::Refine {
+                    memories[..1].to_vec()
+                } else {
+                    memories.clone()
+                },
+                proposal: Some("User works at Initech.".into()),
+                now: "2025-03-01T00:00:00Z".into(),
+            };
+            let reply = judge(&input);
+            let reparsed = parse_reply(&input, &reply.to_model_json()).unwrap();
+            assert_eq!(reparsed, reply, "{}", task.name());
+        }
+    }
+}

@@ -1,0 +1,636 @@
+//! The catalogue of LLM tasks: for each, its versioned prompt template and JSON schema (files
+//! in `src/llm/prompts/`), the typed reply, strict parsing and validation of what a model
+//! sends back, and the safe choice when a reply cannot be trusted.
+//!
+//! Pure: text in, typed values out. No HTTP.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// A task of the LLM layer. Its name is how config, reports and batch records refer to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Task {
+    #[serde(rename = "consolidate.propose")]
+    ConsolidatePropose,
+    #[serde(rename = "consolidate.verify")]
+    ConsolidateVerify,
+    #[serde(rename = "link.classify")]
+    LinkClassify,
+    #[serde(rename = "integrate.classify")]
+    IntegrateClassify,
+    #[serde(rename = "integrate.merge")]
+    IntegrateMerge,
+    #[serde(rename = "refine")]
+    Refine,
+    #[serde(rename = "summarize")]
+    Summarize,
+}
+
+pub const ALL_TASKS: &[Task] = &[
+    Task::ConsolidatePropose,
+    Task::ConsolidateVerify,
+    Task::LinkClassify,
+    Task::IntegrateClassify,
+    Task::IntegrateMerge,
+    Task::Refine,
+    Task::Summarize,
+];
+
+/// Bumped whenever a template or schema changes, and recorded with every call.
+pub const PROMPT_VERSION: &str = "v1";
+
+impl Task {
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::ConsolidatePropose => "consolidate.propose",
+            Task::ConsolidateVerify => "consolidate.verify",
+            Task::LinkClassify => "link.classify",
+            Task::IntegrateClassify => "integrate.classify",
+            Task::IntegrateMerge => "integrate.merge",
+            Task::Refine => "refine",
+            Task::Summarize => "summarize",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Task> {
+        ALL_TASKS.iter().copied().find(|t| t.name() == name)
+    }
+
+    fn template(self) -> &'static str {
+        match self {
+            Task::ConsolidatePropose => include_str!("prompts/consolidate.propose.v1.txt"),
+            Task::ConsolidateVerify => include_str!("prompts/consolidate.verify.v1.txt"),
+            Task::LinkClassify => include_str!("prompts/link.classify.v1.txt"),
+            Task::IntegrateClassify => include_str!("prompts/integrate.classify.v1.txt"),
+            Task::IntegrateMerge => include_str!("prompts/integrate.merge.v1.txt"),
+            Task::Refine => include_str!("prompts/refine.v1.txt"),
+            Task::Summarize => include_str!("prompts/summarize.v1.txt"),
+        }
+    }
+
+    pub fn schema(self) -> &'static str {
+        match self {
+            Task::ConsolidatePropose => include_str!("prompts/consolidate.propose.v1.schema.json"),
+            Task::ConsolidateVerify => include_str!("prompts/consolidate.verify.v1.schema.json"),
+            Task::LinkClassify => include_str!("prompts/link.classify.v1.schema.json"),
+            Task::IntegrateClassify => include_str!("prompts/integrate.classify.v1.schema.json"),
+            Task::IntegrateMerge => include_str!("prompts/integrate.merge.v1.schema.json"),
+            Task::Refine => include_str!("prompts/refine.v1.schema.json"),
+            Task::Summarize => include_str!("prompts/summarize.v1.schema.json"),
+        }
+    }
+
+    /// How many memories the task takes: (at least, at most).
+    fn arity(self) -> (usize, usize) {
+        match self {
+            Task::LinkClassify | Task::IntegrateClassify => (2, 2),
+            Task::Refine => (1, 1),
+            Task::IntegrateMerge | Task::ConsolidatePropose | Task::ConsolidateVerify => {
+                (2, usize::MAX)
+            }
+            Task::Summarize => (1, usize::MAX),
+        }
+    }
+}
+
+/// A memory as a prompt shows it: with its timestamps, so the model can reason about time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryView {
+    pub id: String,
+    pub kind: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub happens_at: Option<String>,
+    pub text: String,
+}
+
+/// Everything one call needs; serialisable so batch submissions can be replayed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskInput {
+    pub task: Task,
+    pub memories: Vec<MemoryView>,
+    /// The consolidated text under review (consolidate.verify only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<String>,
+    /// The run's clock, RFC 3339.
+    pub now: String,
+}
+
+impl TaskInput {
+    pub fn check(&self) -> Result<(), String> {
+        let (least, most) = self.task.arity();
+        let n = self.memories.len();
+        if n < least || n > most {
+            return Err(format!(
+                "{} takes {least}..{most} memories, got {n}",
+                self.task.name()
+            ));
+        }
+        if self.task == Task::ConsolidateVerify && self.proposal.is_none() {
+            return Err("consolidate.verify needs a proposal".into());
+        }
+        Ok(())
+    }
+
+    /// The prompt: the task's template with the memories (as JSON), the time and the schema.
+    pub fn render(&self) -> String {
+        let memories =
+            serde_json::to_string_pretty(&self.memories).expect("memory views serialise");
+        self.task
+            .template()
+            .replace("{{now}}", &self.now)
+            .replace("{{proposal}}", self.proposal.as_deref().unwrap_or(""))
+            .replace("{{schema}}", self.task.schema().trim())
+            .replace("{{memories}}", &memories)
+    }
+
+    /// Recovers the input from a rendered prompt (the mock server answers with it).
+    pub fn from_prompt(prompt: &str) -> Option<TaskInput> {
+        let header = prompt.lines().find_map(|l| l.strip_prefix("TASK: "))?;
+        let task = Task::from_name(header.split_whitespace().next()?)?;
+        let now = prompt
+            .lines()
+            .find_map(|l| l.strip_prefix("Current time: "))?
+            .trim()
+            .to_string();
+        let proposal = prompt
+            .lines()
+            .find_map(|l| l.strip_prefix("PROPOSED TEXT: "))
+            .map(str::to_string);
+        let after = prompt.split_once("MEMORIES (JSON")?.1;
+        let start = after.find('[')?;
+        let mut stream =
+            serde_json::Deserializer::from_str(&after[start..]).into_iter::<Vec<MemoryView>>();
+        let memories = stream.next()?.ok()?;
+        Some(TaskInput {
+            task,
+            memories,
+            proposal,
+            now,
+        })
+    }
+
+    fn ids(&self) -> BTreeSet<&str> {
+        self.memories.iter().map(|m| m.id.as_str()).collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Classification {
+    Duplicate,
+    Supersede,
+    Merge,
+    Coexist,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkType {
+    Conflicts,
+    Supersedes,
+    Causes,
+    InstanceOf,
+    InvalidatedBy,
+    MotivatedBy,
+    Null,
+}
+
+impl LinkType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkType::Conflicts => "conflicts",
+            LinkType::Supersedes => "supersedes",
+            LinkType::Causes => "causes",
+            LinkType::InstanceOf => "instance_of",
+            LinkType::InvalidatedBy => "invalidated_by",
+            LinkType::MotivatedBy => "motivated_by",
+            LinkType::Null => "null",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RefineAction {
+    Keep,
+    Trim,
+    Split,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifyReply {
+    pub classification: Classification,
+    pub confidence: f64,
+    pub reasoning: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkReply {
+    pub link_type: LinkType,
+    pub confidence: f64,
+    pub reasoning: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeReply {
+    pub text: String,
+    pub confidence: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefineReply {
+    pub action: RefineAction,
+    pub parts: Vec<String>,
+    pub confidence: f64,
+    pub reasoning: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposedGroup {
+    pub memory_ids: Vec<String>,
+    pub text: String,
+    pub confidence: f64,
+    pub reasoning: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposeReply {
+    pub groups: Vec<ProposedGroup>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyReply {
+    pub approve: bool,
+    pub confidence: f64,
+    pub reasoning: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummaryReply {
+    pub summary: String,
+    pub confidence: f64,
+}
+
+/// A validated reply.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "task", content = "reply")]
+pub enum Reply {
+    #[serde(rename = "integrate.classify")]
+    Classify(ClassifyReply),
+    #[serde(rename = "link.classify")]
+    Link(LinkReply),
+    #[serde(rename = "integrate.merge")]
+    Merge(MergeReply),
+    #[serde(rename = "refine")]
+    Refine(RefineReply),
+    #[serde(rename = "consolidate.propose")]
+    Propose(ProposeReply),
+    #[serde(rename = "consolidate.verify")]
+    Verify(VerifyReply),
+    #[serde(rename = "summarize")]
+    Summary(SummaryReply),
+}
+
+impl Reply {
+    /// The reply as the JSON object a model would send.
+    pub fn to_model_json(&self) -> String {
+        let value = match self {
+            Reply::Classify(r) => serde_json::to_string(r),
+            Reply::Link(r) => serde_json::to_string(r),
+            Reply::Merge(r) => serde_json::to_string(r),
+            Reply::Refine(r) => serde_json::to_string(r),
+            Reply::Propose(r) => serde_json::to_string(r),
+            Reply::Verify(r) => serde_json::to_string(r),
+            Reply::Summary(r) => serde_json::to_string(r),
+        };
+        value.expect("replies serialise")
+    }
+}
+
+/// The JSON object inside a model's text: the whole text, or the body of a ```json fence, or
+/// the first balanced `{...}` after leading prose. Strings are respected when balancing.
+pub fn extract_json_object(text: &str) -> Option<&str> {
+    let trimmed = text.trim();
+    if trimmed.starts_with('{') && trimmed.ends_with('}') {
+        return Some(trimmed);
+    }
+    if let Some(start) = trimmed.find("```") {
+        let body = &trimmed[start + 3..];
+        let body = body.strip_prefix("json").unwrap_or(body);
+        if let Some(end) = body.find("```") {
+            let inner = body[..end].trim();
+            if inner.starts_with('{') && inner.ends_with('}') {
+                return Some(inner);
+            }
+        }
+    }
+    let start = trimmed.find('{')?;
+    let bytes = trimmed.as_bytes();
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in bytes.iter().enumerate().skip(start) {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&trimmed[start..=i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn unit(name: &str, value: f64) -> Result<(), String> {
+    if (0.0..=1.0).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("{name} {value} is outside [0, 1]"))
+    }
+}
+
+fn parse_as<T: for<'de> Deserialize<'de>>(json: &str) -> Result<T, String> {
+    serde_json::from_str(json).map_err(|e| format!("reply does not match the schema: {e}"))
+}
+
+/// Parses and validates a model's text for `input`. The error says what was wrong; it never
+/// quotes the prompt.
+pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
+    let json = extract_json_object(text).ok_or_else(|| {
+        format!(
+            "no JSON object in the reply ({} chars)",
+            text.chars().count()
+        )
+    })?;
+    let ids = input.ids();
+    let reply = match input.task {
+        Task::IntegrateClassify => {
+            let r: ClassifyReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            Reply::Classify(r)
+        }
+        Task::LinkClassify => {
+            let r: LinkReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            Reply::Link(r)
+        }
+        Task::IntegrateMerge => {
+            let r: MergeReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            if r.text.trim().is_empty() {
+                return Err("merged text is empty".into());
+            }
+            Reply::Merge(r)
+        }
+        Task::Refine => {
+            let r: RefineReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            match r.action {
+                RefineAction::Keep if !r.parts.is_empty() => {
+                    return Err("keep must come with no parts".into());
+                }
+                RefineAction::Trim if r.parts.len() != 1 => {
+                    return Err(format!(
+                        "trim needs exactly one part, got {}",
+                        r.parts.len()
+                    ));
+                }
+                RefineAction::Split if r.parts.len() < 2 => {
+                    return Err(format!(
+                        "split needs two or more parts, got {}",
+                        r.parts.len()
+                    ));
+                }
+                _ => {}
+            }
+            if r.parts.iter().any(|p| p.trim().is_empty()) {
+                return Err("a part is empty".into());
+            }
+            Reply::Refine(r)
+        }
+        Task::ConsolidatePropose => {
+            let r: ProposeReply = parse_as(json)?;
+            let mut used = BTreeSet::new();
+            for group in &r.groups {
+                unit("confidence", group.confidence)?;
+                if group.memory_ids.len() < 2 {
+                    return Err("a group needs two or more memory ids".into());
+                }
+                for id in &group.memory_ids {
+                    if !ids.contains(id.as_str()) {
+                        return Err(format!("memory id {id:?} was not in the request"));
+                    }
+                    if !used.insert(id.clone()) {
+                        return Err(format!("memory id {id:?} is in two groups"));
+                    }
+                }
+                if group.text.trim().is_empty() {
+                    return Err("a group's text is empty".into());
+                }
+            }
+            Reply::Propose(r)
+        }
+        Task::ConsolidateVerify => {
+            let r: VerifyReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            Reply::Verify(r)
+        }
+        Task::Summarize => {
+            let r: SummaryReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            if r.summary.trim().is_empty() {
+                return Err("summary is empty".into());
+            }
+            Reply::Summary(r)
+        }
+    };
+    Ok(reply)
+}
+
+/// What a caller does when no trustworthy reply exists: keep both memories, make no link,
+/// merge nothing, keep the memory whole, consolidate nothing, reject the proposal.
+pub fn safe_default(task: Task) -> Option<Reply> {
+    let reasoning = "safe default: no valid reply".to_string();
+    match task {
+        Task::IntegrateClassify => Some(Reply::Classify(ClassifyReply {
+            classification: Classification::Coexist,
+            confidence: 0.0,
+            reasoning,
+        })),
+        Task::LinkClassify => Some(Reply::Link(LinkReply {
+            link_type: LinkType::Null,
+            confidence: 0.0,
+            reasoning,
+        })),
+        Task::Refine => Some(Reply::Refine(RefineReply {
+            action: RefineAction::Keep,
+            parts: Vec::new(),
+            confidence: 0.0,
+            reasoning,
+        })),
+        Task::ConsolidatePropose => Some(Reply::Propose(ProposeReply { groups: Vec::new() })),
+        Task::ConsolidateVerify => Some(Reply::Verify(VerifyReply {
+            approve: false,
+            confidence: 0.0,
+            reasoning,
+        })),
+        // No merged text and no summary: the caller writes nothing.
+        Task::IntegrateMerge | Task::Summarize => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(task: Task, n: usize) -> TaskInput {
+        TaskInput {
+            task,
+            memories: (0..n)
+                .map(|i| MemoryView {
+                    id: format!("m{i}"),
+                    kind: "fact".into(),
+                    created_at: format!("2025-0{}-01T00:00:00Z", i + 1),
+                    happens_at: None,
+                    text: format!("User fact number {i} with \"quotes\" and {{braces}}"),
+                })
+                .collect(),
+            proposal: (task == Task::ConsolidateVerify).then(|| "merged".to_string()),
+            now: "2025-12-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn every_prompt_renders_and_round_trips() {
+        for &task in ALL_TASKS {
+            let input = input(task, task.arity().0.max(2).min(task.arity().1));
+            input.check().unwrap();
+            let prompt = input.render();
+            assert!(!prompt.contains("{{"), "{} left a placeholder", task.name());
+            assert!(
+                prompt.contains("2025-01-01T00:00:00Z"),
+                "timestamps are in the prompt"
+            );
+            assert_eq!(TaskInput::from_prompt(&prompt).as_ref(), Some(&input));
+            serde_json::from_str::<serde_json::Value>(task.schema()).unwrap();
+        }
+    }
+
+    #[test]
+    fn json_is_found_in_fences_and_after_prose() {
+        let cases = [
+            (r#"{"a":1}"#, Some(r#"{"a":1}"#)),
+            ("```json\n{\"a\":1}\n```", Some(r#"{"a":1}"#)),
+            (
+                "Sure! Here it is: {\"a\":\"}{\"} and more",
+                Some(r#"{"a":"}{"}"#),
+            ),
+            ("no json here", None),
+            ("{\"a\":", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(extract_json_object(text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn replies_are_validated_strictly() {
+        let classify = input(Task::IntegrateClassify, 2);
+        let propose = input(Task::ConsolidatePropose, 3);
+        let refine = input(Task::Refine, 1);
+        let cases: &[(&TaskInput, &str, Result<(), &str>)] = &[
+            (
+                &classify,
+                r#"{"classification":"SUPERSEDE","confidence":0.9,"reasoning":"moved"}"#,
+                Ok(()),
+            ),
+            (
+                &classify,
+                r#"{"classification":"REPLACE","confidence":0.9,"reasoning":""}"#,
+                Err("unknown variant"),
+            ),
+            (
+                &classify,
+                r#"{"classification":"MERGE","confidence":1.5,"reasoning":""}"#,
+                Err("outside [0, 1]"),
+            ),
+            (
+                &classify,
+                r#"{"classification":"MERGE","confidence":0.5}"#,
+                Err("missing field"),
+            ),
+            (
+                &classify,
+                r#"{"classification":"MERGE","confidence":0.5,"reasoning":"","extra":1}"#,
+                Err("unknown field"),
+            ),
+            (
+                &propose,
+                r#"{"groups":[{"memory_ids":["m0","m9"],"text":"t","confidence":0.8,"reasoning":""}]}"#,
+                Err("\"m9\" was not in the request"),
+            ),
+            (
+                &propose,
+                r#"{"groups":[{"memory_ids":["m0","m1"],"text":"t","confidence":0.8,"reasoning":""}]}"#,
+                Ok(()),
+            ),
+            (&propose, r#"{"groups":[]}"#, Ok(())),
+            (
+                &refine,
+                r#"{"action":"split","parts":["one"],"confidence":0.8,"reasoning":""}"#,
+                Err("two or more parts"),
+            ),
+            (
+                &refine,
+                r#"{"action":"keep","parts":[],"confidence":0.8,"reasoning":""}"#,
+                Ok(()),
+            ),
+            (&refine, "I cannot help with that.", Err("no JSON object")),
+        ];
+        for (input, text, expected) in cases {
+            let got = parse_reply(input, text);
+            match (expected, &got) {
+                (Ok(()), Ok(_)) => {}
+                (Err(want), Err(e)) => assert!(e.contains(want), "{text}: {e}"),
+                _ => panic!("{text}: expected {expected:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn safe_defaults_keep_everything() {
+        assert!(matches!(
+            safe_default(Task::IntegrateClassify),
+            Some(Reply::Classify(ClassifyReply {
+                classification: Classification::Coexist,
+                ..
+            }))
+        ));
+        assert!(matches!(
+            safe_default(Task::ConsolidateVerify),
+            Some(Reply::Verify(VerifyReply { approve: false, .. }))
+        ));
+        assert_eq!(safe_default(Task::IntegrateMerge), None);
+    }
+}
