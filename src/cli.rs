@@ -35,6 +35,10 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// Configuration file (default: ./memlife.toml when it exists; built-in defaults otherwise).
+    #[arg(long, global = true, env = "MEMLIFE_CONFIG")]
+    pub config: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -178,6 +182,47 @@ pub enum Command {
         #[command(subcommand)]
         which: BenchCommand,
     },
+    /// Typed links (conflicts, supersedes, causes, ...) between similar memories, judged by
+    /// the LLM layer (`link.classify`); `--mode batch` submits and exits.
+    Link {
+        /// Neighbours per memory considered.
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+        /// Cosine similarity a pair needs to be judged.
+        #[arg(long, default_value_t = 0.75)]
+        min_score: f32,
+        #[command(flatten)]
+        job: JobArgs,
+        #[command(flatten)]
+        llm: crate::llm::LlmArgs,
+    },
+    /// OpenAI Batch API submissions: apply finished ones, resubmit failed ones, clean up.
+    Batches {
+        #[command(subcommand)]
+        which: BatchesCommand,
+    },
+    /// An OpenAI-compatible mock server (chat, embeddings, files, batches) answering memlife
+    /// prompts with the offline judge, with injectable latency and faults.
+    MockLlm {
+        /// 0 picks a free port (the address is printed on the first line).
+        #[arg(long, default_value_t = 8089)]
+        port: u16,
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
+        /// Share of chat requests answered with a 429, a 500, malformed JSON or a hang.
+        #[arg(long, default_value_t = 0.0)]
+        error_rate: f64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// JSON array of faults for the first requests, in order (see `memlife mock-llm --help`).
+        #[arg(long)]
+        script: Option<PathBuf>,
+        /// Time until a created batch reports `completed`.
+        #[arg(long, default_value_t = 0)]
+        batch_delay_ms: u64,
+        #[arg(long, default_value_t = DEFAULT_EMBEDDING_DIM)]
+        embedding_dim: usize,
+    },
     /// A memory's nearest neighbours among its user's memories, with scores.
     Similar {
         id: String,
@@ -187,6 +232,30 @@ pub enum Command {
         #[arg(long, default_value_t = -1.0)]
         min: f32,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BatchesCommand {
+    /// Check running batches; apply finished ones exactly once (cron: every minute).
+    Poll {
+        /// Take over a claim older than this (its poller is presumed dead); default
+        /// llm.apply_lease_secs of the config.
+        #[arg(long)]
+        lease_secs: Option<u64>,
+    },
+    /// Resubmit failed or expired batches, and submissions stuck before reaching the provider.
+    Retry {
+        #[arg(long, default_value_t = 3600)]
+        stuck_after_secs: u64,
+    },
+    /// Delete applied and failed batch records (and their remote files) older than N days;
+    /// default llm.batch_retention_days of the config.
+    Cleanup {
+        #[arg(long)]
+        older_than_days: Option<u32>,
+    },
+    /// The batch records, newest last.
+    List,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,6 +286,19 @@ pub enum BenchCommand {
         /// Use the exact f32 kernel even where the int8 pass is available.
         #[arg(long)]
         exact: bool,
+    },
+    /// Classification requests in online mode against an OpenAI-compatible server (start
+    /// `memlife mock-llm --latency-ms 1000` for the reference figure).
+    Llm {
+        #[arg(long, default_value = "http://127.0.0.1:8089/v1")]
+        url: String,
+        #[arg(long, default_value_t = 1000)]
+        requests: usize,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// The server's latency, for the ideal time ceil(requests / concurrency) x latency.
+        #[arg(long, default_value_t = 1000)]
+        latency_ms: u64,
     },
     /// Sentences per second of an embedder.
     Embed {
@@ -413,6 +495,15 @@ pub async fn run(cli: Cli) -> Result<u8> {
                     },
                     &mut stdout,
                 )?,
+                BenchCommand::Llm {
+                    url,
+                    requests,
+                    concurrency,
+                    latency_ms,
+                } => {
+                    commands::bench::llm(&url, requests, concurrency, latency_ms, &mut stdout)
+                        .await?
+                }
                 BenchCommand::Embed {
                     sentences,
                     batch_size,
@@ -423,6 +514,51 @@ pub async fn run(cli: Cli) -> Result<u8> {
                     commands::bench::embed(&embedder, sentences, batch_size, &mut stdout).await?
                 }
             }
+            Ok(0)
+        }
+        Command::Link {
+            k,
+            min_score,
+            job,
+            llm,
+        } => {
+            let config = crate::config::Config::load(cli.config.as_deref())?;
+            let llm = crate::llm::Llm::new(&config, &llm)?;
+            let store = Store::open(&cli.db).await?;
+            let ctx = job_ctx(store, &job);
+            let args = jobs::link::LinkArgs { k, min_score };
+            let report = jobs::link::run(&ctx, &args, &llm).await?;
+            report.print(cli.json, &mut stdout)?;
+            Ok(report.exit_code())
+        }
+        Command::Batches { which } => {
+            let config = crate::config::Config::load(cli.config.as_deref())?;
+            let store = Store::open(&cli.db).await?;
+            commands::batches::run(&store, &config, which, cli.json, &mut stdout).await
+        }
+        Command::MockLlm {
+            port,
+            latency_ms,
+            error_rate,
+            seed,
+            script,
+            batch_delay_ms,
+            embedding_dim,
+        } => {
+            let script = match script {
+                Some(path) => crate::mock_llm::Fault::load(&path)?,
+                None => Vec::new(),
+            };
+            crate::mock_llm::serve(crate::mock_llm::MockOptions {
+                port,
+                latency: std::time::Duration::from_millis(latency_ms),
+                error_rate,
+                seed,
+                script,
+                batch_delay: std::time::Duration::from_millis(batch_delay_ms),
+                embedding_dim,
+            })
+            .await?;
             Ok(0)
         }
         Command::Similar { id, k, min } => {

@@ -12,6 +12,7 @@ pub mod encoding;
 pub mod formats;
 pub mod jobs;
 pub mod llm;
+pub mod mock_llm;
 pub mod rows;
 pub mod schema;
 pub mod similarity;

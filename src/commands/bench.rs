@@ -129,3 +129,71 @@ pub async fn embed(
     writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     Ok(())
 }
+
+/// `memlife bench llm`: `requests` classification calls in online mode through the provider
+/// machinery (semaphore, budgets, retries) against `url`, timed against the ideal
+/// ceil(requests / concurrency) x latency.
+pub async fn llm(
+    url: &str,
+    requests: usize,
+    concurrency: usize,
+    latency_ms: u64,
+    out: &mut dyn Write,
+) -> Result<()> {
+    use crate::config::{Config, ProviderConfig};
+    use crate::llm::tasks::{MemoryView, Task, TaskInput};
+    use crate::llm::{Item, JudgeKind, Llm, LlmArgs, Mode};
+
+    let mut config = Config::parse(&format!(
+        "[providers.bench]\nbase_url = {url:?}\nmodel = \"mock\"\nmax_concurrency = {concurrency}\ntimeout_secs = 60\n\n[roles]\nfast = [\"bench\"]\nreasoning = [\"bench\"]\n"
+    ))?;
+    config
+        .providers
+        .get_mut("bench")
+        .map(|p: &mut ProviderConfig| p.json_mode = true);
+    let llm = Llm::new(
+        &config,
+        &LlmArgs {
+            judge: Some(JudgeKind::Providers),
+            mode: Some(Mode::Online),
+        },
+    )?;
+    let (memories, _) = generate(&SynthConfig {
+        users: 1,
+        memories: requests + 1,
+        seed: 11,
+        start_micros: 1_735_689_600_000_000,
+        span_days: 365,
+    });
+    let view = |i: usize| MemoryView {
+        id: memories[i].id.clone(),
+        kind: "fact".into(),
+        created_at: crate::encoding::format_timestamp(memories[i].created_at),
+        happens_at: None,
+        text: memories[i].text.clone(),
+    };
+    let items: Vec<Item> = (0..requests)
+        .map(|i| Item {
+            custom_id: format!("pair-{i}"),
+            input: TaskInput {
+                task: Task::IntegrateClassify,
+                memories: vec![view(i), view(i + 1)],
+                proposal: None,
+                now: "2026-01-01T00:00:00Z".into(),
+            },
+        })
+        .collect();
+    let started = Instant::now();
+    let outcomes = llm.run(items).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let ideal = requests.div_ceil(concurrency.max(1)) as f64 * latency_ms as f64 / 1000.0;
+    let usage = llm.usage(&outcomes);
+    let report = serde_json::json!({
+        "bench": "llm", "url": url, "requests": requests, "concurrency": concurrency,
+        "latency_ms": latency_ms, "seconds": seconds, "ideal_seconds": ideal,
+        "ratio_to_ideal": seconds / ideal.max(f64::MIN_POSITIVE),
+        "failed_items": usage.failed_items, "usage": usage,
+    });
+    writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    Ok(())
+}

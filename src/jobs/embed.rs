@@ -72,19 +72,6 @@ fn texts_of(spec: &TableSpec, batch: &RecordBatch) -> Vec<String> {
         .collect()
 }
 
-/// Distinct users of a table (or the one in scope).
-async fn users(ctx: &JobCtx, table: &str) -> Result<Vec<String>> {
-    if let Some(user) = &ctx.user {
-        return Ok(vec![user.clone()]);
-    }
-    let mut users = std::collections::BTreeSet::new();
-    for batch in ctx.store.scan_columns(table, None, &["user_id"]).await? {
-        let column = batch.column(0).as_string::<i32>();
-        users.extend((0..batch.num_rows()).map(|i| column.value(i).to_string()));
-    }
-    Ok(users.into_iter().collect())
-}
-
 /// Models other than `current` that made some of the user's vectors.
 async fn other_models(ctx: &JobCtx, table: &str, user: &str, current: &str) -> Result<Vec<String>> {
     let filter = format!("user_id = {} AND embedding IS NOT NULL", sql_string(user));
@@ -201,7 +188,7 @@ pub async fn run(ctx: &JobCtx, args: &EmbedArgs, embedder: &Embedder) -> Result<
         if !args.tables.iter().any(|t| t == spec.name) {
             continue;
         }
-        for user in users(ctx, spec.name).await? {
+        for user in super::users_of(ctx, spec.name).await? {
             let others = other_models(ctx, spec.name, &user, &model).await?;
             if !others.is_empty() && !args.all {
                 report.failures.push(ItemFailure {

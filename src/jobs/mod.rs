@@ -4,6 +4,7 @@
 
 pub mod embed;
 pub mod import;
+pub mod link;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -67,6 +68,9 @@ pub struct JobReport {
     pub notes: Vec<String>,
     pub duration_ms: u64,
     pub error: Option<String>,
+    /// Calls, tokens, retries, failures and cost per provider, for jobs that judge with an LLM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm: Option<crate::llm::LlmUsage>,
 }
 
 /// How many failures the human-readable report lists before summarising.
@@ -85,6 +89,7 @@ impl JobReport {
             notes: Vec::new(),
             duration_ms: 0,
             error: None,
+            llm: None,
         }
     }
 
@@ -120,6 +125,26 @@ impl JobReport {
             writeln!(out, "  {name:<20} {value}")?;
         }
         writeln!(out, "  duration    {} ms", self.duration_ms)?;
+        if let Some(llm) = &self.llm {
+            writeln!(
+                out,
+                "  judge: {} ({} mode), {} items, {} failed, est. ${:.4}",
+                llm.judge, llm.mode, llm.items, llm.failed_items, llm.estimated_cost_usd
+            )?;
+            for (name, p) in &llm.providers {
+                writeln!(
+                    out,
+                    "    {name:<12} served {:<6} requests {:<6} retries {:<4} failed calls {:<4} invalid replies {:<4} tokens {}/{}",
+                    p.served,
+                    p.requests,
+                    p.retries,
+                    p.failed_calls,
+                    p.invalid_replies,
+                    p.input_tokens,
+                    p.output_tokens
+                )?;
+            }
+        }
         for note in &self.notes {
             writeln!(out, "  note: {note}")?;
         }
@@ -141,6 +166,20 @@ impl JobReport {
         }
         Ok(())
     }
+}
+
+/// Distinct users of a table (or the one in scope), sorted.
+pub async fn users_of(ctx: &JobCtx, table: &str) -> Result<Vec<String>> {
+    use arrow::array::AsArray;
+    if let Some(user) = &ctx.user {
+        return Ok(vec![user.clone()]);
+    }
+    let mut users = std::collections::BTreeSet::new();
+    for batch in ctx.store.scan_columns(table, None, &["user_id"]).await? {
+        let column = batch.column(0).as_string::<i32>();
+        users.extend((0..batch.num_rows()).map(|i| column.value(i).to_string()));
+    }
+    Ok(users.into_iter().collect())
 }
 
 /// The `runs` row of one execution: written as `running` when the job starts and replaced
@@ -194,6 +233,10 @@ impl RunLog {
         let duration = report.map(|r| r.duration_ms as i64);
         let status = report.map_or("running", |r| r.status.as_str());
         let error = report.and_then(|r| r.error.as_deref());
+        let llm_usage = report
+            .and_then(|r| r.llm.as_ref())
+            .map(serde_json::to_string)
+            .transpose()?;
         let mut builder = RowBuilder::new(&RUNS, ctx.store.embedding_dim(), self.started_at);
         builder
             .append(|_, name| match name {
@@ -209,6 +252,7 @@ impl RunLog {
                 "items_failed" => failed.map_or(Cell::Null, Cell::I64),
                 "duration_ms" => duration.map_or(Cell::Null, Cell::I64),
                 "error" => error.map_or(Cell::Null, Cell::Text),
+                "llm_usage" => llm_usage.as_deref().map_or(Cell::Null, Cell::Text),
                 _ => Cell::Missing,
             })
             .map_err(|e| anyhow::anyhow!("run row: {e}"))?;

@@ -578,7 +578,10 @@ async fn apply_one(
     entry.output_tokens += output_tokens;
     entry.served += outcomes.iter().filter(|o| o.failure.is_none()).count() as u64;
     entry.estimated_cost_usd += batch_cost;
-    usage.estimated_cost_usd = usage.providers.values().map(|u| u.estimated_cost_usd).sum();
+    usage.estimated_cost_usd = usage
+        .providers
+        .values()
+        .fold(0.0, |t, u| t + u.estimated_cost_usd);
     record.status = "applied".into();
     record.claim_token = Some(token);
     record.applied_at = Some(now_text());

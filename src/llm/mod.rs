@@ -308,7 +308,9 @@ impl Llm {
             },
             items: outcomes.len() as u64,
             failed_items: outcomes.iter().filter(|o| o.failure.is_some()).count() as u64,
-            estimated_cost_usd: providers.values().map(|u| u.estimated_cost_usd).sum(),
+            estimated_cost_usd: providers
+                .values()
+                .fold(0.0, |t, u| t + u.estimated_cost_usd),
             providers,
         };
         if self.judge == JudgeKind::Offline {

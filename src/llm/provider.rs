@@ -93,6 +93,8 @@ impl Provider {
             openai = openai.with_api_key(key);
         }
         let stats = Arc::new(ProviderStats::default());
+        // TLS through rustls with ring (already in the tree); idempotent.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .pool_max_idle_per_host(config.max_concurrency)

@@ -1,0 +1,199 @@
+//! `memlife batches poll|retry|cleanup|list`: the scheduled side of the Batch API path
+//! (seed 000: poll every minute, retry every six hours, clean up daily). Each command that
+//! changes something writes a `runs` row; a poll that finds nothing to do writes none, so a
+//! cron entry every minute does not flood the table.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::Result;
+use chrono::Utc;
+
+use crate::cli::BatchesCommand;
+use crate::config::Config;
+use crate::jobs::link::LinkApplier;
+use crate::jobs::{ItemFailure, JobCtx, JobReport, RunLog};
+use crate::llm::batch::{self, Applier, PollOptions};
+use crate::llm::{JudgeKind, Llm, LlmArgs, Mode};
+use crate::store::Store;
+
+fn appliers() -> BTreeMap<&'static str, Box<dyn Applier>> {
+    let mut map: BTreeMap<&'static str, Box<dyn Applier>> = BTreeMap::new();
+    map.insert("link", Box::new(LinkApplier));
+    map
+}
+
+fn providers(config: &Config) -> Result<Llm> {
+    Llm::new(
+        config,
+        &LlmArgs {
+            judge: Some(JudgeKind::Providers),
+            mode: Some(Mode::Online),
+        },
+    )
+}
+
+fn ctx(store: &Store) -> JobCtx {
+    JobCtx {
+        store: store.clone(),
+        user: None,
+        dry_run: false,
+        now: Utc::now(),
+    }
+}
+
+pub async fn run(
+    store: &Store,
+    config: &Config,
+    which: BatchesCommand,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<u8> {
+    match which {
+        BatchesCommand::Poll { lease_secs } => {
+            let pending =
+                batch::load(store, "status IN ('submitted', 'ready', 'applying')").await?;
+            let ctx = ctx(store);
+            let mut report = JobReport::new("batches.poll", &ctx);
+            if pending.is_empty() {
+                report.notes.push("no batch to poll".into());
+                report.print(json, out)?;
+                return Ok(0);
+            }
+            let llm = providers(config)?;
+            let log = RunLog::start(
+                &ctx,
+                "batches.poll",
+                &serde_json::json!({"lease_secs": lease_secs}),
+            )
+            .await?;
+            let options = PollOptions {
+                lease_secs: lease_secs.unwrap_or(config.llm.apply_lease_secs),
+            };
+            let polled = batch::poll(store, &llm, &appliers(), &options).await?;
+            for (name, value) in [
+                ("checked", polled.checked),
+                ("still_running", polled.still_running),
+                ("became_ready", polled.became_ready),
+                ("failed_remotely", polled.failed_remotely),
+                ("applied", polled.applied),
+                (
+                    "skipped_claimed_elsewhere",
+                    polled.skipped_claimed_elsewhere,
+                ),
+                ("items_applied", polled.items_applied),
+                ("items_failed", polled.items_failed),
+            ] {
+                report.count(name, value);
+            }
+            for (k, v) in &polled.counts {
+                report.count(k, *v);
+            }
+            for error in &polled.errors {
+                report.failures.push(ItemFailure {
+                    item: "batch".into(),
+                    reason: error.clone(),
+                });
+            }
+            if polled.applied > 0 {
+                report.llm = Some(polled.usage);
+            }
+            log.finish(&ctx, &mut report).await?;
+            report.print(json, out)?;
+            Ok(report.exit_code())
+        }
+        BatchesCommand::Retry { stuck_after_secs } => {
+            let ctx = ctx(store);
+            let llm = providers(config)?;
+            let log = RunLog::start(
+                &ctx,
+                "batches.retry",
+                &serde_json::json!({"stuck_after_secs": stuck_after_secs}),
+            )
+            .await?;
+            let mut report = JobReport::new("batches.retry", &ctx);
+            let resubmitted = batch::retry(store, &llm, stuck_after_secs).await?;
+            report.count("resubmitted", resubmitted.len() as u64);
+            for r in &resubmitted {
+                report.notes.push(format!(
+                    "batch {} resubmitted as {} (attempt {})",
+                    r.batch_key,
+                    r.remote_batch_id.as_deref().unwrap_or("?"),
+                    r.attempts
+                ));
+            }
+            let still_failed = batch::load(store, "status = 'failed'").await?;
+            for r in still_failed {
+                report.failures.push(ItemFailure {
+                    item: r.batch_key,
+                    reason: r.error.unwrap_or_default(),
+                });
+            }
+            log.finish(&ctx, &mut report).await?;
+            report.print(json, out)?;
+            Ok(report.exit_code())
+        }
+        BatchesCommand::Cleanup { older_than_days } => {
+            let ctx = ctx(store);
+            let days = older_than_days.unwrap_or(config.llm.batch_retention_days);
+            let log = RunLog::start(
+                &ctx,
+                "batches.cleanup",
+                &serde_json::json!({"older_than_days": days}),
+            )
+            .await?;
+            let mut report = JobReport::new("batches.cleanup", &ctx);
+            let llm = if config.roles.is_empty() {
+                Llm::new(config, &LlmArgs::default())?
+            } else {
+                providers(config)?
+            };
+            let (records, files) = batch::cleanup(store, &llm, log.run_id(), days).await?;
+            report.count("records_deleted", records);
+            report.count("remote_files_deleted", files);
+            log.finish(&ctx, &mut report).await?;
+            report.print(json, out)?;
+            Ok(report.exit_code())
+        }
+        BatchesCommand::List => {
+            let records = batch::load(store, "batch_key IS NOT NULL").await?;
+            if json {
+                let rows: Vec<serde_json::Value> = records
+                    .iter()
+                    .map(|r| {
+                        let mut v = serde_json::to_value(r).unwrap_or_default();
+                        if let Some(o) = v.as_object_mut() {
+                            o.remove("items");
+                        }
+                        v
+                    })
+                    .collect();
+                serde_json::to_writer_pretty(&mut *out, &rows)?;
+                writeln!(out)?;
+                return Ok(0);
+            }
+            writeln!(
+                out,
+                "{:<36}  {:<6} {:<10} {:<12} {:>5}  {:<9} {}",
+                "batch_key", "job", "provider", "status", "items", "attempts", "updated_at"
+            )?;
+            for r in &records {
+                writeln!(
+                    out,
+                    "{:<36}  {:<6} {:<10} {:<12} {:>5}  {:<9} {}",
+                    r.batch_key,
+                    r.job,
+                    r.provider,
+                    r.status,
+                    r.request_count,
+                    r.attempts,
+                    r.updated_at
+                )?;
+            }
+            if records.is_empty() {
+                writeln!(out, "(no batch records)")?;
+            }
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! `memlife link`: typed links between a user's similar memories (seed 000: LLM-classified,
+//! sparse, high-value links: conflicts, supersedes, causes, instance_of, invalidated_by,
+//! motivated_by). Candidate pairs are each memory's nearest neighbours above `--min-score`;
+//! every pair is judged once (`link.classify`), newer memory as source; a pair already judged
+//! by an earlier run (audit log) is not asked again. `null` makes no link.
+//!
+//! Online, the links are written when the run ends. With `--mode batch` the run submits one
+//! Batch API request set per user and exits; `memlife batches poll` applies the results
+//! through `LinkApplier`, exactly once.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Result, anyhow};
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{Float32Type, TimestampMicrosecondType};
+
+use super::{JobCtx, JobReport, RunLog};
+use crate::commands::export::sql_string;
+use crate::encoding::format_timestamp;
+use crate::llm::batch::{Applier, BatchRecord};
+use crate::llm::tasks::{LinkType, MemoryView, Reply, Task, TaskInput};
+use crate::llm::{Item, Llm, Mode, Outcome};
+use crate::schema::{AUDIT_LOG, LINKS};
+use crate::similarity::all_pairs_top_k;
+use crate::store::{Store, batch_from_json};
+
+pub struct LinkArgs {
+    /// Neighbours per memory considered.
+    pub k: usize,
+    /// Cosine similarity a pair needs to be judged (seed 003: 0.75 for linking).
+    pub min_score: f32,
+}
+
+struct UserMemories {
+    views: Vec<MemoryView>,
+    vectors: Vec<f32>,
+}
+
+async fn load(ctx: &JobCtx, user: &str) -> Result<UserMemories> {
+    let filter = format!(
+        "user_id = {} AND state != 'archived' AND embedding IS NOT NULL",
+        sql_string(user)
+    );
+    let batches = ctx
+        .store
+        .scan_columns(
+            "memories",
+            Some(&filter),
+            &[
+                "id",
+                "kind",
+                "created_at",
+                "happens_at",
+                "text",
+                "embedding",
+            ],
+        )
+        .await?;
+    let dim = ctx.store.embedding_dim();
+    let mut out = UserMemories {
+        views: Vec::new(),
+        vectors: Vec::new(),
+    };
+    for batch in &batches {
+        let ids = batch.column(0).as_string::<i32>();
+        let kinds = batch.column(1).as_string::<i32>();
+        let created = batch.column(2).as_primitive::<TimestampMicrosecondType>();
+        let happens = batch.column(3).as_primitive::<TimestampMicrosecondType>();
+        let texts = batch.column(4).as_string::<i32>();
+        let list = batch.column(5).as_fixed_size_list();
+        let values = list.values().as_primitive::<Float32Type>();
+        for row in 0..batch.num_rows() {
+            out.views.push(MemoryView {
+                id: ids.value(row).to_string(),
+                kind: kinds.value(row).to_string(),
+                created_at: format_timestamp(created.value(row)),
+                happens_at: happens
+                    .is_valid(row)
+                    .then(|| format_timestamp(happens.value(row))),
+                text: texts.value(row).to_string(),
+            });
+            let start = list.value_offset(row) as usize;
+            out.vectors
+                .extend_from_slice(&values.values()[start..start + dim]);
+        }
+    }
+    Ok(out)
+}
+
+/// Pairs judged before (by any run), as (source, target); failed judgements do not count.
+async fn judged_pairs(store: &Store, user: &str) -> Result<BTreeSet<(String, String)>> {
+    let filter = format!(
+        "operation = 'LINK' AND user_id = {} AND classification != 'FAILED'",
+        sql_string(user)
+    );
+    let mut pairs = BTreeSet::new();
+    for batch in store
+        .scan_columns(AUDIT_LOG.name, Some(&filter), &["source_ids"])
+        .await?
+    {
+        let lists = batch.column(0).as_list::<i32>();
+        for row in 0..batch.num_rows() {
+            let ids = lists.value(row);
+            let ids = ids.as_string::<i32>();
+            if ids.len() == 2 {
+                pairs.insert((ids.value(0).to_string(), ids.value(1).to_string()));
+            }
+        }
+    }
+    Ok(pairs)
+}
+
+/// Candidate pairs (source newer than target), most similar first, without those judged before.
+fn candidate_items(
+    memories: &UserMemories,
+    dim: usize,
+    args: &LinkArgs,
+    judged: &BTreeSet<(String, String)>,
+    now: &str,
+) -> Vec<Item> {
+    let (neighbours, _) = all_pairs_top_k(&memories.vectors, dim, args.k, false);
+    let mut pairs: BTreeMap<(usize, usize), f32> = BTreeMap::new();
+    for (row, list) in neighbours.iter().enumerate() {
+        for n in list.iter().filter(|n| n.score >= args.min_score) {
+            let other = n.index as usize;
+            let (a, b) = (&memories.views[row], &memories.views[other]);
+            let newer_first =
+                (a.created_at.as_str(), a.id.as_str()) > (b.created_at.as_str(), b.id.as_str());
+            let key = if newer_first {
+                (row, other)
+            } else {
+                (other, row)
+            };
+            pairs.insert(key, n.score);
+        }
+    }
+    let mut ordered: Vec<((usize, usize), f32)> = pairs.into_iter().collect();
+    ordered.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+    ordered
+        .into_iter()
+        .filter(|((s, t), _)| {
+            !judged.contains(&(memories.views[*s].id.clone(), memories.views[*t].id.clone()))
+        })
+        .map(|((s, t), _)| Item {
+            custom_id: format!("{}|{}", memories.views[s].id, memories.views[t].id),
+            input: TaskInput {
+                task: Task::LinkClassify,
+                memories: vec![memories.views[s].clone(), memories.views[t].clone()],
+                proposal: None,
+                now: now.to_string(),
+            },
+        })
+        .collect()
+}
+
+/// Writes links and audit rows for judged pairs. Keys are derived from `origin_key` (the run
+/// or the batch) and the pair, so writing the same outcomes twice changes nothing.
+pub async fn write_outcomes(
+    store: &Store,
+    run_id: &str,
+    user: Option<&str>,
+    origin_key: &str,
+    items: &[Item],
+    outcomes: &[Outcome],
+) -> Result<BTreeMap<String, u64>> {
+    let now = chrono::Utc::now().timestamp_micros();
+    let mut links = Vec::new();
+    let mut audit = Vec::new();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for (item, outcome) in items.iter().zip(outcomes) {
+        let (source, target) = (&item.input.memories[0], &item.input.memories[1]);
+        let user_id = user.map(str::to_string);
+        let (classification, confidence, reasoning) = match (&outcome.failure, &outcome.reply) {
+            (Some(reason), _) => ("FAILED".to_string(), None, reason.clone()),
+            (None, Some(Reply::Link(r))) => (
+                r.link_type.as_str().to_string(),
+                Some(r.confidence),
+                r.reasoning.clone(),
+            ),
+            (None, _) => (
+                "FAILED".to_string(),
+                None,
+                "reply of another task".to_string(),
+            ),
+        };
+        if let (None, Some(Reply::Link(r))) = (&outcome.failure, &outcome.reply)
+            && r.link_type != LinkType::Null
+        {
+            links.push(serde_json::json!({
+                "source_id": source.id, "target_id": target.id, "user_id": user_id,
+                "link_type": r.link_type.as_str(), "confidence": r.confidence,
+                "reasoning": r.reasoning, "origin": "llm", "created_at": format_timestamp(now),
+            }));
+            *counts
+                .entry(format!("links_{}", r.link_type.as_str()))
+                .or_default() += 1;
+        }
+        *counts
+            .entry(if classification == "FAILED" {
+                "pairs_failed".into()
+            } else {
+                "pairs_judged".into()
+            })
+            .or_default() += 1;
+        let id = uuid::Uuid::new_v5(
+            &uuid::Uuid::NAMESPACE_OID,
+            format!("link|{origin_key}|{}", item.custom_id).as_bytes(),
+        );
+        audit.push(serde_json::json!({
+            "id": id.to_string(), "run_id": run_id, "user_id": user_id, "operation": "LINK",
+            "source_ids": [source.id, target.id], "target_id": target.id,
+            "classification": classification, "confidence": confidence, "reasoning": reasoning,
+            "after_state": serde_json::json!({"served_by": outcome.served_by}).to_string(),
+            "created_at": format_timestamp(now),
+        }));
+    }
+    let dim = store.embedding_dim();
+    // The audit rows first: what was decided is on record before the links appear.
+    if !audit.is_empty() {
+        let batch = batch_from_json(&AUDIT_LOG, dim, now, &audit).map_err(|e| anyhow!(e))?;
+        store.upsert_batch(&AUDIT_LOG, batch).await?;
+    }
+    if !links.is_empty() {
+        let batch = batch_from_json(&LINKS, dim, now, &links).map_err(|e| anyhow!(e))?;
+        store.upsert_batch(&LINKS, batch).await?;
+    }
+    Ok(counts)
+}
+
+/// Applies `link` batches for `batches poll`.
+pub struct LinkApplier;
+
+#[async_trait::async_trait]
+impl Applier for LinkApplier {
+    async fn apply(
+        &self,
+        store: &Store,
+        record: &BatchRecord,
+        items: &[Item],
+        outcomes: &[Outcome],
+    ) -> Result<BTreeMap<String, u64>> {
+        write_outcomes(
+            store,
+            &record.run_id,
+            record.user_id.as_deref(),
+            &record.batch_key,
+            items,
+            outcomes,
+        )
+        .await
+    }
+}
+
+/// Largest batch submission (the Batch API takes up to 50,000 requests per file).
+const BATCH_ITEMS: usize = 50_000;
+
+pub async fn run(ctx: &JobCtx, args: &LinkArgs, llm: &Llm) -> Result<JobReport> {
+    let params = serde_json::json!({"k": args.k, "min_score": args.min_score, "mode": format!("{:?}", llm.mode).to_lowercase()});
+    let log = RunLog::start(ctx, "link", &params).await?;
+    let mut report = JobReport::new("link", ctx);
+    let now = format_timestamp(ctx.now.timestamp_micros());
+    let mut all_outcomes = Vec::new();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let dim = ctx.store.embedding_dim();
+    for user in super::users_of(ctx, "memories").await? {
+        let memories = load(ctx, &user).await?;
+        if memories.views.len() < 2 {
+            continue;
+        }
+        let judged = judged_pairs(&ctx.store, &user).await?;
+        let items = candidate_items(&memories, dim, args, &judged, &now);
+        *counts.entry("users".into()).or_default() += 1;
+        *counts.entry("pairs_to_judge".into()).or_default() += items.len() as u64;
+        if items.is_empty() || ctx.dry_run && llm.mode == Mode::Batch {
+            continue;
+        }
+        match llm.mode {
+            Mode::Online => {
+                let outcomes = llm.run(items.clone()).await;
+                for o in outcomes.iter().filter(|o| o.failure.is_some()) {
+                    report.failures.push(super::ItemFailure {
+                        item: o.custom_id.clone(),
+                        reason: o.failure.clone().unwrap_or_default(),
+                    });
+                }
+                if !ctx.dry_run {
+                    let written = write_outcomes(
+                        &ctx.store,
+                        log.run_id(),
+                        Some(&user),
+                        log.run_id(),
+                        &items,
+                        &outcomes,
+                    )
+                    .await?;
+                    for (k, v) in written {
+                        *counts.entry(k).or_default() += v;
+                    }
+                }
+                all_outcomes.extend(outcomes);
+            }
+            Mode::Batch => {
+                for chunk in items.chunks(BATCH_ITEMS) {
+                    let record = crate::llm::batch::submit(
+                        &ctx.store,
+                        llm,
+                        "link",
+                        log.run_id(),
+                        Some(&user),
+                        Task::LinkClassify,
+                        chunk,
+                    )
+                    .await?;
+                    *counts.entry("batches_submitted".into()).or_default() += 1;
+                    *counts.entry("items_submitted".into()).or_default() += chunk.len() as u64;
+                    report.notes.push(format!(
+                        "user {user}: {} pairs submitted as batch {} ({}); `memlife batches poll` applies them",
+                        chunk.len(),
+                        record.batch_key,
+                        record.remote_batch_id.as_deref().unwrap_or("?")
+                    ));
+                }
+            }
+        }
+    }
+    report.counts = counts;
+    if llm.mode == Mode::Online {
+        report.llm = Some(llm.usage(&all_outcomes));
+    }
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}
