@@ -189,7 +189,7 @@ pub enum Command {
         #[arg(long, default_value_t = 5)]
         k: usize,
         /// Cosine similarity a pair needs to be judged.
-        #[arg(long, default_value_t = 0.75)]
+        #[arg(long, default_value_t = 0.75, allow_negative_numbers = true)]
         min_score: f32,
         #[command(flatten)]
         job: JobArgs,

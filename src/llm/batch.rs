@@ -96,6 +96,37 @@ async fn save(store: &Store, record: &BatchRecord) -> Result<()> {
     Ok(())
 }
 
+/// Updates one record's columns only if `condition` still holds; returns whether it did.
+/// Every state change after submission goes through here, so a poller never overwrites a
+/// newer state written by another (a blind upsert would undo a concurrent claim).
+async fn transition(
+    store: &Store,
+    key: &str,
+    condition: &str,
+    columns: &[(&str, Option<String>)],
+) -> Result<bool> {
+    let table = store.table(LLM_BATCHES.name).await?;
+    let mut update = table
+        .update()
+        .only_if(format!("batch_key = {} AND ({condition})", sql_text(key)));
+    for (name, value) in columns {
+        let expression = match value {
+            None => "NULL".to_string(),
+            Some(v) if name.ends_with("_at") => format!("TIMESTAMP '{}'", v.trim_end_matches('Z')),
+            Some(v) => sql_text(v),
+        };
+        update = update.column(*name, expression);
+    }
+    update = update.column("updated_at", format!("TIMESTAMP '{}'", now_text().trim_end_matches('Z')));
+    match update.execute().await {
+        Ok(result) => Ok(result.rows_updated == 1),
+        Err(e) => {
+            tracing::info!(batch = %key, "conditional update lost to a concurrent writer: {e}");
+            Ok(false)
+        }
+    }
+}
+
 fn now_text() -> String {
     format_timestamp(Utc::now().timestamp_micros())
 }
@@ -372,7 +403,7 @@ pub async fn poll(
 ) -> Result<PollReport> {
     let mut report = PollReport::default();
     // 1. Ask the provider about every batch still running.
-    for mut record in load(store, "status = 'submitted'").await? {
+    for record in load(store, "status = 'submitted'").await? {
         report.checked += 1;
         let Some(remote) = record.remote_batch_id.clone() else {
             continue;
@@ -393,36 +424,47 @@ pub async fn poll(
                 continue;
             }
         };
-        match batch.status {
+        let changed = match batch.status {
             BatchStatus::Completed => {
-                record.status = "ready".into();
-                record.output_file_id = batch.output_file_id;
-                record.error_file_id = batch.error_file_id;
                 report.became_ready += 1;
+                transition(
+                    store,
+                    &record.batch_key,
+                    "status = 'submitted'",
+                    &[
+                        ("status", Some("ready".into())),
+                        ("output_file_id", batch.output_file_id),
+                        ("error_file_id", batch.error_file_id),
+                    ],
+                )
+                .await?
             }
             BatchStatus::Failed | BatchStatus::Expired | BatchStatus::Cancelled => {
-                record.status = "failed".into();
-                record.error = Some(format!(
+                report.failed_remotely += 1;
+                let error = format!(
                     "remote batch {:?}{}",
                     batch.status,
                     batch
                         .errors
-                        .map(|e| e
-                            .data
-                            .iter()
-                            .map(|d| format!(": {}", d.message))
-                            .collect::<String>())
+                        .map(|e| e.data.iter().map(|d| format!(": {}", d.message)).collect::<String>())
                         .unwrap_or_default()
-                ));
-                report.failed_remotely += 1;
+                );
+                transition(
+                    store,
+                    &record.batch_key,
+                    "status = 'submitted'",
+                    &[("status", Some("failed".into())), ("error", Some(error))],
+                )
+                .await?
             }
             _ => {
                 report.still_running += 1;
                 continue;
             }
+        };
+        if !changed {
+            tracing::info!(batch = %record.batch_key, "moved on by another poller");
         }
-        record.updated_at = now_text();
-        save(store, &record).await?;
     }
     // 2. Apply every ready batch (and every abandoned claim) exactly once.
     let stale =
@@ -486,7 +528,7 @@ async fn apply_one(
     store: &Store,
     llm: &Llm,
     appliers: &BTreeMap<&str, Box<dyn Applier>>,
-    mut record: BatchRecord,
+    record: BatchRecord,
     stale: &str,
 ) -> Result<Option<Applied>> {
     let key = record.batch_key.clone();
@@ -495,30 +537,23 @@ async fn apply_one(
         .ok_or_else(|| anyhow!("batch {key}: no job named {} applies batches", record.job))?;
     // Claim: a conditional update that only one poller can win.
     let token = uuid::Uuid::new_v4().to_string();
-    let table = store.table(LLM_BATCHES.name).await?;
     let condition = format!(
-        "batch_key = {} AND (status = 'ready' OR (status = 'applying' AND claimed_at <= TIMESTAMP '{}'))",
-        sql_text(&key),
+        "status = 'ready' OR (status = 'applying' AND claimed_at <= TIMESTAMP '{}')",
         stale.trim_end_matches('Z')
     );
-    let claimed = table
-        .update()
-        .only_if(condition)
-        .column("status", "'applying'")
-        .column("claim_token", sql_text(&token))
-        .column(
-            "claimed_at",
-            format!("TIMESTAMP '{}'", now_text().trim_end_matches('Z')),
-        )
-        .execute()
-        .await;
-    match claimed {
-        Ok(result) if result.rows_updated == 1 => {}
-        Ok(_) => return Ok(None),
-        Err(e) => {
-            tracing::info!(batch = %key, "claim lost to a concurrent poller: {e}");
-            return Ok(None);
-        }
+    let claimed = transition(
+        store,
+        &key,
+        &condition,
+        &[
+            ("status", Some("applying".into())),
+            ("claim_token", Some(token.clone())),
+            ("claimed_at", Some(now_text())),
+        ],
+    )
+    .await?;
+    if !claimed {
+        return Ok(None);
     }
     let mine = load(store, &format!("batch_key = {}", sql_text(&key))).await?;
     if mine.first().and_then(|r| r.claim_token.as_deref()) != Some(token.as_str()) {
@@ -582,17 +617,26 @@ async fn apply_one(
         .providers
         .values()
         .fold(0.0, |t, u| t + u.estimated_cost_usd);
-    record.status = "applied".into();
-    record.claim_token = Some(token);
-    record.applied_at = Some(now_text());
-    record.updated_at = now_text();
     let mut all_counts = counts.clone();
     all_counts.insert("items".into(), outcomes.len() as u64);
     all_counts.insert("items_failed".into(), failed);
-    record.counts = Some(serde_json::to_string(
-        &serde_json::json!({"counts": all_counts, "usage": usage}),
-    )?);
-    save(store, &record).await?;
+    let summary = serde_json::to_string(&serde_json::json!({"counts": all_counts, "usage": usage}))?;
+    let finished = transition(
+        store,
+        &key,
+        &format!("status = 'applying' AND claim_token = {}", sql_text(&token)),
+        &[
+            ("status", Some("applied".into())),
+            ("applied_at", Some(now_text())),
+            ("counts", Some(summary)),
+        ],
+    )
+    .await?;
+    if !finished {
+        // Another poller took the claim over (our lease ran out); it applies the same
+        // results to the same keys, so nothing is doubled. It reports the batch, not us.
+        return Ok(None);
+    }
     Ok(Some(Applied {
         items: outcomes.len() as u64,
         failed,
@@ -612,6 +656,14 @@ pub async fn retry(store: &Store, llm: &Llm, stuck_after_secs: u64) -> Result<Ve
     );
     let mut done = Vec::new();
     for mut record in load(store, &filter).await? {
+        // Take the record first, so two concurrent retries do not both resubmit it.
+        let condition = format!(
+            "status = 'failed' OR (status = 'submitting' AND updated_at <= TIMESTAMP '{}')",
+            stuck.trim_end_matches('Z')
+        );
+        if !transition(store, &record.batch_key, &condition, &[("status", Some("submitting".into()))]).await? {
+            continue;
+        }
         let items = record.items()?;
         record.attempts += 1;
         match send(llm, &mut record, &items).await {

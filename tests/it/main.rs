@@ -6,6 +6,7 @@ mod cli;
 mod common;
 mod embed;
 mod import;
+mod llm;
 mod local_model;
 mod loopback;
 mod roundtrip;

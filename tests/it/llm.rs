@@ -1,0 +1,327 @@
+//! The LLM layer against `memlife mock-llm` over real HTTP on loopback: Retry-After backoff,
+//! provider fallback, malformed replies, the Batch API path applied exactly once (also after a
+//! crash between download and apply, and with two polls at once), and what logs may show.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::common::{TestDb, stderr, stdout};
+
+/// A mock server process, killed when dropped.
+struct Mock {
+    child: Child,
+    url: String,
+}
+
+impl Mock {
+    fn start(extra: &[&str]) -> Mock {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_memlife"))
+            .args(["mock-llm", "--port", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("mock-llm starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .expect("address line")
+            .to_string();
+        assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+        Mock { child, url }
+    }
+
+    fn with_script(db: &TestDb, faults: &str) -> Mock {
+        let path = db.path("faults.json");
+        std::fs::write(&path, faults).unwrap();
+        Mock::start(&["--script", &path])
+    }
+
+    fn stats(&self) -> Value {
+        let address = self.url.trim_start_matches("http://").trim_end_matches("/v1");
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        use std::io::{Read, Write};
+        write!(stream, "GET /mock/stats HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        // The server keeps connections alive: read the head, then exactly the body.
+        let mut reader = BufReader::new(&mut stream);
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        text.push_str(&String::from_utf8_lossy(&body));
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const MEMORIES: &str = r#"{"id":"m1","user_id":"u1","text":"User uses Pinecone for vector search.","created_at":"2025-01-01T00:00:00Z"}
+{"id":"m2","user_id":"u1","text":"User moved to pgvector for vector search.","created_at":"2025-03-01T00:00:00Z"}
+{"id":"m3","user_id":"u1","text":"User has a dog named Biscuit.","created_at":"2025-02-01T00:00:00Z"}
+"#;
+
+/// A database with `n` (2 or 3) embedded memories of one user: n(n-1)/2 pairs to judge.
+fn db_with_memories(n: usize) -> TestDb {
+    let db = TestDb::new();
+    let file = db.path("memories.jsonl");
+    let lines: Vec<&str> = MEMORIES.lines().take(n).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
+    let out = db.run(&["embed", "--embedder", "hash"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    db
+}
+
+fn write_config(db: &TestDb, providers: &str, roles: &str) -> String {
+    let path = db.path("memlife.toml");
+    std::fs::write(&path, format!("{providers}\n[roles]\n{roles}\n")).unwrap();
+    path
+}
+
+fn mock_provider(name: &str, url: &str, extra: &str) -> String {
+    format!(
+        "[providers.{name}]\nbase_url = \"{url}\"\nmodel = \"mock-model\"\nbatch = true\ninitial_backoff_secs = 0.01\n\
+         input_price_per_million = 1.0\noutput_price_per_million = 2.0\n{extra}\n"
+    )
+}
+
+/// Runs `link` with the config, all pairs judged; returns (exit code, JSON report, stderr).
+fn link(db: &TestDb, config: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let mut args = vec![
+        "--json", "--config", config, "link", "--llm", "providers", "--min-score", "-1",
+    ];
+    args.extend_from_slice(extra);
+    let out = db.run(&args);
+    let report = serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null);
+    (out.status.code(), report, stderr(&out))
+}
+
+#[test]
+fn a_429_with_retry_after_is_waited_out_and_counted() {
+    let db = db_with_memories(2);
+    let mock = Mock::with_script(&db, r#"[{"status":429,"retry_after":1}]"#);
+    let config = write_config(&db, &mock_provider("mock", &mock.url, ""), "fast = [\"mock\"]");
+    let started = Instant::now();
+    let (code, report, err) = link(&db, &config, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    // The server asked for 1 s; the configured backoff alone would have been 10 ms.
+    assert!(started.elapsed().as_secs_f64() >= 1.0, "Retry-After was not honoured");
+    let mock_usage = &report["llm"]["providers"]["mock"];
+    assert_eq!(mock_usage["retries"], 1, "{report}");
+    assert_eq!(mock_usage["requests"], 2);
+    assert_eq!(mock_usage["served"], 1);
+    assert!(mock_usage["input_tokens"].as_u64().unwrap() > 0);
+    assert!(mock_usage["estimated_cost_usd"].as_f64().unwrap() > 0.0);
+    assert_eq!(mock.stats()["chat"], 2);
+    assert_eq!(db.scalar("SELECT link_type FROM links"), "\"supersedes\"");
+    let usage: Value = serde_json::from_str(
+        serde_json::from_str::<String>(&db.scalar("SELECT llm_usage FROM runs WHERE job = 'link'"))
+            .unwrap()
+            .as_str(),
+    )
+    .unwrap();
+    assert_eq!(usage["providers"]["mock"]["retries"], 1, "runs.llm_usage records the accounting");
+}
+
+#[test]
+fn a_dead_provider_hands_its_calls_to_the_next_in_the_chain() {
+    let db = db_with_memories(3);
+    let mock = Mock::start(&[]);
+    let providers = format!(
+        "{}{}",
+        mock_provider("dead", "http://127.0.0.1:9/v1", "max_retries = 1"),
+        mock_provider("mock", &mock.url, "")
+    );
+    let config = write_config(&db, &providers, "fast = [\"dead\", \"mock\"]");
+    let (code, report, err) = link(&db, &config, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let providers = &report["llm"]["providers"];
+    assert_eq!(providers["mock"]["served"], 3, "{report}");
+    assert_eq!(providers["dead"]["served"], 0);
+    assert!(providers["dead"]["failed_calls"].as_u64().unwrap() >= 1);
+    assert_eq!(report["counts"]["pairs_judged"], 3);
+}
+
+#[test]
+fn malformed_replies_are_retried_once_then_fail_safely_and_are_judged_again_later() {
+    let db = db_with_memories(2);
+    let mock = Mock::with_script(&db, r#"[{"malformed":true},{"malformed":true}]"#);
+    let config = write_config(&db, &mock_provider("mock", &mock.url, ""), "fast = [\"mock\"]");
+    let (code, report, _) = link(&db, &config, &[]);
+    assert_eq!(code, Some(1), "a failed item makes the run partial: {report}");
+    assert!(report["failures"][0]["reason"].as_str().unwrap().contains("invalid reply"));
+    assert_eq!(report["llm"]["providers"]["mock"]["invalid_replies"], 2);
+    assert_eq!(db.count("links"), 0, "the safe default makes no link");
+    assert_eq!(
+        db.scalar("SELECT classification FROM audit_log WHERE operation = 'LINK'"),
+        "\"FAILED\""
+    );
+    // The script is spent: the next run asks again and gets a valid reply.
+    let (code, report, _) = link(&db, &config, &[]);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["counts"]["pairs_judged"], 1);
+    assert_eq!(db.count("links"), 1);
+}
+
+fn batch_state(db: &TestDb) -> (String, i64, i64) {
+    let status: String =
+        serde_json::from_str(&db.scalar("SELECT status FROM llm_batches")).unwrap();
+    let audits = db
+        .scalar("SELECT COUNT(*) FROM audit_log WHERE operation = 'LINK'")
+        .parse()
+        .unwrap();
+    (status, audits, db.count("links"))
+}
+
+fn poll(db: &TestDb, config: &str, extra: &[&str], env: Option<(&str, &str)>) -> (Option<i32>, Value) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_memlife"));
+    command
+        .args(["--db", &db.uri, "--json", "--config", config, "batches", "poll"])
+        .args(extra);
+    if let Some((k, v)) = env {
+        command.env(k, v);
+    }
+    let out = command.output().unwrap();
+    (
+        out.status.code(),
+        serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null),
+    )
+}
+
+#[test]
+fn a_batch_is_applied_exactly_once_even_after_a_crash_between_download_and_apply() {
+    let db = db_with_memories(3);
+    let mock = Mock::start(&[]);
+    let config = write_config(&db, &mock_provider("mock", &mock.url, ""), "fast = [\"mock\"]");
+    let (code, report, err) = link(&db, &config, &["--mode", "batch"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(report["counts"]["items_submitted"], 3);
+    assert_eq!(batch_state(&db), ("submitted".into(), 0, 0), "submitting applies nothing");
+
+    // The poller dies after claiming and downloading.
+    let (code, _) = poll(&db, &config, &[], Some(("MEMLIFE_FAULT", "after-download")));
+    assert_eq!(code, Some(3));
+    assert_eq!(batch_state(&db), ("applying".into(), 0, 0));
+    // A fresh claim is respected while its lease runs...
+    let (code, report) = poll(&db, &config, &[], None);
+    assert_eq!(code, Some(0));
+    assert_eq!(report["counts"]["applied"], 0, "{report}");
+    // ...and taken over once it is stale.
+    let (code, report) = poll(&db, &config, &["--lease-secs", "0"], None);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["counts"]["applied"], 1);
+    assert_eq!(report["counts"]["items_applied"], 3);
+    let (status, audits, links) = batch_state(&db);
+    assert_eq!((status.as_str(), audits), ("applied", 3));
+    assert_eq!(links, report["counts"]["links_supersedes"].as_i64().unwrap_or(0));
+    // Polling again finds nothing and changes nothing.
+    let (code, report) = poll(&db, &config, &["--lease-secs", "0"], None);
+    assert_eq!(code, Some(0));
+    assert_eq!(report["notes"][0], "no batch to poll");
+    assert_eq!(batch_state(&db), ("applied".into(), 3, links));
+    // The same pairs are not submitted again.
+    let (_, report, _) = link(&db, &config, &["--mode", "batch"]);
+    assert_eq!(report["counts"]["pairs_to_judge"], 0);
+    assert_eq!(mock.stats()["batches_created"], 1);
+}
+
+#[test]
+fn two_polls_at_once_apply_a_batch_once() {
+    let db = db_with_memories(3);
+    let mock = Mock::start(&[]);
+    let config = write_config(&db, &mock_provider("mock", &mock.url, ""), "fast = [\"mock\"]");
+    let (code, _, err) = link(&db, &config, &["--mode", "batch"]);
+    assert_eq!(code, Some(0), "{err}");
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_memlife"))
+            .args(["--db", &db.uri, "--json", "--config", &config, "batches", "poll"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let applied: i64 = [&a, &b]
+        .iter()
+        .map(|o| {
+            serde_json::from_str::<Value>(&stdout(o)).map_or(0, |r| r["counts"]["applied"].as_i64().unwrap_or(0))
+        })
+        .sum();
+    let (status, audits, _) = batch_state(&db);
+    if status == "ready" || status == "submitted" {
+        // Both pollers lost the race to Lance commit conflicts: a third applies it.
+        let (code, _) = poll(&db, &config, &[], None);
+        assert_eq!(code, Some(0));
+    } else {
+        assert_eq!(applied, 1, "exactly one poller applies: {} / {}", stdout(&a), stdout(&b));
+    }
+    let (status, audits_after, _) = batch_state(&db);
+    assert_eq!(status, "applied");
+    assert!(audits == 3 || audits == 0);
+    assert_eq!(audits_after, 3, "each judged pair is recorded once");
+}
+
+#[test]
+fn keys_and_prompts_stay_out_of_logs() {
+    let db = db_with_memories(2);
+    let mock = Mock::with_script(&db, r#"[{"status":500},{"malformed":true}]"#);
+    let config = write_config(
+        &db,
+        &mock_provider("mock", &mock.url, "api_key_env = \"MEMLIFE_TEST_KEY\""),
+        "fast = [\"mock\"]",
+    );
+    for level in ["warn", "info"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_memlife"))
+            .args(["--db", &db.uri, "--config", &config, "link", "--llm", "providers", "--min-score", "-1"])
+            .env("MEMLIFE_TEST_KEY", "sk-test-secret-4242")
+            .env("MEMLIFE_LOG", level)
+            .output()
+            .unwrap();
+        let all = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!all.contains("sk-test-secret-4242"), "key leaked at {level}: {all}");
+        assert!(!all.contains("Pinecone"), "prompt text leaked at {level}: {all}");
+    }
+    // Without the key variable the run stops before any call, naming the variable.
+    let out = db.run(&["--config", &config, "link", "--llm", "providers"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("MEMLIFE_TEST_KEY"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_offline_judge_needs_no_network_and_says_so() {
+    let db = db_with_memories(3);
+    let out = db.run(&["--json", "link", "--min-score", "-1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["llm"]["judge"], "offline");
+    assert_eq!(report["llm"]["providers"]["offline"]["served"], 3);
+    assert_eq!(db.scalar("SELECT source_id FROM links WHERE link_type = 'supersedes'"), "\"m2\"");
+    // Batch mode needs real providers.
+    let out = db.run(&["link", "--mode", "batch"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--llm providers"));
+}
