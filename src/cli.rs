@@ -437,7 +437,13 @@ pub async fn run(cli: Cli) -> Result<u8> {
             embedder,
         } => {
             let store = Store::open(&cli.db).await?;
-            let embedder = Embedder::from_args(&embedder, store.embedding_dim(), batch_size)?;
+            let config = crate::config::Config::load(cli.config.as_deref())?;
+            let embedder = Embedder::from_args(
+                &embedder,
+                &config.embedder,
+                store.embedding_dim(),
+                batch_size,
+            )?;
             let ctx = job_ctx(store, &job);
             let tables = match table.as_str() {
                 "all" => vec!["memories".to_string(), "entities".to_string()],
@@ -510,7 +516,9 @@ pub async fn run(cli: Cli) -> Result<u8> {
                     dim,
                     embedder,
                 } => {
-                    let embedder = Embedder::from_args(&embedder, dim, batch_size)?;
+                    let config = crate::config::Config::load(cli.config.as_deref())?;
+                    let embedder =
+                        Embedder::from_args(&embedder, &config.embedder, dim, batch_size)?;
                     commands::bench::embed(&embedder, sentences, batch_size, &mut stdout).await?
                 }
             }

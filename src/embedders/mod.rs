@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
+use crate::config::EmbedderSection;
+
 use hash::{HASH_MODEL_NAME, hash_embed};
 use local::{LOCAL_MODEL_NAME, LocalEmbedder};
 use openai::{OpenAiEmbedder, OpenAiSettings};
@@ -37,43 +39,88 @@ pub enum EmbedderKind {
     Hash,
 }
 
-/// How to choose and reach an embedder: flags, each with an environment variable.
-#[derive(clap::Args, Clone, Debug)]
+/// How to choose and reach an embedder. Each setting comes from its flag, else its
+/// environment variable, else the `[embedder]` section of memlife.toml, else the default shown.
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct EmbedderArgs {
-    #[arg(long, value_enum, env = "MEMLIFE_EMBEDDER", default_value = "local")]
-    pub embedder: EmbedderKind,
-    /// Folder with config.json, tokenizer.json and model.safetensors (scripts/fetch-model.sh).
-    #[arg(
-        long,
-        env = "MEMLIFE_MODEL_DIR",
-        default_value = "models/all-MiniLM-L6-v2"
-    )]
-    pub model_dir: PathBuf,
-    /// Base URL of the OpenAI-compatible server.
-    #[arg(
-        long,
-        env = "MEMLIFE_EMBED_URL",
-        default_value = "https://api.openai.com/v1"
-    )]
-    pub embed_url: String,
-    #[arg(
-        long,
-        env = "MEMLIFE_EMBED_MODEL",
-        default_value = "text-embedding-3-small"
-    )]
-    pub embed_model: String,
-    /// Name of the environment variable holding the API key (never the key itself).
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    pub embed_key_env: String,
+    /// local (default), openai or hash.
+    #[arg(long, value_enum, env = "MEMLIFE_EMBEDDER")]
+    pub embedder: Option<EmbedderKind>,
+    /// Folder with config.json, tokenizer.json and model.safetensors (scripts/fetch-model.sh);
+    /// default models/all-MiniLM-L6-v2.
+    #[arg(long, env = "MEMLIFE_MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Base URL of the OpenAI-compatible server; default https://api.openai.com/v1.
+    #[arg(long, env = "MEMLIFE_EMBED_URL")]
+    pub embed_url: Option<String>,
+    /// Default text-embedding-3-small.
+    #[arg(long, env = "MEMLIFE_EMBED_MODEL")]
+    pub embed_model: Option<String>,
+    /// Name of the environment variable holding the API key (never the key itself); default
+    /// OPENAI_API_KEY.
+    #[arg(long)]
+    pub embed_key_env: Option<String>,
     /// Ask the model for vectors of this width (text-embedding-3-* can shorten theirs).
     #[arg(long)]
     pub embed_dimensions: Option<u32>,
-    /// Requests in flight at once (openai).
-    #[arg(long, default_value_t = 4)]
-    pub embed_concurrency: usize,
-    /// Per-request timeout in seconds (openai).
-    #[arg(long, default_value_t = 60)]
-    pub embed_timeout_secs: u64,
+    /// Requests in flight at once (openai); default 4.
+    #[arg(long)]
+    pub embed_concurrency: Option<usize>,
+    /// Per-request timeout in seconds (openai); default 60.
+    #[arg(long)]
+    pub embed_timeout_secs: Option<u64>,
+}
+
+impl EmbedderArgs {
+    /// Fills what flags and environment left open from the config file, then the defaults.
+    fn resolve(&self, file: &EmbedderSection) -> Result<ResolvedEmbedder> {
+        let kind = match (self.embedder, file.kind.as_deref()) {
+            (Some(kind), _) => kind,
+            (None, None) => EmbedderKind::Local,
+            (None, Some(name)) => {
+                <EmbedderKind as clap::ValueEnum>::from_str(name, true).map_err(|_| {
+                    anyhow::anyhow!("embedder.kind = {name:?}: expected local, openai or hash")
+                })?
+            }
+        };
+        Ok(ResolvedEmbedder {
+            kind,
+            model_dir: self
+                .model_dir
+                .clone()
+                .or_else(|| file.model_dir.clone())
+                .unwrap_or_else(|| PathBuf::from("models/all-MiniLM-L6-v2")),
+            url: self
+                .embed_url
+                .clone()
+                .or_else(|| file.base_url.clone())
+                .unwrap_or_else(|| "https://api.openai.com/v1".into()),
+            model: self
+                .embed_model
+                .clone()
+                .or_else(|| file.model.clone())
+                .unwrap_or_else(|| "text-embedding-3-small".into()),
+            key_env: self
+                .embed_key_env
+                .clone()
+                .or_else(|| file.api_key_env.clone())
+                .unwrap_or_else(|| "OPENAI_API_KEY".into()),
+            dimensions: self.embed_dimensions.or(file.dimensions),
+            concurrency: self.embed_concurrency.or(file.concurrency).unwrap_or(4),
+            timeout_secs: self.embed_timeout_secs.or(file.timeout_secs).unwrap_or(60),
+        })
+    }
+}
+
+struct ResolvedEmbedder {
+    kind: EmbedderKind,
+    model_dir: PathBuf,
+    url: String,
+    model: String,
+    key_env: String,
+    dimensions: Option<u32>,
+    concurrency: usize,
+    timeout_secs: u64,
 }
 
 /// A ready embedder. Cloning shares the loaded model.
@@ -86,19 +133,25 @@ pub enum Embedder {
 
 impl Embedder {
     /// Builds the chosen embedder for a database storing `dim`-wide vectors.
-    pub fn from_args(args: &EmbedderArgs, dim: usize, batch_size: usize) -> Result<Embedder> {
-        let embedder = match args.embedder {
+    pub fn from_args(
+        args: &EmbedderArgs,
+        file: &EmbedderSection,
+        dim: usize,
+        batch_size: usize,
+    ) -> Result<Embedder> {
+        let args = args.resolve(file)?;
+        let embedder = match args.kind {
             EmbedderKind::Local => Embedder::Local(Arc::new(LocalEmbedder::load(&args.model_dir)?)),
             EmbedderKind::Openai => Embedder::OpenAi(Arc::new(OpenAiEmbedder::new(
                 OpenAiSettings {
-                    base_url: args.embed_url.clone(),
-                    model: args.embed_model.clone(),
-                    api_key_env: args.embed_key_env.clone(),
-                    dimensions: args.embed_dimensions,
+                    base_url: args.url.clone(),
+                    model: args.model.clone(),
+                    api_key_env: args.key_env.clone(),
+                    dimensions: args.dimensions,
                     batch_size,
-                    concurrency: args.embed_concurrency,
+                    concurrency: args.concurrency,
                     max_attempts: 5,
-                    timeout: Duration::from_secs(args.embed_timeout_secs),
+                    timeout: Duration::from_secs(args.timeout_secs),
                 },
                 dim,
             ))),

@@ -117,7 +117,10 @@ async fn transition(
         };
         update = update.column(*name, expression);
     }
-    update = update.column("updated_at", format!("TIMESTAMP '{}'", now_text().trim_end_matches('Z')));
+    update = update.column(
+        "updated_at",
+        format!("TIMESTAMP '{}'", now_text().trim_end_matches('Z')),
+    );
     match update.execute().await {
         Ok(result) => Ok(result.rows_updated == 1),
         Err(e) => {
@@ -446,7 +449,11 @@ pub async fn poll(
                     batch.status,
                     batch
                         .errors
-                        .map(|e| e.data.iter().map(|d| format!(": {}", d.message)).collect::<String>())
+                        .map(|e| e
+                            .data
+                            .iter()
+                            .map(|d| format!(": {}", d.message))
+                            .collect::<String>())
                         .unwrap_or_default()
                 );
                 transition(
@@ -620,7 +627,8 @@ async fn apply_one(
     let mut all_counts = counts.clone();
     all_counts.insert("items".into(), outcomes.len() as u64);
     all_counts.insert("items_failed".into(), failed);
-    let summary = serde_json::to_string(&serde_json::json!({"counts": all_counts, "usage": usage}))?;
+    let summary =
+        serde_json::to_string(&serde_json::json!({"counts": all_counts, "usage": usage}))?;
     let finished = transition(
         store,
         &key,
@@ -661,7 +669,14 @@ pub async fn retry(store: &Store, llm: &Llm, stuck_after_secs: u64) -> Result<Ve
             "status = 'failed' OR (status = 'submitting' AND updated_at <= TIMESTAMP '{}')",
             stuck.trim_end_matches('Z')
         );
-        if !transition(store, &record.batch_key, &condition, &[("status", Some("submitting".into()))]).await? {
+        if !transition(
+            store,
+            &record.batch_key,
+            &condition,
+            &[("status", Some("submitting".into()))],
+        )
+        .await?
+        {
             continue;
         }
         let items = record.items()?;

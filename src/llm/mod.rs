@@ -120,6 +120,7 @@ impl LlmUsage {
             mine.served += u.served;
             mine.input_tokens += u.input_tokens;
             mine.output_tokens += u.output_tokens;
+            mine.skipped_circuit_open += u.skipped_circuit_open;
             mine.estimated_cost_usd += u.estimated_cost_usd;
         }
         self.estimated_cost_usd += other.estimated_cost_usd;
@@ -244,6 +245,13 @@ impl Llm {
         };
         let mut errors = Vec::new();
         for provider in chain {
+            if provider.circuit_open() {
+                errors.push(format!(
+                    "provider {}: skipped (circuit open after repeated failures)",
+                    provider.name
+                ));
+                continue;
+            }
             let mut invalid_left = self.config.llm.invalid_reply_retries;
             loop {
                 match provider.complete(&prompt, temperature).await {
@@ -295,7 +303,7 @@ impl Llm {
             .providers
             .iter()
             .map(|(name, p)| (name.clone(), p.usage()))
-            .filter(|(_, u)| u.requests > 0)
+            .filter(|(_, u)| u.requests > 0 || u.skipped_circuit_open > 0)
             .collect();
         let mut usage = LlmUsage {
             judge: match self.judge {

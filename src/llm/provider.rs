@@ -40,6 +40,8 @@ pub struct ProviderStats {
     pub served: AtomicU64,
     pub input_tokens: AtomicU64,
     pub output_tokens: AtomicU64,
+    /// Items passed to the next provider without a call because this one's circuit was open.
+    pub skipped: AtomicU64,
 }
 
 /// The accounting of one provider, as reports and the `runs` table show it.
@@ -54,6 +56,8 @@ pub struct ProviderUsage {
     pub served: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default)]
+    pub skipped_circuit_open: u64,
     pub estimated_cost_usd: f64,
 }
 
@@ -79,6 +83,21 @@ pub struct Provider {
     permits: Semaphore,
     budget: Mutex<Budget>,
     pub stats: Arc<ProviderStats>,
+    breaker: std::sync::Mutex<Breaker>,
+}
+
+/// Consecutive failed calls that open a provider's circuit.
+const BREAKER_THRESHOLD: u32 = 3;
+/// How long an open circuit sends calls straight to the next provider before one is tried.
+const BREAKER_COOL_DOWN: Duration = Duration::from_secs(30);
+
+/// A circuit breaker: after `BREAKER_THRESHOLD` failed calls in a row, items skip this
+/// provider for `BREAKER_COOL_DOWN`, then one call probes it again. A dead first provider
+/// then costs a few calls per run, not retries and timeouts for every item.
+#[derive(Default)]
+struct Breaker {
+    failures_in_a_row: u32,
+    open_until: Option<Instant>,
 }
 
 impl Provider {
@@ -115,7 +134,44 @@ impl Provider {
                 config.tokens_per_minute,
             )),
             stats,
+            breaker: std::sync::Mutex::new(Breaker::default()),
         })
+    }
+
+    /// Whether calls should skip this provider now (its circuit is open).
+    pub fn circuit_open(&self) -> bool {
+        let mut breaker = self.breaker.lock().unwrap_or_else(|e| e.into_inner());
+        match breaker.open_until {
+            Some(until) if Instant::now() < until => {
+                self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Some(_) => {
+                // Half-open: let this call probe; a failure re-opens at once.
+                breaker.open_until = None;
+                breaker.failures_in_a_row = BREAKER_THRESHOLD - 1;
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn record(&self, ok: bool) {
+        let mut breaker = self.breaker.lock().unwrap_or_else(|e| e.into_inner());
+        if ok {
+            breaker.failures_in_a_row = 0;
+            return;
+        }
+        breaker.failures_in_a_row += 1;
+        if breaker.failures_in_a_row >= BREAKER_THRESHOLD && breaker.open_until.is_none() {
+            tracing::warn!(
+                provider = %self.name,
+                "{} failed calls in a row: skipping it for {} s",
+                breaker.failures_in_a_row,
+                BREAKER_COOL_DOWN.as_secs()
+            );
+            breaker.open_until = Some(Instant::now() + BREAKER_COOL_DOWN);
+        }
     }
 
     /// One chat completion of `prompt` (the user message), within the provider's limits.
@@ -149,6 +205,7 @@ impl Provider {
         let request = request.build().map_err(|e| self.error(e.to_string()))?;
         match self.client.chat().create(request).await {
             Ok(response) => {
+                self.record(true);
                 self.stats.completions.fetch_add(1, Ordering::Relaxed);
                 let (input, output) = response.usage.as_ref().map_or((0, 0), |u| {
                     (u.prompt_tokens as u64, u.completion_tokens as u64)
@@ -170,6 +227,7 @@ impl Provider {
                 })
             }
             Err(error) => {
+                self.record(false);
                 self.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
                 Err(self.error(describe(&error)))
             }
@@ -201,6 +259,7 @@ impl Provider {
             served: s.served.load(Ordering::Relaxed),
             input_tokens: input,
             output_tokens: output,
+            skipped_circuit_open: s.skipped.load(Ordering::Relaxed),
             estimated_cost_usd: cost(&self.config, input, output, false),
         }
     }

@@ -218,3 +218,39 @@ fn similar_ranks_a_users_neighbours_and_explains_missing_vectors() {
     let missing = db.run(&["similar", "nope"]);
     assert!(stderr(&missing).contains("no memory with id 'nope'"));
 }
+
+#[test]
+fn the_config_file_chooses_the_embedder_and_flags_override_it() {
+    let db = TestDb::with_dim(64);
+    db.run(&["import", fixture("memories.jsonl").to_str().unwrap()]);
+    let config = db.path("memlife.toml");
+    std::fs::write(&config, "[embedder]\nkind = \"hash\"\n").unwrap();
+    let out = db.run(&[
+        "--json", "--config", &config, "embed", "--table", "memories",
+    ]);
+    assert_eq!(json(&out)["counts"]["embedded"], 10);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE embedding_model = 'hash-lexical-v1'"),
+        "10"
+    );
+    // A flag wins over the file: the local model folder does not exist here, and says so.
+    let out = db.run(&[
+        "--config",
+        &config,
+        "embed",
+        "--all",
+        "--embedder",
+        "local",
+        "--model-dir",
+        "/nonexistent",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/nonexistent"), "{}", stderr(&out));
+    std::fs::write(&config, "[embedder]\nkind = \"magic\"\n").unwrap();
+    let out = db.run(&["--config", &config, "embed"]);
+    assert!(
+        stderr(&out).contains("embedder.kind = \"magic\""),
+        "{}",
+        stderr(&out)
+    );
+}

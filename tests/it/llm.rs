@@ -46,10 +46,17 @@ impl Mock {
     }
 
     fn stats(&self) -> Value {
-        let address = self.url.trim_start_matches("http://").trim_end_matches("/v1");
+        let address = self
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/v1");
         let mut stream = std::net::TcpStream::connect(address).unwrap();
         use std::io::{Read, Write};
-        write!(stream, "GET /mock/stats HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+        write!(
+            stream,
+            "GET /mock/stats HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        )
+        .unwrap();
         let mut text = String::new();
         // The server keeps connections alive: read the head, then exactly the body.
         let mut reader = BufReader::new(&mut stream);
@@ -111,7 +118,14 @@ fn mock_provider(name: &str, url: &str, extra: &str) -> String {
 /// Runs `link` with the config, all pairs judged; returns (exit code, JSON report, stderr).
 fn link(db: &TestDb, config: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
     let mut args = vec![
-        "--json", "--config", config, "link", "--llm", "providers", "--min-score", "-1",
+        "--json",
+        "--config",
+        config,
+        "link",
+        "--llm",
+        "providers",
+        "--min-score",
+        "-1",
     ];
     args.extend_from_slice(extra);
     let out = db.run(&args);
@@ -123,12 +137,19 @@ fn link(db: &TestDb, config: &str, extra: &[&str]) -> (Option<i32>, Value, Strin
 fn a_429_with_retry_after_is_waited_out_and_counted() {
     let db = db_with_memories(2);
     let mock = Mock::with_script(&db, r#"[{"status":429,"retry_after":1}]"#);
-    let config = write_config(&db, &mock_provider("mock", &mock.url, ""), "fast = [\"mock\"]");
+    let config = write_config(
+        &db,
+        &mock_provider("mock", &mock.url, ""),
+        "fast = [\"mock\"]",
+    );
     let started = Instant::now();
     let (code, report, err) = link(&db, &config, &[]);
     assert_eq!(code, Some(0), "{err}");
     // The server asked for 1 s; the configured backoff alone would have been 10 ms.
-    assert!(started.elapsed().as_secs_f64() >= 1.0, "Retry-After was not honoured");
+    assert!(
+        started.elapsed().as_secs_f64() >= 1.0,
+        "Retry-After was not honoured"
+    );
     let mock_usage = &report["llm"]["providers"]["mock"];
     assert_eq!(mock_usage["retries"], 1, "{report}");
     assert_eq!(mock_usage["requests"], 2);
@@ -143,7 +164,10 @@ fn a_429_with_retry_after_is_waited_out_and_counted() {
             .as_str(),
     )
     .unwrap();
-    assert_eq!(usage["providers"]["mock"]["retries"], 1, "runs.llm_usage records the accounting");
+    assert_eq!(
+        usage["providers"]["mock"]["retries"], 1,
+        "runs.llm_usage records the accounting"
+    );
 }
 
 #[test]
@@ -169,10 +193,23 @@ fn a_dead_provider_hands_its_calls_to_the_next_in_the_chain() {
 fn malformed_replies_are_retried_once_then_fail_safely_and_are_judged_again_later() {
     let db = db_with_memories(2);
     let mock = Mock::with_script(&db, r#"[{"malformed":true},{"malformed":true}]"#);
-    let config = write_config(&db, &mock_provider("mock", &mock.url, ""), "fast = [\"mock\"]");
+    let config = write_config(
+        &db,
+        &mock_provider("mock", &mock.url, ""),
+        "fast = [\"mock\"]",
+    );
     let (code, report, _) = link(&db, &config, &[]);
-    assert_eq!(code, Some(1), "a failed item makes the run partial: {report}");
-    assert!(report["failures"][0]["reason"].as_str().unwrap().contains("invalid reply"));
+    assert_eq!(
+        code,
+        Some(1),
+        "a failed item makes the run partial: {report}"
+    );
+    assert!(
+        report["failures"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("invalid reply")
+    );
     assert_eq!(report["llm"]["providers"]["mock"]["invalid_replies"], 2);
     assert_eq!(db.count("links"), 0, "the safe default makes no link");
     assert_eq!(
@@ -196,10 +233,17 @@ fn batch_state(db: &TestDb) -> (String, i64, i64) {
     (status, audits, db.count("links"))
 }
 
-fn poll(db: &TestDb, config: &str, extra: &[&str], env: Option<(&str, &str)>) -> (Option<i32>, Value) {
+fn poll(
+    db: &TestDb,
+    config: &str,
+    extra: &[&str],
+    env: Option<(&str, &str)>,
+) -> (Option<i32>, Value) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_memlife"));
     command
-        .args(["--db", &db.uri, "--json", "--config", config, "batches", "poll"])
+        .args([
+            "--db", &db.uri, "--json", "--config", config, "batches", "poll",
+        ])
         .args(extra);
     if let Some((k, v)) = env {
         command.env(k, v);
@@ -215,11 +259,19 @@ fn poll(db: &TestDb, config: &str, extra: &[&str], env: Option<(&str, &str)>) ->
 fn a_batch_is_applied_exactly_once_even_after_a_crash_between_download_and_apply() {
     let db = db_with_memories(3);
     let mock = Mock::start(&[]);
-    let config = write_config(&db, &mock_provider("mock", &mock.url, ""), "fast = [\"mock\"]");
+    let config = write_config(
+        &db,
+        &mock_provider("mock", &mock.url, ""),
+        "fast = [\"mock\"]",
+    );
     let (code, report, err) = link(&db, &config, &["--mode", "batch"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(report["counts"]["items_submitted"], 3);
-    assert_eq!(batch_state(&db), ("submitted".into(), 0, 0), "submitting applies nothing");
+    assert_eq!(
+        batch_state(&db),
+        ("submitted".into(), 0, 0),
+        "submitting applies nothing"
+    );
 
     // The poller dies after claiming and downloading.
     let (code, _) = poll(&db, &config, &[], Some(("MEMLIFE_FAULT", "after-download")));
@@ -236,7 +288,10 @@ fn a_batch_is_applied_exactly_once_even_after_a_crash_between_download_and_apply
     assert_eq!(report["counts"]["items_applied"], 3);
     let (status, audits, links) = batch_state(&db);
     assert_eq!((status.as_str(), audits), ("applied", 3));
-    assert_eq!(links, report["counts"]["links_supersedes"].as_i64().unwrap_or(0));
+    assert_eq!(
+        links,
+        report["counts"]["links_supersedes"].as_i64().unwrap_or(0)
+    );
     // Polling again finds nothing and changes nothing.
     let (code, report) = poll(&db, &config, &["--lease-secs", "0"], None);
     assert_eq!(code, Some(0));
@@ -252,12 +307,18 @@ fn a_batch_is_applied_exactly_once_even_after_a_crash_between_download_and_apply
 fn two_polls_at_once_apply_a_batch_once() {
     let db = db_with_memories(3);
     let mock = Mock::start(&[]);
-    let config = write_config(&db, &mock_provider("mock", &mock.url, ""), "fast = [\"mock\"]");
+    let config = write_config(
+        &db,
+        &mock_provider("mock", &mock.url, ""),
+        "fast = [\"mock\"]",
+    );
     let (code, _, err) = link(&db, &config, &["--mode", "batch"]);
     assert_eq!(code, Some(0), "{err}");
     let spawn = || {
         Command::new(env!("CARGO_BIN_EXE_memlife"))
-            .args(["--db", &db.uri, "--json", "--config", &config, "batches", "poll"])
+            .args([
+                "--db", &db.uri, "--json", "--config", &config, "batches", "poll",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -268,7 +329,8 @@ fn two_polls_at_once_apply_a_batch_once() {
     let applied: i64 = [&a, &b]
         .iter()
         .map(|o| {
-            serde_json::from_str::<Value>(&stdout(o)).map_or(0, |r| r["counts"]["applied"].as_i64().unwrap_or(0))
+            serde_json::from_str::<Value>(&stdout(o))
+                .map_or(0, |r| r["counts"]["applied"].as_i64().unwrap_or(0))
         })
         .sum();
     let (status, audits, _) = batch_state(&db);
@@ -277,7 +339,13 @@ fn two_polls_at_once_apply_a_batch_once() {
         let (code, _) = poll(&db, &config, &[], None);
         assert_eq!(code, Some(0));
     } else {
-        assert_eq!(applied, 1, "exactly one poller applies: {} / {}", stdout(&a), stdout(&b));
+        assert_eq!(
+            applied,
+            1,
+            "exactly one poller applies: {} / {}",
+            stdout(&a),
+            stdout(&b)
+        );
     }
     let (status, audits_after, _) = batch_state(&db);
     assert_eq!(status, "applied");
@@ -296,19 +364,39 @@ fn keys_and_prompts_stay_out_of_logs() {
     );
     for level in ["warn", "info"] {
         let out = Command::new(env!("CARGO_BIN_EXE_memlife"))
-            .args(["--db", &db.uri, "--config", &config, "link", "--llm", "providers", "--min-score", "-1"])
+            .args([
+                "--db",
+                &db.uri,
+                "--config",
+                &config,
+                "link",
+                "--llm",
+                "providers",
+                "--min-score",
+                "-1",
+            ])
             .env("MEMLIFE_TEST_KEY", "sk-test-secret-4242")
             .env("MEMLIFE_LOG", level)
             .output()
             .unwrap();
         let all = format!("{}{}", stdout(&out), stderr(&out));
-        assert!(!all.contains("sk-test-secret-4242"), "key leaked at {level}: {all}");
-        assert!(!all.contains("Pinecone"), "prompt text leaked at {level}: {all}");
+        assert!(
+            !all.contains("sk-test-secret-4242"),
+            "key leaked at {level}: {all}"
+        );
+        assert!(
+            !all.contains("Pinecone"),
+            "prompt text leaked at {level}: {all}"
+        );
     }
     // Without the key variable the run stops before any call, naming the variable.
     let out = db.run(&["--config", &config, "link", "--llm", "providers"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("MEMLIFE_TEST_KEY"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("MEMLIFE_TEST_KEY"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -319,7 +407,10 @@ fn the_offline_judge_needs_no_network_and_says_so() {
     let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(report["llm"]["judge"], "offline");
     assert_eq!(report["llm"]["providers"]["offline"]["served"], 3);
-    assert_eq!(db.scalar("SELECT source_id FROM links WHERE link_type = 'supersedes'"), "\"m2\"");
+    assert_eq!(
+        db.scalar("SELECT source_id FROM links WHERE link_type = 'supersedes'"),
+        "\"m2\""
+    );
     // Batch mode needs real providers.
     let out = db.run(&["link", "--mode", "batch"]);
     assert_eq!(out.status.code(), Some(2));
