@@ -27,3 +27,11 @@ bench:
 # Embedding, neighbour-search and vector-index benchmarks (see BENCHMARKS.md).
 bench-embeddings:
     bash benches/embeddings.sh
+
+# The LLM layer at model latency: 1000 classifications, concurrency 64, mock at 1000 ms.
+bench-llm:
+    bash benches/llm.sh
+
+# An OpenAI-compatible mock server on port 8089 answering memlife prompts (offline judge).
+mock:
+    cargo run --bin memlife -- mock-llm --port 8089

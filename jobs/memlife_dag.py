@@ -1,4 +1,5 @@
-"""Airflow DAG for memlife: one task per job, run in dependency order every night.
+"""Airflow DAGs for memlife: one task per job, run in dependency order every night, and the
+Batch API side (poll every minute, retry every six hours, clean up daily).
 
 memlife exits 0 when done, 1 when done with some failed items, and 2 on error. Airflow fails
 a task on any non-zero exit, so both 1 and 2 show in the UI with the JSON report in the log.
@@ -10,6 +11,8 @@ from airflow import DAG
 from airflow.operators.bash import BashOperator
 
 DB = "/var/lib/memlife/memlife.db"
+CONFIG = "/etc/memlife/memlife.toml"
+MEMLIFE = f"memlife --db {DB} --config {CONFIG} --json"
 
 with DAG(
     dag_id="memlife_nightly",
@@ -18,13 +21,37 @@ with DAG(
     catchup=False,
     default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
-) as dag:
+) as nightly:
     import_memories = BashOperator(
         task_id="import",
-        bash_command=f"memlife --db {DB} --json import --on-error skip /var/lib/memlife/inbox/memories.jsonl",
+        bash_command=f"{MEMLIFE} import --on-error skip /var/lib/memlife/inbox/memories.jsonl",
     )
-    stats = BashOperator(
-        task_id="stats",
-        bash_command=f"memlife --db {DB} --json stats",
+    embed = BashOperator(task_id="embed", bash_command=f"{MEMLIFE} embed")
+    link = BashOperator(
+        task_id="link_submit",
+        bash_command=f"{MEMLIFE} link --llm providers --mode batch",
     )
-    import_memories >> stats
+    stats = BashOperator(task_id="stats", bash_command=f"{MEMLIFE} stats")
+    import_memories >> embed >> link >> stats
+
+with DAG(
+    dag_id="memlife_batches",
+    start_date=datetime(2025, 1, 1),
+    schedule=timedelta(minutes=1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["memlife"],
+) as batches:
+    # Two overlapping polls are safe (a batch is claimed by one), but one at a time is enough.
+    BashOperator(task_id="poll", bash_command=f"{MEMLIFE} batches poll")
+
+with DAG(
+    dag_id="memlife_batches_maintenance",
+    start_date=datetime(2025, 1, 1),
+    schedule="15 */6 * * *",
+    catchup=False,
+    tags=["memlife"],
+) as maintenance:
+    retry = BashOperator(task_id="retry", bash_command=f"{MEMLIFE} batches retry")
+    cleanup = BashOperator(task_id="cleanup", bash_command=f"{MEMLIFE} batches cleanup")
+    retry >> cleanup

