@@ -15,6 +15,7 @@ pub mod llm;
 pub mod mock_llm;
 pub mod rows;
 pub mod schema;
+pub mod scores;
 pub mod similarity;
 pub mod sql;
 pub mod store;
