@@ -196,6 +196,15 @@ pub enum Command {
         #[command(flatten)]
         llm: crate::llm::LlmArgs,
     },
+    /// Daily score recalculation: salience decay, lifecycle states, TTL policies, retention
+    /// and tiers, importance; expired entity notes removed. Idempotent for a given --now.
+    Scores {
+        /// The clock the run computes at (RFC 3339); default the current time.
+        #[arg(long)]
+        now: Option<String>,
+        #[command(flatten)]
+        job: JobArgs,
+    },
     /// OpenAI Batch API submissions: apply finished ones, resubmit failed ones, clean up.
     Batches {
         #[command(subcommand)]
@@ -536,6 +545,21 @@ pub async fn run(cli: Cli) -> Result<u8> {
             let ctx = job_ctx(store, &job);
             let args = jobs::link::LinkArgs { k, min_score };
             let report = jobs::link::run(&ctx, &args, &llm).await?;
+            report.print(cli.json, &mut stdout)?;
+            Ok(report.exit_code())
+        }
+        Command::Scores { now, job } => {
+            let config = crate::config::Config::load(cli.config.as_deref())?;
+            let store = Store::open(&cli.db).await?;
+            let mut ctx = job_ctx(store, &job);
+            if let Some(text) = now {
+                let micros = crate::encoding::parse_timestamp(&text).with_context(|| {
+                    format!("--now {text:?} is not a timestamp (e.g. 2026-01-31T00:00:00Z)")
+                })?;
+                ctx.now = chrono::DateTime::from_timestamp_micros(micros)
+                    .with_context(|| format!("--now {text:?} is out of range"))?;
+            }
+            let report = jobs::scores::run(&ctx, &config.scores).await?;
             report.print(cli.json, &mut stdout)?;
             Ok(report.exit_code())
         }

@@ -38,6 +38,9 @@ pub struct Config {
     pub tasks: BTreeMap<String, String>,
     #[serde(default)]
     pub embedder: EmbedderSection,
+    /// Parameters of the daily score recalculation (`memlife scores`).
+    #[serde(default)]
+    pub scores: crate::scores::ScoreParams,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -198,6 +201,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<()> {
+        self.scores.validate().map_err(anyhow::Error::msg)?;
         if !["offline", "providers"].contains(&self.llm.judge.as_str()) {
             bail!(
                 "llm.judge = {:?}: expected \"offline\" or \"providers\"",

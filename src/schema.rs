@@ -10,11 +10,14 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
-/// 2: table `llm_batches`; column `runs.llm_usage`.
-pub const SCHEMA_HISTORY: &[(i64, &str)] = &[(2, "llm_batches table; runs.llm_usage column")];
+/// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
+pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
+    (2, "llm_batches table; runs.llm_usage column"),
+    (3, "memories.salience_anchor column"),
+];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
 pub const DEFAULT_EMBEDDING_DIM: usize = 384;
@@ -283,6 +286,9 @@ pub static MEMORIES: TableSpec = TableSpec {
             D::I64(0),
         ),
         field("last_refined_at", K::Timestamp, R::Free, D::Null),
+        // Salience at the last access (or creation): the scores job decays from it, so
+        // reruns never compound (v3; null means "the stored salience", adopted on first run).
+        field("salience_anchor", K::F64, R::UnitInterval, D::Null),
     ],
 };
 

@@ -299,6 +299,24 @@ impl Store {
         })
     }
 
+    /// Replaces some columns of existing rows, matched on the table's key, in one commit.
+    /// The batches hold the key columns and the columns to replace; no row is inserted.
+    pub async fn update_columns(
+        &self,
+        spec: &TableSpec,
+        rows: Box<dyn RecordBatchReader + Send>,
+    ) -> Result<WriteStats> {
+        let table = self.table(spec.name).await?;
+        let mut merge = table.merge_insert(spec.key);
+        merge.when_matched_update_all(None);
+        let result = merge.execute(rows).await?;
+        Ok(WriteStats {
+            inserted: result.num_inserted_rows,
+            updated: result.num_updated_rows,
+            version: result.version,
+        })
+    }
+
     /// Upserts one in-memory batch (run log, meta).
     pub async fn upsert_batch(&self, spec: &TableSpec, batch: RecordBatch) -> Result<WriteStats> {
         let schema = batch.schema();

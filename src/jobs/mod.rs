@@ -5,6 +5,7 @@
 pub mod embed;
 pub mod import;
 pub mod link;
+pub mod scores;
 
 use std::collections::BTreeMap;
 use std::io::Write;

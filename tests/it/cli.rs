@@ -8,7 +8,7 @@ fn init_is_idempotent_and_reports_the_schema() {
     let again = db.run(&["--json", "init"]);
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     let report: serde_json::Value = serde_json::from_str(&stdout(&again)).unwrap();
-    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["schema_version"], memlife::schema::SCHEMA_VERSION);
     assert_eq!(report["embedding_dim"], 384);
     assert_eq!(report["created_tables"], serde_json::json!([]));
     // A second init with another width keeps the recorded one.

@@ -11,4 +11,5 @@ mod local_model;
 mod loopback;
 mod roundtrip;
 mod saved_sql;
+mod scores;
 mod store;

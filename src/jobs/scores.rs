@@ -1,0 +1,467 @@
+//! `memlife scores [--now T]`: the daily bulk recalculation (seed 000's
+//! `recalculate_temporal_scores` and `bulk_recalculate_scores`) for every memory that is not
+//! archived, plus archived ones that were re-accessed or are keep_forever (they may revive):
+//! salience decay, lifecycle state, TTL, retention and tier, importance; then the removal of
+//! expired entity notes (seed 002 "Note Cleanup").
+//!
+//! Columnar: Lance streams the needed columns in batches, each batch is computed in parallel
+//! (rayon) by the pure functions of `scores`, and only rows whose values change are written
+//! back, as key + changed columns, in one merge-insert commit. Memories archived by this run
+//! are written to the audit log first (one commit), then the scores (one commit): a run killed
+//! in between leaves audit rows for archivals the next run performs again, to the same state.
+//! Archiving never deletes: archived memories stay in the table, queryable.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, ListArray, RecordBatch,
+    RecordBatchIterator, StringArray, TimestampMicrosecondArray,
+};
+use arrow::buffer::OffsetBuffer;
+use arrow::datatypes::{Field, Float64Type, Int64Type, Schema, TimestampMicrosecondType};
+use futures::TryStreamExt;
+use rayon::prelude::*;
+
+use super::{JobCtx, JobReport, RunLog};
+use crate::commands::export::sql_string;
+use crate::encoding::format_timestamp;
+use crate::schema::{AUDIT_LOG, ENTITIES, MEMORIES, timestamp_type};
+use crate::scores::{ScoreInput, ScoreOutput, ScoreParams, State, Transition, Ttl, score};
+use crate::store::batch_from_json;
+
+const READ_COLUMNS: &[&str] = &[
+    "id",
+    "user_id",
+    "kind",
+    "state",
+    "ttl_policy",
+    "confidence",
+    "salience",
+    "salience_anchor",
+    "access_count",
+    "recall_frequency",
+    "decay_gradient",
+    "created_at",
+    "last_accessed_at",
+    "archived_at",
+    "emotional_salience",
+    "last_recall_interval_days",
+    "importance",
+    "retention",
+    "tier",
+];
+
+/// One scanned batch's results: the rows to write and what happened.
+struct Computed {
+    update: Option<RecordBatch>,
+    archived: Vec<(String, String, String, f64)>,
+    transitions: BTreeMap<&'static str, u64>,
+    tiers: BTreeMap<&'static str, u64>,
+    rows: u64,
+}
+
+fn f64s<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Float64Array> {
+    batch
+        .column_by_name(name)
+        .with_context(|| format!("memories has no column {name}"))
+        .map(|c| c.as_primitive::<Float64Type>())
+}
+
+fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray> {
+    Ok(batch
+        .column_by_name(name)
+        .with_context(|| format!("memories has no column {name}"))?
+        .as_string::<i32>())
+}
+
+fn times<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a TimestampMicrosecondArray> {
+    Ok(batch
+        .column_by_name(name)
+        .with_context(|| format!("memories has no column {name}"))?
+        .as_primitive::<TimestampMicrosecondType>())
+}
+
+fn opt_time(a: &TimestampMicrosecondArray, i: usize) -> Option<i64> {
+    a.is_valid(i).then(|| a.value(i))
+}
+
+/// Computes a batch of memories; pure apart from reading the arrays.
+fn compute(
+    params: &ScoreParams,
+    batch: &RecordBatch,
+    inbound: &HashMap<String, u64>,
+    now: i64,
+) -> Result<Computed> {
+    let ids = strings(batch, "id")?;
+    let users = strings(batch, "user_id")?;
+    let kinds = strings(batch, "kind")?;
+    let states = strings(batch, "state")?;
+    let ttls = strings(batch, "ttl_policy")?;
+    let tiers_old = strings(batch, "tier")?;
+    let confidence = f64s(batch, "confidence")?;
+    let salience = f64s(batch, "salience")?;
+    let anchor = f64s(batch, "salience_anchor")?;
+    let emotional = f64s(batch, "emotional_salience")?;
+    let gradient = f64s(batch, "decay_gradient")?;
+    let interval = f64s(batch, "last_recall_interval_days")?;
+    let importance_old = f64s(batch, "importance")?;
+    let retention_old = f64s(batch, "retention")?;
+    let access = batch
+        .column_by_name("access_count")
+        .context("access_count")?
+        .as_primitive::<Int64Type>();
+    let recalls = batch
+        .column_by_name("recall_frequency")
+        .context("recall_frequency")?
+        .as_primitive::<Int64Type>();
+    let created = times(batch, "created_at")?;
+    let accessed = times(batch, "last_accessed_at")?;
+    let archived_old = times(batch, "archived_at")?;
+
+    let outputs: Vec<Result<(ScoreOutput, f64)>> = (0..batch.num_rows())
+        .into_par_iter()
+        .map(|i| {
+            let state = State::parse(states.value(i)).ok_or_else(|| {
+                anyhow!(
+                    "memory {}: unknown state {:?}",
+                    ids.value(i),
+                    states.value(i)
+                )
+            })?;
+            let ttl = Ttl::parse(ttls.value(i)).ok_or_else(|| {
+                anyhow!(
+                    "memory {}: unknown ttl_policy {:?}",
+                    ids.value(i),
+                    ttls.value(i)
+                )
+            })?;
+            // A memory never scored adopts its stored salience as the anchor.
+            let salience_anchor = if anchor.is_valid(i) {
+                anchor.value(i)
+            } else {
+                salience.value(i)
+            };
+            let input = ScoreInput {
+                state,
+                ttl,
+                episodic: kinds.value(i) == "episode",
+                confidence: confidence.value(i),
+                salience: salience.value(i),
+                salience_anchor,
+                access_count: access.value(i),
+                recall_frequency: recalls.value(i),
+                decay_gradient: gradient.value(i),
+                created_at: created.value(i),
+                last_accessed_at: opt_time(accessed, i),
+                archived_at: opt_time(archived_old, i),
+                emotional_salience: emotional.value(i),
+                inbound_links: inbound.get(ids.value(i)).copied().unwrap_or(0),
+                last_recall_interval_days: interval.value(i),
+            };
+            Ok((score(params, &input, now), salience_anchor))
+        })
+        .collect();
+
+    let mut changed = Vec::new();
+    let mut computed = Computed {
+        update: None,
+        archived: Vec::new(),
+        transitions: BTreeMap::new(),
+        tiers: BTreeMap::new(),
+        rows: batch.num_rows() as u64,
+    };
+    let mut kept = Vec::new();
+    for (i, output) in outputs.into_iter().enumerate() {
+        let (out, used_anchor) = output?;
+        *computed.tiers.entry(out.tier).or_default() += 1;
+        if let Some(t) = out.transition {
+            *computed.transitions.entry(t.name()).or_default() += 1;
+            if matches!(t, Transition::Archived | Transition::Expired) {
+                computed.archived.push((
+                    ids.value(i).to_string(),
+                    users.value(i).to_string(),
+                    t.name().to_string(),
+                    out.salience,
+                ));
+            }
+        }
+        let differs = out.salience != salience.value(i)
+            || !anchor.is_valid(i)
+            || out.state.as_str() != states.value(i)
+            || out.tier != tiers_old.value(i)
+            || out.retention != retention_old.value(i)
+            || out.importance != importance_old.value(i)
+            || out.archived_at != opt_time(archived_old, i);
+        if differs {
+            changed.push(i as u32);
+            kept.push((out, used_anchor));
+        }
+    }
+    if changed.is_empty() {
+        return Ok(computed);
+    }
+    let take = arrow::array::UInt32Array::from(changed);
+    let id_column = arrow::compute::take(batch.column_by_name("id").unwrap(), &take, None)?;
+    let columns: Vec<ArrayRef> = vec![
+        id_column,
+        Arc::new(Float64Array::from_iter_values(
+            kept.iter().map(|(o, _)| o.salience),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            kept.iter().map(|(_, a)| a.clamp(0.0, 1.0)),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            kept.iter().map(|(o, _)| o.state.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            kept.iter().map(|(o, _)| o.tier),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            kept.iter().map(|(o, _)| o.retention),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            kept.iter().map(|(o, _)| o.importance),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from(
+                kept.iter().map(|(o, _)| o.archived_at).collect::<Vec<_>>(),
+            )
+            .with_timezone("UTC"),
+        ),
+    ];
+    computed.update = Some(RecordBatch::try_new(update_schema(), columns)?);
+    Ok(computed)
+}
+
+fn update_schema() -> Arc<Schema> {
+    let field = |name: &str| {
+        let spec = MEMORIES.field(name).expect("memories column");
+        Field::new(
+            name,
+            crate::schema::data_type(spec.kind, 0),
+            spec.nullable(),
+        )
+    };
+    Arc::new(Schema::new(vec![
+        field("id"),
+        field("salience"),
+        field("salience_anchor"),
+        field("state"),
+        field("tier"),
+        field("retention"),
+        field("importance"),
+        field("archived_at"),
+    ]))
+}
+
+/// Inbound links per memory (of the user in scope).
+async fn inbound_links(ctx: &JobCtx) -> Result<HashMap<String, u64>> {
+    let filter = ctx
+        .user
+        .as_ref()
+        .map(|u| format!("user_id = {}", sql_string(u)));
+    let mut counts = HashMap::new();
+    for batch in ctx
+        .store
+        .scan_columns("links", filter.as_deref(), &["target_id"])
+        .await?
+    {
+        let targets = batch.column(0).as_string::<i32>();
+        for i in 0..batch.num_rows() {
+            *counts.entry(targets.value(i).to_string()).or_insert(0) += 1;
+        }
+    }
+    Ok(counts)
+}
+
+/// Drops entity notes whose `expires_at` has passed; returns (entities changed, notes removed).
+async fn clean_notes(ctx: &JobCtx, now: i64) -> Result<(u64, u64)> {
+    let mut filter = "notes IS NOT NULL".to_string();
+    if let Some(user) = &ctx.user {
+        filter.push_str(&format!(" AND user_id = {}", sql_string(user)));
+    }
+    let batches = ctx
+        .store
+        .scan_columns(ENTITIES.name, Some(&filter), &["id", "notes"])
+        .await?;
+    let mut updates = Vec::new();
+    let (mut entities, mut removed) = (0u64, 0u64);
+    for batch in &batches {
+        let notes = batch.column(1).as_list::<i32>();
+        let values = notes.values().as_struct();
+        let expires = values
+            .column_by_name("expires_at")
+            .context("entity notes have no expires_at")?
+            .as_primitive::<TimestampMicrosecondType>();
+        let keep: BooleanArray = (0..values.len())
+            .map(|j| Some(expires.is_null(j) || expires.value(j) > now))
+            .collect();
+        let mut rows = Vec::new();
+        let mut offsets = vec![0i32];
+        for row in 0..batch.num_rows() {
+            let (start, end) = (
+                notes.value_offsets()[row] as usize,
+                notes.value_offsets()[row + 1] as usize,
+            );
+            let kept = (start..end).filter(|&j| keep.value(j)).count();
+            if notes.is_valid(row) && kept < end - start {
+                rows.push(row as u32);
+                removed += (end - start - kept) as u64;
+                offsets.push(offsets.last().unwrap() + kept as i32);
+            }
+        }
+        if rows.is_empty() {
+            continue;
+        }
+        entities += rows.len() as u64;
+        // Keep mask restricted to the changed rows, in order.
+        let mut mask = Vec::new();
+        for &row in &rows {
+            let row = row as usize;
+            let (start, end) = (
+                notes.value_offsets()[row] as usize,
+                notes.value_offsets()[row + 1] as usize,
+            );
+            mask.extend((start..end).map(|j| keep.value(j)));
+            let _ = end;
+        }
+        let take = arrow::array::UInt32Array::from(rows.clone());
+        let changed_lists = arrow::compute::take(notes, &take, None)?;
+        let changed_lists = changed_lists.as_list::<i32>();
+        let filtered = arrow::compute::filter(changed_lists.values(), &BooleanArray::from(mask))?;
+        let field = match ENTITIES
+            .arrow_schema(0)
+            .field_with_name("notes")?
+            .data_type()
+        {
+            arrow::datatypes::DataType::List(f) => f.clone(),
+            _ => unreachable!("notes is a list"),
+        };
+        let list = ListArray::try_new(field, OffsetBuffer::new(offsets.into()), filtered, None)?;
+        let ids = arrow::compute::take(batch.column(0), &take, None)?;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", arrow::datatypes::DataType::Utf8, false),
+            ENTITIES.arrow_schema(0).field_with_name("notes")?.clone(),
+            Field::new("updated_at", timestamp_type(), false),
+        ]));
+        let updated =
+            Arc::new(TimestampMicrosecondArray::from(vec![now; rows.len()]).with_timezone("UTC"))
+                as ArrayRef;
+        updates.push(RecordBatch::try_new(
+            schema,
+            vec![ids, Arc::new(list), updated],
+        )?);
+    }
+    if !updates.is_empty() && !ctx.dry_run {
+        let schema = updates[0].schema();
+        let reader = RecordBatchIterator::new(updates.into_iter().map(Ok), schema);
+        ctx.store
+            .update_columns(&ENTITIES, Box::new(reader))
+            .await?;
+    }
+    Ok((entities, removed))
+}
+
+pub async fn run(ctx: &JobCtx, params: &ScoreParams) -> Result<JobReport> {
+    let now = ctx.now.timestamp_micros();
+    let log = RunLog::start(
+        ctx,
+        "scores",
+        &serde_json::json!({"now": format_timestamp(now), "params": params}),
+    )
+    .await?;
+    let mut report = JobReport::new("scores", ctx);
+    let started = Instant::now();
+    let inbound = inbound_links(ctx).await?;
+    let mut filter =
+        "(state != 'archived' OR ttl_policy = 'keep_forever' OR last_accessed_at > archived_at)"
+            .to_string();
+    if let Some(user) = &ctx.user {
+        filter.push_str(&format!(" AND user_id = {}", sql_string(user)));
+    }
+    let table = ctx.store.table(MEMORIES.name).await?;
+    use lancedb::query::{ExecutableQuery, QueryBase, Select};
+    let mut stream = table
+        .query()
+        .only_if(filter)
+        .select(Select::columns(READ_COLUMNS))
+        .execute()
+        .await?;
+    let read_at = started.elapsed();
+    let mut compute_time = std::time::Duration::ZERO;
+    let (mut updates, mut archived) = (Vec::new(), Vec::new());
+    let (mut transitions, mut tiers): (BTreeMap<&str, u64>, BTreeMap<&str, u64>) =
+        Default::default();
+    let mut processed = 0u64;
+    while let Some(batch) = stream.try_next().await? {
+        let t = Instant::now();
+        let computed = compute(params, &batch, &inbound, now)?;
+        compute_time += t.elapsed();
+        processed += computed.rows;
+        for (k, v) in computed.transitions {
+            *transitions.entry(k).or_default() += v;
+        }
+        for (k, v) in computed.tiers {
+            *tiers.entry(k).or_default() += v;
+        }
+        archived.extend(computed.archived);
+        updates.extend(computed.update);
+    }
+    let changed: u64 = updates.iter().map(|b| b.num_rows() as u64).sum();
+    report.count("processed", processed);
+    report.count("changed", changed);
+    for name in ["promoted", "made_core", "archived", "expired", "revived"] {
+        report.count(name, transitions.get(name).copied().unwrap_or(0));
+    }
+    for tier in ["hot", "warm", "cold", "archived"] {
+        report.count(
+            &format!("tier_{tier}"),
+            tiers.get(tier).copied().unwrap_or(0),
+        );
+    }
+    if !ctx.dry_run {
+        // Archivals are logged before they happen.
+        if !archived.is_empty() {
+            let rows: Vec<serde_json::Value> = archived
+                .iter()
+                .map(|(id, user, why, salience)| {
+                    serde_json::json!({
+                        "id": uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("archive|{}|{id}", log.run_id()).as_bytes()).to_string(),
+                        "run_id": log.run_id(), "user_id": user, "operation": "ARCHIVE",
+                        "source_ids": [id], "target_id": id, "classification": why,
+                        "reasoning": if why == "expired" { "ephemeral ttl_policy deadline reached".to_string() } else { format!("salience {salience:.4} below {}", params.archive_salience) },
+                        "created_at": format_timestamp(now),
+                    })
+                })
+                .collect();
+            for chunk in rows.chunks(100_000) {
+                let batch = batch_from_json(&AUDIT_LOG, ctx.store.embedding_dim(), now, chunk)
+                    .map_err(|e| anyhow!(e))?;
+                ctx.store.upsert_batch(&AUDIT_LOG, batch).await?;
+            }
+        }
+        if !updates.is_empty() {
+            let schema = update_schema();
+            let reader = RecordBatchIterator::new(updates.into_iter().map(Ok), schema);
+            ctx.store
+                .update_columns(&MEMORIES, Box::new(reader))
+                .await?;
+        }
+    }
+    let (entities, notes) = clean_notes(ctx, now).await?;
+    report.count("entities_notes_cleaned", entities);
+    report.count("notes_removed", notes);
+    report.count("compute_ms", compute_time.as_millis() as u64);
+    report.notes.push(format!(
+        "now = {}; compute {} ms of {} ms (first batch after {} ms)",
+        format_timestamp(now),
+        compute_time.as_millis(),
+        started.elapsed().as_millis(),
+        read_at.as_millis()
+    ));
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}
