@@ -28,6 +28,10 @@ bench:
 bench-embeddings:
     bash benches/embeddings.sh
 
+# Score recalculation over 1M memories (see BENCHMARKS.md).
+bench-scores:
+    bash benches/scores.sh
+
 # The LLM layer at model latency: 1000 classifications, concurrency 64, mock at 1000 ms.
 bench-llm:
     bash benches/llm.sh

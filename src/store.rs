@@ -43,6 +43,8 @@ pub enum StoreError {
     },
     #[error("memlife_meta entry '{key}' is unreadable: '{value}'")]
     BadMeta { key: String, value: String },
+    #[error("{uri}: this write needs a local or object-store Lance table, not a remote one")]
+    NotNative { uri: String },
     #[error("no table named '{name}' (tables: {known})")]
     UnknownTable { name: String, known: String },
     #[error(transparent)]
@@ -300,20 +302,36 @@ impl Store {
     }
 
     /// Replaces some columns of existing rows, matched on the table's key, in one commit.
-    /// The batches hold the key columns and the columns to replace; no row is inserted.
+    /// The batches hold the key columns and the columns to replace; no row is inserted. Lance
+    /// attaches new files for just these columns to the fragments holding the matched rows
+    /// (`RewriteColumns`): the other columns, embeddings included, are neither read nor
+    /// rewritten.
     pub async fn update_columns(
         &self,
         spec: &TableSpec,
         rows: Box<dyn RecordBatchReader + Send>,
     ) -> Result<WriteStats> {
+        use lance::dataset::{MergeInsertBuilder, MergeInsertWriteMode, WhenMatched, WhenNotMatched};
         let table = self.table(spec.name).await?;
-        let mut merge = table.merge_insert(spec.key);
-        merge.when_matched_update_all(None);
-        let result = merge.execute(rows).await?;
+        let dataset = table
+            .dataset()
+            .ok_or_else(|| StoreError::NotNative {
+                uri: self.uri.clone(),
+            })?
+            .get()
+            .await?;
+        let keys = spec.key.iter().map(|k| k.to_string()).collect();
+        let mut builder = MergeInsertBuilder::try_new(dataset, keys).map_err(lancedb::Error::from)?;
+        builder
+            .when_matched(WhenMatched::UpdateAll)
+            .when_not_matched(WhenNotMatched::DoNothing)
+            .write_mode(MergeInsertWriteMode::RewriteColumns);
+        let job = builder.try_build().map_err(lancedb::Error::from)?;
+        let (dataset, stats) = job.execute_reader(rows).await.map_err(lancedb::Error::from)?;
         Ok(WriteStats {
-            inserted: result.num_inserted_rows,
-            updated: result.num_updated_rows,
-            version: result.version,
+            inserted: stats.num_inserted_rows,
+            updated: stats.num_updated_rows,
+            version: dataset.version().version,
         })
     }
 

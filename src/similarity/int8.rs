@@ -19,11 +19,16 @@ use rayon::prelude::*;
 
 use super::{Neighbour, dot, sort_best_first};
 
-/// Rows per block: a block pair reads 2 x 256 x 384 bytes, well inside L2.
-const BLOCK: usize = 256;
+/// Rows per block: a block pair reads 2 x 384 x 384 bytes, well inside L2.
+const BLOCK: usize = 384;
 /// Rows per panel: one zmm register holds 16 i32 lanes, one corpus row per lane.
 const PANEL: usize = 16;
-/// Query rows scored together by the micro-kernel (8 rows x 2 panels = 16 accumulators).
+/// Panels scored together by the micro-kernel.
+const PANELS: usize = 3;
+/// Columns of one micro-kernel tile.
+const TILE: usize = PANELS * PANEL;
+/// Query rows scored together by the micro-kernel (8 rows x 3 panels = 24 accumulators of
+/// the 32 zmm registers; each panel load feeds 8 multiply-adds, each broadcast 3).
 const ROWS: usize = 8;
 
 /// Whether this CPU runs the int8 kernel.
@@ -224,62 +229,81 @@ pub fn all_pairs_top_k(
 mod vnni {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, PANEL, Quantised, ROWS, Table};
+    use super::{BLOCK, PANEL, PANELS, Quantised, ROWS, TILE, Table};
 
     /// Scores every row of block `bi` against every row of block `bj` (bi <= bj) and offers
     /// each score to the row's list, and, off the diagonal, to the column's list too.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub(super) unsafe fn block_pair(q: &Quantised, table: &mut Table, bi: usize, bj: usize) {
         let words = q.words;
-        let mut scores = [[0.0f32; 2 * PANEL]; ROWS];
+        let mut scores = [[0.0f32; TILE]; ROWS];
+        // The query rows of one micro-kernel, word-major: the 8 words at one position are
+        // adjacent, so the kernel broadcasts them from fixed offsets of one pointer.
+        let mut packed = vec![0i32; words * ROWS];
         for r0 in (bi * BLOCK..(bi + 1) * BLOCK).step_by(ROWS) {
             if r0 >= q.rows {
                 break;
             }
-            for c0 in (bj * BLOCK..(bj + 1) * BLOCK).step_by(2 * PANEL) {
+            for r in 0..ROWS {
+                let row = &q.signed[(r0 + r) * words..(r0 + r + 1) * words];
+                for (w, &value) in row.iter().enumerate() {
+                    packed[w * ROWS + r] = value;
+                }
+            }
+            for c0 in (bj * BLOCK..(bj + 1) * BLOCK).step_by(TILE) {
                 if c0 >= q.rows {
                     break;
                 }
-                // SAFETY (for the block): r0 + ROWS <= padded and c0 + 2 * PANEL <= padded,
-                // because both are multiples of BLOCK, itself a multiple of ROWS and 2 * PANEL.
-                unsafe { micro_kernel(q, words, r0, c0, &mut scores) };
-                unsafe { offer(q, table, r0, c0, &scores, bi != bj) };
+                // SAFETY: r0 + ROWS <= padded and c0 + TILE <= padded, because both are
+                // multiples of BLOCK, itself a multiple of ROWS and TILE.
+                unsafe {
+                    micro_kernel(q, &packed, words, r0, c0, &mut scores);
+                    offer(q, table, r0, c0, &scores, bi != bj);
+                }
             }
         }
     }
 
-    /// 8 query rows x 32 corpus rows: approximate cosine scores into `scores`.
+    /// 8 query rows x 48 corpus rows: approximate cosine scores into `scores`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     #[inline]
     unsafe fn micro_kernel(
         q: &Quantised,
+        packed: &[i32],
         words: usize,
         r0: usize,
         c0: usize,
-        scores: &mut [[f32; 2 * PANEL]; ROWS],
+        scores: &mut [[f32; TILE]; ROWS],
     ) {
         unsafe {
-            let mut acc = [[_mm512_setzero_si512(); 2]; ROWS];
-            let query = q.signed.as_ptr().add(r0 * words);
-            let p0 = q.panels.as_ptr().add((c0 / PANEL) * words * PANEL * 4);
-            let p1 = p0.add(words * PANEL * 4);
-            for w in 0..words {
-                let a0 = _mm512_loadu_si512(p0.add(w * 64) as *const __m512i);
-                let a1 = _mm512_loadu_si512(p1.add(w * 64) as *const __m512i);
+            let mut acc = [[_mm512_setzero_si512(); PANELS]; ROWS];
+            let stride = words * PANEL * 4;
+            let p0 = q.panels.as_ptr().add((c0 / PANEL) * stride);
+            let mut query = packed.as_ptr();
+            let mut panel = p0;
+            for _ in 0..words {
+                let a = [
+                    _mm512_loadu_si512(panel as *const __m512i),
+                    _mm512_loadu_si512(panel.add(stride) as *const __m512i),
+                    _mm512_loadu_si512(panel.add(2 * stride) as *const __m512i),
+                ];
                 for (r, acc) in acc.iter_mut().enumerate() {
-                    let b = _mm512_set1_epi32(*query.add(r * words + w));
-                    acc[0] = _mm512_dpbusd_epi32(acc[0], a0, b);
-                    acc[1] = _mm512_dpbusd_epi32(acc[1], a1, b);
+                    let b = _mm512_set1_epi32(*query.add(r));
+                    for h in 0..PANELS {
+                        acc[h] = _mm512_dpbusd_epi32(acc[h], a[h], b);
+                    }
                 }
+                query = query.add(ROWS);
+                panel = panel.add(64);
             }
-            let col_scale = [
-                _mm512_loadu_ps(q.scale.as_ptr().add(c0)),
-                _mm512_loadu_ps(q.scale.as_ptr().add(c0 + PANEL)),
-            ];
+            let mut col_scale = [_mm512_setzero_ps(); PANELS];
+            for (h, scale) in col_scale.iter_mut().enumerate() {
+                *scale = _mm512_loadu_ps(q.scale.as_ptr().add(c0 + h * PANEL));
+            }
             for (r, acc) in acc.iter().enumerate() {
                 let bias = _mm512_set1_epi32(q.bias[r0 + r]);
                 let row_scale = _mm512_set1_ps(q.scale[r0 + r]);
-                for h in 0..2 {
+                for h in 0..PANELS {
                     let exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h], bias));
                     let scaled = _mm512_mul_ps(_mm512_mul_ps(exact, row_scale), col_scale[h]);
                     _mm512_storeu_ps(scores[r].as_mut_ptr().add(h * PANEL), scaled);
@@ -296,17 +320,19 @@ mod vnni {
         table: &mut Table,
         r0: usize,
         c0: usize,
-        scores: &[[f32; 2 * PANEL]; ROWS],
+        scores: &[[f32; TILE]; ROWS],
         both: bool,
     ) {
         unsafe {
             for (r, tile) in scores.iter().enumerate() {
                 let row = r0 + r;
                 let threshold = _mm512_set1_ps(table.threshold[row]);
-                let lo = _mm512_loadu_ps(tile.as_ptr());
-                let hi = _mm512_loadu_ps(tile.as_ptr().add(PANEL));
-                let mut mask = (_mm512_cmp_ps_mask::<_CMP_GT_OQ>(lo, threshold) as u32)
-                    | ((_mm512_cmp_ps_mask::<_CMP_GT_OQ>(hi, threshold) as u32) << 16);
+                let mut mask = 0u64;
+                for h in 0..PANELS {
+                    let values = _mm512_loadu_ps(tile.as_ptr().add(h * PANEL));
+                    let m = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(values, threshold) as u64;
+                    mask |= m << (h * PANEL);
+                }
                 while mask != 0 {
                     let c = mask.trailing_zeros() as usize;
                     mask &= mask - 1;
@@ -319,7 +345,7 @@ mod vnni {
             if !both {
                 return;
             }
-            for h in 0..2 {
+            for h in 0..PANELS {
                 let base = c0 + h * PANEL;
                 for (r, tile) in scores.iter().enumerate() {
                     let row = r0 + r;
