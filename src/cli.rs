@@ -231,6 +231,9 @@ pub enum Command {
         batch_delay_ms: u64,
         #[arg(long, default_value_t = DEFAULT_EMBEDDING_DIM)]
         embedding_dim: usize,
+        /// The first N batches created end `failed` (to exercise `batches retry`).
+        #[arg(long, default_value_t = 0)]
+        fail_batches: u64,
     },
     /// A memory's nearest neighbours among its user's memories, with scores.
     Similar {
@@ -576,6 +579,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
             script,
             batch_delay_ms,
             embedding_dim,
+            fail_batches,
         } => {
             let script = match script {
                 Some(path) => crate::mock_llm::Fault::load(&path)?,
@@ -589,6 +593,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
                 script,
                 batch_delay: std::time::Duration::from_millis(batch_delay_ms),
                 embedding_dim,
+                fail_batches,
             })
             .await?;
             Ok(0)

@@ -39,6 +39,8 @@ pub struct MockOptions {
     /// Time from a batch's creation until it reports `completed`.
     pub batch_delay: Duration,
     pub embedding_dim: usize,
+    /// The first N batches created report `failed` instead of completing.
+    pub fail_batches: u64,
 }
 
 /// What to do to one request; the empty object means answer normally.
@@ -90,6 +92,8 @@ struct StoredBatch {
     object: Value,
     ready_at: Instant,
     output_file_id: String,
+    /// Ends `failed` (injected by `--fail-batches`).
+    fails: bool,
 }
 
 struct State {
@@ -617,6 +621,8 @@ async fn create_batch(state: &Arc<State>, request: &Request) -> Response {
         "batch_mock_{}",
         state.next_id.fetch_add(1, Ordering::Relaxed)
     );
+    let fails =
+        state.counters.batches_created.load(Ordering::Relaxed) <= state.options.fail_batches;
     let object = json!({
         "id": id, "object": "batch", "endpoint": body["endpoint"].as_str().unwrap_or("/v1/chat/completions"),
         "errors": null, "input_file_id": input_id, "completion_window": "24h", "status": "in_progress",
@@ -630,6 +636,7 @@ async fn create_batch(state: &Arc<State>, request: &Request) -> Response {
             object: object.clone(),
             ready_at: Instant::now() + state.options.batch_delay,
             output_file_id: output_id,
+            fails,
         },
     );
     Response::json(200, &object)
@@ -644,10 +651,16 @@ async fn retrieve_batch(state: &Arc<State>, id: &str) -> Response {
     let Some(batch) = batches.get_mut(id) else {
         return Response::error(404, "invalid_request_error", &format!("no batch {id}"));
     };
-    if Instant::now() >= batch.ready_at && batch.object["status"] != "completed" {
-        batch.object["status"] = json!("completed");
-        batch.object["output_file_id"] = json!(batch.output_file_id);
-        batch.object["completed_at"] = json!(now_secs());
+    if Instant::now() >= batch.ready_at && batch.object["status"] == "in_progress" {
+        if batch.fails {
+            batch.object["status"] = json!("failed");
+            batch.object["failed_at"] = json!(now_secs());
+            batch.object["errors"] = json!({"object": "list", "data": [{"code": "injected", "message": "failed by mock-llm --fail-batches", "param": null, "line": null}]});
+        } else {
+            batch.object["status"] = json!("completed");
+            batch.object["output_file_id"] = json!(batch.output_file_id);
+            batch.object["completed_at"] = json!(now_secs());
+        }
     }
     Response::json(200, &batch.object)
 }

@@ -271,7 +271,7 @@ pub async fn run(ctx: &JobCtx, args: &LinkArgs, llm: &Llm) -> Result<JobReport> 
         let items = candidate_items(&memories, dim, args, &judged, &now);
         *counts.entry("users".into()).or_default() += 1;
         *counts.entry("pairs_to_judge".into()).or_default() += items.len() as u64;
-        if items.is_empty() || ctx.dry_run && llm.mode == Mode::Batch {
+        if items.is_empty() || (ctx.dry_run && llm.mode == Mode::Batch) {
             continue;
         }
         match llm.mode {

@@ -681,9 +681,16 @@ pub async fn retry(store: &Store, llm: &Llm, stuck_after_secs: u64) -> Result<Ve
         }
         let items = record.items()?;
         record.attempts += 1;
+        let old_input = record.input_file_id.clone();
         match send(llm, &mut record, &items).await {
             Ok(()) => {
                 save(store, &record).await?;
+                // The failed attempt's upload is of no further use (best effort).
+                if let (Some(old), Ok(provider)) =
+                    (old_input, provider_named(llm, &record.provider))
+                {
+                    let _ = provider.client().files().delete(&old).await;
+                }
                 done.push(record);
             }
             Err(e) => {

@@ -416,3 +416,51 @@ fn the_offline_judge_needs_no_network_and_says_so() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--llm providers"));
 }
+
+#[test]
+fn failed_batches_are_resubmitted_and_old_records_cleaned_up() {
+    let db = db_with_memories(2);
+    let mock = Mock::start(&["--fail-batches", "1"]);
+    let config = write_config(
+        &db,
+        &mock_provider("mock", &mock.url, ""),
+        "fast = [\"mock\"]",
+    );
+    let (code, _, err) = link(&db, &config, &["--mode", "batch"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, report) = poll(&db, &config, &[], None);
+    assert_eq!(code, Some(0));
+    assert_eq!(report["counts"]["failed_remotely"], 1, "{report}");
+    assert_eq!(batch_state(&db).0, "failed");
+    // retry resubmits from the stored items; the next poll applies.
+    let out = db.run(&["--json", "--config", &config, "batches", "retry"]);
+    let retried: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(retried["counts"]["resubmitted"], 1, "{retried}");
+    assert_eq!(db.scalar("SELECT attempts FROM llm_batches"), "2");
+    let (_, report) = poll(&db, &config, &[], None);
+    assert_eq!(report["counts"]["applied"], 1, "{report}");
+    assert_eq!(batch_state(&db).1, 1);
+    assert_eq!(mock.stats()["batches_created"], 2);
+    // cleanup: recent records stay; with 0 days they go, audited first, files deleted.
+    let out = db.run(&["--json", "--config", &config, "batches", "cleanup"]);
+    let kept: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(kept["counts"]["records_deleted"], 0);
+    let out = db.run(&[
+        "--json",
+        "--config",
+        &config,
+        "batches",
+        "cleanup",
+        "--older-than-days",
+        "0",
+    ]);
+    let cleaned: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(cleaned["counts"]["records_deleted"], 1, "{cleaned}");
+    assert!(cleaned["counts"]["remote_files_deleted"].as_u64().unwrap() >= 2);
+    assert_eq!(db.count("llm_batches"), 0);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM audit_log WHERE operation = 'BATCH_CLEANUP'"),
+        "1"
+    );
+    assert!(mock.stats()["files_deleted"].as_u64().unwrap() >= 2);
+}
