@@ -224,7 +224,7 @@ impl Config {
             if p.max_concurrency == 0 {
                 bail!("providers.{name}.max_concurrency must be at least 1");
             }
-            if !(p.timeout_secs > 0.0) {
+            if p.timeout_secs.is_nan() || p.timeout_secs <= 0.0 {
                 bail!("providers.{name}.timeout_secs must be positive");
             }
             if p.input_price_per_million < 0.0 || p.output_price_per_million < 0.0 {

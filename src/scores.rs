@@ -23,9 +23,9 @@
 //!   the memory is archived. Seed 001's `archive_threshold` equals its warm threshold, which
 //!   would leave no cold tier; memlife archives by seed 002's rules (one rule decides) and
 //!   keeps the tiers as a retrieval-depth index.
-//! - importance = 0.35 salience + 0.20 access + 0.20 inbound links + 0.15 recency
-//!   + 0.10 emotional salience, where access = ln(1 + accesses) / ln(1 + 50) and
-//!   links = ln(1 + inbound) / ln(1 + 20) (both capped at 1) and recency = 2^(-days / 90):
+//! - importance = 0.35 salience + 0.20 access + 0.20 inbound links + 0.15 recency + 0.10
+//!   emotional salience, with access = ln(1 + accesses) / ln(1 + 50), links =
+//!   ln(1 + inbound) / ln(1 + 20) (both capped at 1) and recency = 2^(-days / 90), so
 //!   well-used, well-connected, recent and emotional memories become consolidation hubs.
 
 use serde::{Deserialize, Serialize};
@@ -95,11 +95,11 @@ impl ScoreParams {
             ("links_saturation", self.links_saturation),
         ];
         for (name, value) in positive {
-            if !(value > 0.0) {
+            if value.is_nan() || value <= 0.0 {
                 return Err(format!("scores.{name} must be positive, got {value}"));
             }
         }
-        if !(self.warm_threshold <= self.hot_threshold) {
+        if self.warm_threshold.is_nan() || self.warm_threshold > self.hot_threshold {
             return Err("scores.warm_threshold must not exceed scores.hot_threshold".into());
         }
         Ok(())

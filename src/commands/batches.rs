@@ -174,8 +174,8 @@ pub async fn run(
             }
             writeln!(
                 out,
-                "{:<36}  {:<6} {:<10} {:<12} {:>5}  {:<9} {}",
-                "batch_key", "job", "provider", "status", "items", "attempts", "updated_at"
+                "{:<36}  {:<6} {:<10} {:<12} {:>5}  {:<9} updated_at",
+                "batch_key", "job", "provider", "status", "items", "attempts"
             )?;
             for r in &records {
                 writeln!(

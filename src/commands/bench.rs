@@ -140,17 +140,16 @@ pub async fn llm(
     latency_ms: u64,
     out: &mut dyn Write,
 ) -> Result<()> {
-    use crate::config::{Config, ProviderConfig};
+    use crate::config::Config;
     use crate::llm::tasks::{MemoryView, Task, TaskInput};
     use crate::llm::{Item, JudgeKind, Llm, LlmArgs, Mode};
 
     let mut config = Config::parse(&format!(
         "[providers.bench]\nbase_url = {url:?}\nmodel = \"mock\"\nmax_concurrency = {concurrency}\ntimeout_secs = 60\n\n[roles]\nfast = [\"bench\"]\nreasoning = [\"bench\"]\n"
     ))?;
-    config
-        .providers
-        .get_mut("bench")
-        .map(|p: &mut ProviderConfig| p.json_mode = true);
+    if let Some(p) = config.providers.get_mut("bench") {
+        p.json_mode = true;
+    }
     let llm = Llm::new(
         &config,
         &LlmArgs {

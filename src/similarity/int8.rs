@@ -165,7 +165,7 @@ pub fn all_pairs_top_k(
 ) -> Vec<Vec<Neighbour>> {
     assert!(available(), "the int8 kernel needs AVX-512 VNNI");
     assert!(
-        dim > 0 && vectors.len() % dim == 0,
+        dim > 0 && vectors.len().is_multiple_of(dim),
         "vectors are not rows of {dim}"
     );
     let rows = vectors.len() / dim;
