@@ -107,6 +107,16 @@ pub trait Intake {
     );
     fn refuse(&mut self, error: RowError);
     fn note_columns(&mut self, columns: Vec<String>);
+    /// Offers a whole batch already converted to the table's schema (rows `rows_before + 1`
+    /// on); returns false to have the source offer its rows one by one instead.
+    fn offer_batch(
+        &mut self,
+        _builder: &mut RowBuilder,
+        _batch: RecordBatch,
+        _rows_before: usize,
+    ) -> bool {
+        false
+    }
 }
 
 /// A file being read, a chunk of rows at a time.
@@ -450,8 +460,29 @@ impl RowSource for ParquetSource {
                             );
                             self.columns_noted = true;
                         }
-                        self.batch = Some(batch);
+                        // Clean Arrow input skips the row path (see `columnar`).
+                        let converted = crate::columnar::convert(
+                            builder.spec(),
+                            builder.embedding_dim(),
+                            builder.now_micros(),
+                            &batch,
+                        );
                         self.next_row = 0;
+                        match converted {
+                            Ok(converted) => {
+                                if intake.offer_batch(builder, converted, self.rows_before) {
+                                    offered += batch.num_rows();
+                                    self.next_row = batch.num_rows();
+                                }
+                            }
+                            Err(why) => {
+                                tracing::debug!(
+                                    "row path for rows after {}: {why}",
+                                    self.rows_before
+                                );
+                            }
+                        }
+                        self.batch = Some(batch);
                     }
                 }
                 continue;

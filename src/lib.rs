@@ -5,6 +5,7 @@
 //! `jobs` and `commands` are what the `memlife` binary runs. See ARCHITECTURE.md.
 
 pub mod cli;
+pub mod columnar;
 pub mod commands;
 pub mod config;
 pub mod embedders;

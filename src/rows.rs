@@ -138,6 +138,19 @@ impl Column {
     }
 }
 
+/// The digest of a key given as the text of each key column (see `RowBuilder::key_digest`).
+pub fn key_digest_of<'a>(parts: impl Iterator<Item = &'a str>) -> u128 {
+    use std::hash::{Hash, Hasher};
+    let mut low = std::collections::hash_map::DefaultHasher::new();
+    let mut high = std::collections::hash_map::DefaultHasher::new();
+    0x9e37_79b9_7f4a_7c15u64.hash(&mut high);
+    for part in parts {
+        part.hash(&mut low);
+        part.hash(&mut high);
+    }
+    ((high.finish() as u128) << 64) | low.finish() as u128
+}
+
 /// Accumulates valid rows of one table into Arrow columns.
 pub struct RowBuilder {
     spec: &'static TableSpec,
@@ -146,6 +159,8 @@ pub struct RowBuilder {
     schema: SchemaRef,
     columns: Vec<Column>,
     rows: usize,
+    /// Whole batches already in the table's schema (the columnar path), waiting to be sent.
+    ready: Vec<RecordBatch>,
 }
 
 impl RowBuilder {
@@ -163,7 +178,26 @@ impl RowBuilder {
             schema: spec.arrow_schema(embedding_dim),
             columns,
             rows: 0,
+            ready: Vec::new(),
         }
+    }
+
+    pub fn embedding_dim(&self) -> usize {
+        self.embedding_dim
+    }
+
+    pub fn now_micros(&self) -> i64 {
+        self.now_micros
+    }
+
+    /// Queues a batch converted by `columnar` (already in the table's schema).
+    pub fn push_ready(&mut self, batch: RecordBatch) {
+        self.ready.push(batch);
+    }
+
+    /// The queued batches, in order.
+    pub fn take_ready(&mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.ready)
     }
 
     pub fn spec(&self) -> &'static TableSpec {
@@ -259,26 +293,19 @@ impl RowBuilder {
     /// A 128-bit digest of the row's key: two SipHash passes with different seeds, so telling
     /// a million keys apart needs no string per row (a false match has odds near 2^-90).
     pub fn key_digest(&self, row: &ValidRow) -> u128 {
-        use std::hash::{Hash, Hasher};
-        let mut low = std::collections::hash_map::DefaultHasher::new();
-        let mut high = std::collections::hash_map::DefaultHasher::new();
-        0x9e37_79b9_7f4a_7c15u64.hash(&mut high);
-        for name in self.spec.key {
-            let index = self.spec.position(name).expect("key names a column");
-            let value = &row.values[index];
-            match value {
-                Typed::Str(s) => {
-                    s.as_ref().hash(&mut low);
-                    s.as_ref().hash(&mut high);
+        let texts: Vec<std::borrow::Cow<str>> = self
+            .spec
+            .key
+            .iter()
+            .map(|name| {
+                let index = self.spec.position(name).expect("key names a column");
+                match &row.values[index] {
+                    Typed::Str(s) => std::borrow::Cow::Borrowed(s.as_ref()),
+                    other => std::borrow::Cow::Owned(other.key_text()),
                 }
-                other => {
-                    let text = other.key_text();
-                    text.hash(&mut low);
-                    text.hash(&mut high);
-                }
-            }
-        }
-        ((high.finish() as u128) << 64) | low.finish() as u128
+            })
+            .collect();
+        key_digest_of(texts.iter().map(|t| t.as_ref()))
     }
 
     /// The row's key (its upsert identity) as one string.

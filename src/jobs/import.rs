@@ -111,6 +111,73 @@ impl Intake for Tally {
     fn note_columns(&mut self, columns: Vec<String>) {
         self.input_columns = columns;
     }
+
+    fn offer_batch(
+        &mut self,
+        builder: &mut RowBuilder,
+        batch: RecordBatch,
+        rows_before: usize,
+    ) -> bool {
+        use arrow::array::{Array, AsArray};
+        let spec = builder.spec();
+        let mut batch = batch;
+        let mut skipped = 0u64;
+        if let Some(user) = &self.user {
+            let Some(users) = batch.column_by_name("user_id") else {
+                return false;
+            };
+            let keep: arrow::array::BooleanArray = users
+                .as_string::<i32>()
+                .iter()
+                .map(|u| Some(u == Some(user.as_str())))
+                .collect();
+            let Ok(filtered) = arrow::compute::filter_record_batch(&batch, &keep) else {
+                return false;
+            };
+            skipped = (batch.num_rows() - filtered.num_rows()) as u64;
+            batch = filtered;
+        }
+        // Keys: a key seen before (in this file) sends the batch to the row path, which
+        // names both rows.
+        let keys: Vec<&arrow::array::StringArray> = match spec
+            .key
+            .iter()
+            .map(|k| {
+                batch
+                    .column_by_name(k)
+                    .and_then(|c| c.as_string_opt::<i32>())
+            })
+            .collect::<Option<Vec<_>>>()
+        {
+            Some(keys) => keys,
+            None => return false,
+        };
+        let mut digests = Vec::with_capacity(batch.num_rows());
+        let mut seen = std::collections::HashSet::with_capacity(batch.num_rows());
+        for row in 0..batch.num_rows() {
+            if keys.iter().any(|k| k.is_null(row)) {
+                return false;
+            }
+            let digest = crate::rows::key_digest_of(keys.iter().map(|k| k.value(row)));
+            if self.first_seen.contains_key(&digest) || !seen.insert(digest) {
+                return false;
+            }
+            digests.push(digest);
+        }
+        // Locations are only kept to name the first of two duplicate rows; a row of a
+        // filtered batch is named by its position among the kept rows.
+        for (i, digest) in digests.into_iter().enumerate() {
+            self.first_seen
+                .insert(digest, Location::Row(rows_before + i + 1));
+        }
+        self.offered += batch.num_rows() as u64 + skipped;
+        self.skipped_other_user += skipped;
+        self.accepted += batch.num_rows() as u64;
+        if batch.num_rows() > 0 {
+            builder.push_ready(batch);
+        }
+        true
+    }
 }
 
 /// Validated batches of a file, produced on their own thread so parsing overlaps Lance's
@@ -149,6 +216,11 @@ fn spawn_producer(
                     return;
                 }
             };
+            for batch in builder.take_ready() {
+                if sender.send(Ok(batch)).is_err() {
+                    return; // The writer stopped reading: it failed and reports why.
+                }
+            }
             if (builder.len() >= BATCH_ROWS || (!more && !builder.is_empty()))
                 && sender.send(builder.finish()).is_err()
             {

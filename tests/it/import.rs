@@ -276,3 +276,112 @@ fn links_and_entities_are_validated_and_keyed() {
         stdout(&out)
     );
 }
+
+/// Writes a Parquet file of memories, one row group per slice of `rows`.
+fn parquet_file(path: &str, groups: &[&[(&str, &str, f64)]]) {
+    use arrow::array::{ArrayRef, Float64Array, StringArray, TimestampMicrosecondArray};
+    use std::sync::Arc;
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer: Option<parquet::arrow::ArrowWriter<std::fs::File>> = None;
+    for rows in groups {
+        let batch = arrow::record_batch::RecordBatch::try_from_iter(vec![
+            (
+                "id",
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                )) as ArrayRef,
+            ),
+            (
+                "user_id",
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+                )) as ArrayRef,
+            ),
+            (
+                "text",
+                Arc::new(StringArray::from(vec!["User likes tea."; rows.len()])) as ArrayRef,
+            ),
+            (
+                "salience",
+                Arc::new(Float64Array::from(
+                    rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+                )) as ArrayRef,
+            ),
+            (
+                "created_at",
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![1_735_689_600_000_000; rows.len()])
+                        .with_timezone("UTC"),
+                ) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let w = writer.get_or_insert_with(|| {
+            parquet::arrow::ArrowWriter::try_new(file.try_clone().unwrap(), batch.schema(), None)
+                .unwrap()
+        });
+        w.write(&batch).unwrap();
+        w.flush().unwrap();
+    }
+    writer.unwrap().close().unwrap();
+}
+
+#[test]
+fn parquet_batches_take_the_columnar_path_and_bad_rows_are_still_named() {
+    let db = TestDb::new();
+    let clean = db.path("clean.parquet");
+    parquet_file(
+        &clean,
+        &[&[("a", "u1", 0.2), ("b", "u2", 0.4)], &[("c", "u1", 0.6)]],
+    );
+    let out = report(&db.run(&["--json", "import", &clean]));
+    assert_eq!(out["counts"]["inserted"], 3, "{out}");
+    assert_eq!(
+        db.scalar("SELECT state FROM memories WHERE id = 'c'"),
+        "\"candidate\"",
+        "defaults filled"
+    );
+    assert_eq!(
+        db.scalar("SELECT salience FROM memories WHERE id = 'b'"),
+        "0.4"
+    );
+    // --user keeps one user's rows.
+    let other = TestDb::new();
+    let out = report(&other.run(&["--json", "import", "--user", "u1", &clean]));
+    assert_eq!(out["counts"]["inserted"], 2, "{out}");
+
+    // A bad value in the second row group: named by row, nothing written under abort.
+    let bad = db.path("bad.parquet");
+    parquet_file(
+        &bad,
+        &[&[("d", "u1", 0.1)], &[("e", "u1", 0.3), ("f", "u1", 1.5)]],
+    );
+    let fresh = TestDb::new();
+    let out = fresh.run(&["--json", "import", &bad]);
+    assert_eq!(out.status.code(), Some(2));
+    let reasons = failure_reasons(&report(&out));
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(
+        reasons[0].contains("row 3") && reasons[0].contains("salience"),
+        "{reasons:?}"
+    );
+    assert_eq!(fresh.count("memories"), 0);
+    let out = report(&fresh.run(&["--json", "import", "--on-error", "skip", &bad]));
+    assert_eq!(out["counts"]["inserted"], 2, "{out}");
+
+    // A key repeated across row groups is named with both rows.
+    let dup = db.path("dup.parquet");
+    parquet_file(
+        &dup,
+        &[&[("g", "u1", 0.1), ("h", "u1", 0.1)], &[("g", "u1", 0.2)]],
+    );
+    let fresh = TestDb::new();
+    let out = fresh.run(&["--json", "import", &dup]);
+    let reasons = failure_reasons(&report(&out));
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("duplicate key 'g'") && r.contains("row 1")),
+        "{reasons:?}"
+    );
+}
