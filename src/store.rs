@@ -309,6 +309,22 @@ impl Store {
         })
     }
 
+    /// Appends rows in one commit, without matching keys: for rows whose keys are new by
+    /// construction (audit rows keyed by their run).
+    pub async fn append(
+        &self,
+        spec: &TableSpec,
+        rows: Box<dyn RecordBatchReader + Send>,
+    ) -> Result<WriteStats> {
+        let table = self.table(spec.name).await?;
+        let result = table.add(rows).execute().await?;
+        Ok(WriteStats {
+            inserted: 0,
+            updated: 0,
+            version: result.version,
+        })
+    }
+
     /// Replaces some columns of existing rows, matched on the table's key, in one commit.
     /// The batches hold the key columns and the columns to replace; no row is inserted. Lance
     /// attaches new files for just these columns to the fragments holding the matched rows

@@ -30,7 +30,6 @@ use crate::commands::export::sql_string;
 use crate::encoding::format_timestamp;
 use crate::schema::{AUDIT_LOG, ENTITIES, MEMORIES, timestamp_type};
 use crate::scores::{ScoreInput, ScoreOutput, ScoreParams, State, Transition, Ttl, score};
-use crate::store::batch_from_json;
 
 const READ_COLUMNS: &[&str] = &[
     "id",
@@ -365,6 +364,71 @@ async fn clean_notes(ctx: &JobCtx, now: i64) -> Result<(u64, u64)> {
     Ok((entities, removed))
 }
 
+/// The audit rows of this run's archivals, built column by column (a first run over a large
+/// store can archive hundreds of thousands of memories).
+fn archive_audit_batch(
+    ctx: &JobCtx,
+    run_id: &str,
+    now: i64,
+    archived: &[(String, String, String, f64)],
+    params: &ScoreParams,
+) -> Result<RecordBatch> {
+    let n = archived.len();
+    let ids: StringArray = archived
+        .iter()
+        .map(|(id, ..)| {
+            Some(
+                uuid::Uuid::new_v5(
+                    &uuid::Uuid::NAMESPACE_OID,
+                    format!("archive|{run_id}|{id}").as_bytes(),
+                )
+                .to_string(),
+            )
+        })
+        .collect();
+    let mut sources = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+    for (id, ..) in archived {
+        sources.values().append_value(id);
+        sources.append(true);
+    }
+    let reasons: StringArray = archived
+        .iter()
+        .map(|(_, _, why, salience)| {
+            Some(if why == "expired" {
+                "ephemeral ttl_policy deadline reached".to_string()
+            } else {
+                format!("salience {salience:.4} below {}", params.archive_salience)
+            })
+        })
+        .collect();
+    let schema = AUDIT_LOG.arrow_schema(ctx.store.embedding_dim());
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for field in schema.fields() {
+        let column: ArrayRef = match field.name().as_str() {
+            "id" => Arc::new(ids.clone()),
+            "run_id" => Arc::new(StringArray::from(vec![run_id; n])),
+            "user_id" => Arc::new(StringArray::from_iter_values(
+                archived.iter().map(|a| a.1.as_str()),
+            )),
+            "operation" => Arc::new(StringArray::from(vec!["ARCHIVE"; n])),
+            "source_ids" => Arc::new(sources.finish()),
+            "target_id" => Arc::new(StringArray::from_iter_values(
+                archived.iter().map(|a| a.0.as_str()),
+            )),
+            "classification" => Arc::new(StringArray::from_iter_values(
+                archived.iter().map(|a| a.2.as_str()),
+            )),
+            "reasoning" => Arc::new(reasons.clone()),
+            "created_at" => {
+                Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC"))
+            }
+            _ => arrow::array::new_null_array(field.data_type(), n),
+        };
+        columns.push(arrow::compute::cast(&column, field.data_type())?);
+    }
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
 pub async fn run(ctx: &JobCtx, params: &ScoreParams) -> Result<JobReport> {
     let now = ctx.now.timestamp_micros();
     let log = RunLog::start(
@@ -425,23 +489,10 @@ pub async fn run(ctx: &JobCtx, params: &ScoreParams) -> Result<JobReport> {
     if !ctx.dry_run {
         // Archivals are logged before they happen.
         if !archived.is_empty() {
-            let rows: Vec<serde_json::Value> = archived
-                .iter()
-                .map(|(id, user, why, salience)| {
-                    serde_json::json!({
-                        "id": uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("archive|{}|{id}", log.run_id()).as_bytes()).to_string(),
-                        "run_id": log.run_id(), "user_id": user, "operation": "ARCHIVE",
-                        "source_ids": [id], "target_id": id, "classification": why,
-                        "reasoning": if why == "expired" { "ephemeral ttl_policy deadline reached".to_string() } else { format!("salience {salience:.4} below {}", params.archive_salience) },
-                        "created_at": format_timestamp(now),
-                    })
-                })
-                .collect();
-            for chunk in rows.chunks(100_000) {
-                let batch = batch_from_json(&AUDIT_LOG, ctx.store.embedding_dim(), now, chunk)
-                    .map_err(|e| anyhow!(e))?;
-                ctx.store.upsert_batch(&AUDIT_LOG, batch).await?;
-            }
+            let batch = archive_audit_batch(ctx, log.run_id(), now, &archived, params)?;
+            let schema = batch.schema();
+            let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+            ctx.store.append(&AUDIT_LOG, Box::new(reader)).await?;
         }
         if !updates.is_empty() {
             let schema = update_schema();
