@@ -18,7 +18,8 @@ echo "== local embedding throughput (all-MiniLM-L6-v2, candle, CPU)"
 echo "== lexical hash embedder"
 "$bin" bench embed --sentences 100000 --batch-size 1024 --embedder hash
 echo "== top-10 of every vector, 100k x 384"
-"$bin" bench similarity --vectors 100000 --dim 384 --k 10 --naive-queries 500
+"$bin" bench similarity --vectors 100000 --dim 384 --k 10 --naive-queries 300
+"$bin" bench similarity --vectors 100000 --dim 384 --k 10 --naive-queries 300 --data random
 
 echo "== vector index on 1M lexical vectors"
 file="$work/synth-1000000-hash.parquet"
@@ -27,4 +28,4 @@ db="$work/db-index"
 rm -rf "$db"
 "$bin" --db "$db" init >/dev/null
 "$bin" --db "$db" import "$file" >/dev/null
-/usr/bin/time -f "index wall %e s, peak RSS %M KB" "$bin" --db "$db" --json index --kind ivf-pq --sample 100
+/usr/bin/time -f "index wall %e s, peak RSS %M KB" "$bin" --db "$db" --json index --kind ivf-pq --sample 200
