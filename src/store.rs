@@ -389,12 +389,26 @@ impl Store {
         filter: Option<&str>,
         columns: &[&str],
     ) -> Result<Vec<RecordBatch>> {
+        Ok(self
+            .stream_columns(table, filter, columns)
+            .await?
+            .try_collect()
+            .await?)
+    }
+
+    /// Streams some columns of a table (optionally filtered), batch by batch.
+    pub async fn stream_columns(
+        &self,
+        table: &str,
+        filter: Option<&str>,
+        columns: &[&str],
+    ) -> Result<lancedb::arrow::SendableRecordBatchStream> {
         let table = self.table(table).await?;
         let mut query = table.query().select(Select::columns(columns));
         if let Some(filter) = filter {
             query = query.only_if(filter);
         }
-        Ok(query.execute().await?.try_collect().await?)
+        Ok(query.execute().await?)
     }
 
     /// Merges the small fragments that many small commits leave into larger files.

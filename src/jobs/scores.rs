@@ -295,20 +295,19 @@ async fn clean_notes(ctx: &JobCtx, now: i64) -> Result<(u64, u64)> {
             .column_by_name("expires_at")
             .context("entity notes have no expires_at")?
             .as_primitive::<TimestampMicrosecondType>();
-        let keep: BooleanArray = (0..values.len())
-            .map(|j| Some(expires.is_null(j) || expires.value(j) > now))
-            .collect();
+        // One pass: the notes kept of the rows that lose some, and those rows' new offsets.
+        let offsets_in = notes.value_offsets();
+        let mut keep = vec![false; values.len()];
         let mut rows = Vec::new();
         let mut offsets = vec![0i32];
-        for row in 0..batch.num_rows() {
-            let (start, end) = (
-                notes.value_offsets()[row] as usize,
-                notes.value_offsets()[row + 1] as usize,
-            );
-            let kept = (start..end).filter(|&j| keep.value(j)).count();
-            if notes.is_valid(row) && kept < end - start {
+        for row in (0..batch.num_rows()).filter(|&r| notes.is_valid(r)) {
+            let range = offsets_in[row] as usize..offsets_in[row + 1] as usize;
+            let live = |j: usize| expires.is_null(j) || expires.value(j) > now;
+            let kept = range.clone().filter(|&j| live(j)).count();
+            if kept < range.len() {
+                removed += (range.len() - kept) as u64;
+                range.for_each(|j| keep[j] = live(j));
                 rows.push(row as u32);
-                removed += (end - start - kept) as u64;
                 offsets.push(offsets.last().unwrap() + kept as i32);
             }
         }
@@ -316,21 +315,8 @@ async fn clean_notes(ctx: &JobCtx, now: i64) -> Result<(u64, u64)> {
             continue;
         }
         entities += rows.len() as u64;
-        // Keep mask restricted to the changed rows, in order.
-        let mut mask = Vec::new();
-        for &row in &rows {
-            let row = row as usize;
-            let (start, end) = (
-                notes.value_offsets()[row] as usize,
-                notes.value_offsets()[row + 1] as usize,
-            );
-            mask.extend((start..end).map(|j| keep.value(j)));
-            let _ = end;
-        }
         let take = arrow::array::UInt32Array::from(rows.clone());
-        let changed_lists = arrow::compute::take(notes, &take, None)?;
-        let changed_lists = changed_lists.as_list::<i32>();
-        let filtered = arrow::compute::filter(changed_lists.values(), &BooleanArray::from(mask))?;
+        let filtered = arrow::compute::filter(notes.values(), &BooleanArray::from(keep))?;
         let field = match ENTITIES
             .arrow_schema(0)
             .field_with_name("notes")?
@@ -446,13 +432,9 @@ pub async fn run(ctx: &JobCtx, params: &ScoreParams) -> Result<JobReport> {
     if let Some(user) = &ctx.user {
         filter.push_str(&format!(" AND user_id = {}", sql_string(user)));
     }
-    let table = ctx.store.table(MEMORIES.name).await?;
-    use lancedb::query::{ExecutableQuery, QueryBase, Select};
-    let mut stream = table
-        .query()
-        .only_if(filter)
-        .select(Select::columns(READ_COLUMNS))
-        .execute()
+    let mut stream = ctx
+        .store
+        .stream_columns(MEMORIES.name, Some(&filter), READ_COLUMNS)
         .await?;
     let read_at = started.elapsed();
     let mut compute_time = std::time::Duration::ZERO;

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use async_openai::types::batches::{
     BatchCompletionWindow, BatchEndpoint, BatchRequest, BatchStatus,
 };
@@ -411,7 +411,7 @@ pub async fn poll(
         let Some(remote) = record.remote_batch_id.clone() else {
             continue;
         };
-        let Ok(provider) = provider_named(llm, &record.provider) else {
+        let Ok(provider) = llm.provider(&record.provider) else {
             report.errors.push(format!(
                 "batch {}: provider {} is not configured",
                 record.batch_key, record.provider
@@ -520,17 +520,6 @@ struct Applied {
     counts: BTreeMap<String, u64>,
 }
 
-fn provider_named(llm: &Llm, name: &str) -> Result<std::sync::Arc<Provider>> {
-    for &task in super::tasks::ALL_TASKS {
-        if let Ok(chain) = llm.chain(task)
-            && let Some(p) = chain.into_iter().find(|p| p.name == name)
-        {
-            return Ok(p);
-        }
-    }
-    bail!("provider {name} is not in any role of the config")
-}
-
 async fn apply_one(
     store: &Store,
     llm: &Llm,
@@ -566,7 +555,7 @@ async fn apply_one(
     if mine.first().and_then(|r| r.claim_token.as_deref()) != Some(token.as_str()) {
         return Ok(None);
     }
-    let provider = provider_named(llm, &record.provider)?;
+    let provider = llm.provider(&record.provider)?;
     let output = download(&provider, &key, record.output_file_id.as_deref()).await?;
     let errors = download(&provider, &key, record.error_file_id.as_deref()).await?;
     fault("after-download");
@@ -686,9 +675,7 @@ pub async fn retry(store: &Store, llm: &Llm, stuck_after_secs: u64) -> Result<Ve
             Ok(()) => {
                 save(store, &record).await?;
                 // The failed attempt's upload is of no further use (best effort).
-                if let (Some(old), Ok(provider)) =
-                    (old_input, provider_named(llm, &record.provider))
-                {
+                if let (Some(old), Ok(provider)) = (old_input, llm.provider(&record.provider)) {
                     let _ = provider.client().files().delete(&old).await;
                 }
                 done.push(record);
@@ -745,7 +732,7 @@ pub async fn cleanup(
     store.upsert_batch(&crate::schema::AUDIT_LOG, batch).await?;
     let mut files_deleted = 0u64;
     for r in &records {
-        if let Ok(provider) = provider_named(llm, &r.provider) {
+        if let Ok(provider) = llm.provider(&r.provider) {
             for id in [&r.input_file_id, &r.output_file_id, &r.error_file_id]
                 .into_iter()
                 .flatten()

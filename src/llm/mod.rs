@@ -132,7 +132,8 @@ pub struct Llm {
     pub judge: JudgeKind,
     pub mode: Mode,
     config: Config,
-    /// Providers by name, built on first use (only those some task's chain names).
+    /// Providers by name: every provider some role names, built at start, so a missing API
+    /// key variable fails the run before any call.
     providers: BTreeMap<String, Arc<Provider>>,
 }
 
@@ -184,6 +185,14 @@ impl Llm {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// A configured provider by name (batch records name the provider that took them).
+    pub fn provider(&self, name: &str) -> Result<Arc<Provider>> {
+        self.providers
+            .get(name)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("provider {name} is not in any role of the config"))
     }
 
     /// The providers of a task, in chain order.

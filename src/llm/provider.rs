@@ -513,6 +513,27 @@ mod tests {
     }
 
     #[test]
+    fn three_failed_calls_in_a_row_open_the_circuit_and_a_success_resets_it() {
+        let config: ProviderConfig =
+            toml::from_str("base_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"").unwrap();
+        let provider = Provider::new("p", &config).unwrap();
+        provider.record(false);
+        provider.record(false);
+        provider.record(true);
+        provider.record(false);
+        provider.record(false);
+        assert!(!provider.circuit_open(), "failures were not in a row");
+        provider.record(false);
+        assert!(provider.circuit_open());
+        assert_eq!(provider.usage().skipped_circuit_open, 1);
+        // After the cool-down one call probes; its failure re-opens the circuit at once.
+        provider.breaker.lock().unwrap().open_until = Some(Instant::now());
+        assert!(!provider.circuit_open());
+        provider.record(false);
+        assert!(provider.circuit_open());
+    }
+
+    #[test]
     fn budgets_make_callers_wait_for_refill() {
         let mut budget = Budget::new(60, 0);
         let start = Instant::now();

@@ -115,6 +115,15 @@ fn mock_provider(name: &str, url: &str, extra: &str) -> String {
     )
 }
 
+/// A config whose `fast` role is the one mock provider.
+fn single_mock_config(db: &TestDb, mock: &Mock) -> String {
+    write_config(
+        db,
+        &mock_provider("mock", &mock.url, ""),
+        "fast = [\"mock\"]",
+    )
+}
+
 /// Runs `link` with the config, all pairs judged; returns (exit code, JSON report, stderr).
 fn link(db: &TestDb, config: &str, extra: &[&str]) -> (Option<i32>, Value, String) {
     let mut args = vec![
@@ -137,11 +146,7 @@ fn link(db: &TestDb, config: &str, extra: &[&str]) -> (Option<i32>, Value, Strin
 fn a_429_with_retry_after_is_waited_out_and_counted() {
     let db = db_with_memories(2);
     let mock = Mock::with_script(&db, r#"[{"status":429,"retry_after":1}]"#);
-    let config = write_config(
-        &db,
-        &mock_provider("mock", &mock.url, ""),
-        "fast = [\"mock\"]",
-    );
+    let config = single_mock_config(&db, &mock);
     let started = Instant::now();
     let (code, report, err) = link(&db, &config, &[]);
     assert_eq!(code, Some(0), "{err}");
@@ -193,11 +198,7 @@ fn a_dead_provider_hands_its_calls_to_the_next_in_the_chain() {
 fn malformed_replies_are_retried_once_then_fail_safely_and_are_judged_again_later() {
     let db = db_with_memories(2);
     let mock = Mock::with_script(&db, r#"[{"malformed":true},{"malformed":true}]"#);
-    let config = write_config(
-        &db,
-        &mock_provider("mock", &mock.url, ""),
-        "fast = [\"mock\"]",
-    );
+    let config = single_mock_config(&db, &mock);
     let (code, report, _) = link(&db, &config, &[]);
     assert_eq!(
         code,
@@ -259,11 +260,7 @@ fn poll(
 fn a_batch_is_applied_exactly_once_even_after_a_crash_between_download_and_apply() {
     let db = db_with_memories(3);
     let mock = Mock::start(&[]);
-    let config = write_config(
-        &db,
-        &mock_provider("mock", &mock.url, ""),
-        "fast = [\"mock\"]",
-    );
+    let config = single_mock_config(&db, &mock);
     let (code, report, err) = link(&db, &config, &["--mode", "batch"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(report["counts"]["items_submitted"], 3);
@@ -307,11 +304,7 @@ fn a_batch_is_applied_exactly_once_even_after_a_crash_between_download_and_apply
 fn two_polls_at_once_apply_a_batch_once() {
     let db = db_with_memories(3);
     let mock = Mock::start(&[]);
-    let config = write_config(
-        &db,
-        &mock_provider("mock", &mock.url, ""),
-        "fast = [\"mock\"]",
-    );
+    let config = single_mock_config(&db, &mock);
     let (code, _, err) = link(&db, &config, &["--mode", "batch"]);
     assert_eq!(code, Some(0), "{err}");
     let spawn = || {
@@ -421,11 +414,7 @@ fn the_offline_judge_needs_no_network_and_says_so() {
 fn failed_batches_are_resubmitted_and_old_records_cleaned_up() {
     let db = db_with_memories(2);
     let mock = Mock::start(&["--fail-batches", "1"]);
-    let config = write_config(
-        &db,
-        &mock_provider("mock", &mock.url, ""),
-        "fast = [\"mock\"]",
-    );
+    let config = single_mock_config(&db, &mock);
     let (code, _, err) = link(&db, &config, &["--mode", "batch"]);
     assert_eq!(code, Some(0), "{err}");
     let (code, report) = poll(&db, &config, &[], None);
