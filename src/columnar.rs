@@ -147,7 +147,7 @@ fn column(field: &FieldSpec, input: &ArrayRef, dim: usize) -> Result<ArrayRef, D
         {
             let list = input.as_fixed_size_list();
             let values = list.values().as_primitive::<Float32Type>();
-            if values.null_count() > 0 || values.values().iter().any(|v| !v.is_finite()) {
+            if values.null_count() > 0 || !all_finite(values.values()) {
                 return decline(field, "null or non-finite vector values");
             }
             let DataType::FixedSizeList(target_item, _) = &target else {
@@ -165,6 +165,18 @@ fn column(field: &FieldSpec, input: &ArrayRef, dim: usize) -> Result<ArrayRef, D
         }
         _ => decline(field, "input type needs the row path's conversion"),
     }
+}
+
+/// Whether every value is finite: the exponent bits of a NaN or an infinity are all ones.
+/// A branch-free fold per block, which the compiler vectorises (a short-circuiting `any` is
+/// not), so a million 384-float vectors take milliseconds.
+fn all_finite(values: &[f32]) -> bool {
+    const EXPONENT: u32 = 0x7f80_0000;
+    values.chunks(4096).all(|block| {
+        !block
+            .iter()
+            .fold(false, |bad, v| bad | (v.to_bits() & EXPONENT == EXPONENT))
+    })
 }
 
 /// Converts `batch` to `spec`'s schema, or declines (see the module docs).
@@ -204,6 +216,18 @@ pub fn convert(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finite_check_finds_nan_and_infinities() {
+        let mut values = vec![0.5f32; 10_000];
+        assert!(all_finite(&values));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            values[9_999] = bad;
+            assert!(!all_finite(&values), "{bad} missed");
+        }
+        values[9_999] = f32::MAX;
+        assert!(all_finite(&values));
+    }
     use crate::rows::RowBuilder;
     use crate::schema::MEMORIES;
     use arrow::array::FixedSizeListBuilder;

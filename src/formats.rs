@@ -6,16 +6,20 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
-use parquet::arrow::ArrowWriter;
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use parquet::arrow::arrow_reader::{
+    ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+};
+use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
 use crate::encoding::{Cell, arrow_cell, write_csv_cell, write_json};
+use crate::parquet_vectors::VectorColumn;
 use crate::rows::{FieldError, RowBuilder};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -195,17 +199,11 @@ pub fn open_source(path: &Path, format: Format) -> Result<Box<dyn RowSource>, Fo
                     message: format!("not a readable Parquet file: {e}"),
                 }
             })?;
-            let reader =
-                builder
-                    .with_batch_size(8192)
-                    .build()
-                    .map_err(|e| FormatError::Malformed {
-                        path: path.to_path_buf(),
-                        message: e.to_string(),
-                    })?;
             Box::new(ParquetSource {
                 path: path.to_path_buf(),
-                reader,
+                unopened: Some(builder),
+                reader: None,
+                vectors: None,
                 batch: None,
                 next_row: 0,
                 rows_before: 0,
@@ -415,13 +413,134 @@ impl RowSource for CsvSource {
     }
 }
 
+/// Rows per batch read from a Parquet file.
+const PARQUET_BATCH_ROWS: usize = 8192;
+
 struct ParquetSource {
     path: PathBuf,
-    reader: ParquetRecordBatchReader,
+    /// The file, checked by `open_source`; readers are set up at the first `fill`, which knows
+    /// the table (and so which column holds vectors).
+    unopened: Option<ParquetRecordBatchReaderBuilder<File>>,
+    reader: Option<ParquetRecordBatchReader>,
+    /// The vector column, decoded apart from the others (see `parquet_vectors`), and its name.
+    vectors: Option<(VectorColumn, &'static str)>,
     batch: Option<RecordBatch>,
     next_row: usize,
     rows_before: usize,
     columns_noted: bool,
+}
+
+impl ParquetSource {
+    fn malformed(&self, message: String) -> FormatError {
+        FormatError::Malformed {
+            path: self.path.clone(),
+            message,
+        }
+    }
+
+    /// Sets up the readers: the table's vector column, when it has the regular shape of a
+    /// list of floats, by its own reader; every other column by Arrow's.
+    fn open(&mut self, builder: &RowBuilder) -> Result<(), FormatError> {
+        let Some(unopened) = self.unopened.take() else {
+            return Ok(());
+        };
+        let schema = unopened.parquet_schema();
+        let roots = schema.root_schema().get_fields().len();
+        let vector_field = builder
+            .spec()
+            .fields
+            .iter()
+            .find(|f| matches!(f.kind, crate::schema::Kind::Embedding));
+        let split = vector_field.and_then(|field| {
+            crate::parquet_vectors::vector_root(schema, field.name)
+                .filter(|_| roots > 1)
+                .map(|(root, leaf)| (field.name, root, leaf))
+        });
+        let unopened = match split {
+            Some((name, root, leaf)) => {
+                let others = ProjectionMask::roots(schema, (0..roots).filter(|&r| r != root));
+                let file = File::open(&self.path).map_err(|source| FormatError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+                let vectors = VectorColumn::new(file, leaf, builder.embedding_dim())
+                    .map_err(|e| self.malformed(format!("not a readable Parquet file: {e}")))?;
+                self.vectors = Some((vectors, name));
+                unopened.with_projection(others)
+            }
+            None => unopened,
+        };
+        let reader = unopened
+            .with_batch_size(PARQUET_BATCH_ROWS)
+            .build()
+            .map_err(|e| self.malformed(e.to_string()))?;
+        self.reader = Some(reader);
+        Ok(())
+    }
+
+    /// The next batch of the file, every column present.
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, FormatError> {
+        loop {
+            let reader = self.reader.as_mut().expect("opened before reading");
+            let batch = match reader.next() {
+                None => return Ok(None),
+                Some(Err(e)) => {
+                    let rows = self.rows_before;
+                    return Err(self.malformed(format!("cannot decode rows after row {rows}: {e}")));
+                }
+                Some(Ok(batch)) => batch,
+            };
+            let Some((vectors, name)) = &mut self.vectors else {
+                return Ok(Some(batch));
+            };
+            let name = *name;
+            match vectors.read(batch.num_rows()) {
+                Ok(Some(array)) => {
+                    let mut fields: Vec<_> = batch.schema().fields().iter().cloned().collect();
+                    fields.push(Arc::new(Field::new(name, array.data_type().clone(), true)));
+                    let mut columns = batch.columns().to_vec();
+                    columns.push(array);
+                    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+                        .map_err(|e| self.malformed(e.to_string()))?;
+                    return Ok(Some(batch));
+                }
+                Ok(None) => {
+                    // Not the regular shape: these rows and the rest go through Arrow's
+                    // reader, whose batches the row path can check value by value.
+                    tracing::debug!(
+                        "vectors after row {} are irregular: generic reader",
+                        self.rows_before
+                    );
+                    self.vectors = None;
+                    self.reader = Some(self.generic_reader_from(self.rows_before)?);
+                }
+                Err(e) => {
+                    let rows = self.rows_before;
+                    return Err(self.malformed(format!("cannot decode rows after row {rows}: {e}")));
+                }
+            }
+        }
+    }
+
+    /// Arrow's reader over every column, from row `skip + 1` on.
+    fn generic_reader_from(&self, skip: usize) -> Result<ParquetRecordBatchReader, FormatError> {
+        let file = File::open(&self.path).map_err(|source| FormatError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| self.malformed(format!("not a readable Parquet file: {e}")))?;
+        let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
+        let selection = RowSelection::from(vec![
+            RowSelector::skip(skip),
+            RowSelector::select(total.saturating_sub(skip)),
+        ]);
+        builder
+            .with_row_selection(selection)
+            .with_batch_size(PARQUET_BATCH_ROWS)
+            .build()
+            .map_err(|e| self.malformed(e.to_string()))
+    }
 }
 
 impl RowSource for ParquetSource {
@@ -431,6 +550,7 @@ impl RowSource for ParquetSource {
         intake: &mut dyn Intake,
         max_rows: usize,
     ) -> Result<bool, FormatError> {
+        self.open(builder)?;
         let mut offered = 0;
         while offered < max_rows {
             let exhausted = self
@@ -441,50 +561,34 @@ impl RowSource for ParquetSource {
                 if let Some(done) = self.batch.take() {
                     self.rows_before += done.num_rows();
                 }
-                match self.reader.next() {
-                    None => return Ok(false),
-                    Some(Err(e)) => {
-                        return Err(FormatError::Malformed {
-                            path: self.path.clone(),
-                            message: format!(
-                                "cannot decode rows after row {}: {e}",
-                                self.rows_before
-                            ),
-                        });
+                let Some(batch) = self.next_batch()? else {
+                    return Ok(false);
+                };
+                if !self.columns_noted {
+                    let schema = batch.schema();
+                    intake.note_columns(schema.fields().iter().map(|f| f.name().clone()).collect());
+                    self.columns_noted = true;
+                }
+                // Clean Arrow input skips the row path (see `columnar`).
+                let converted = crate::columnar::convert(
+                    builder.spec(),
+                    builder.embedding_dim(),
+                    builder.now_micros(),
+                    &batch,
+                );
+                self.next_row = 0;
+                match converted {
+                    Ok(converted) => {
+                        if intake.offer_batch(builder, converted, self.rows_before) {
+                            offered += batch.num_rows();
+                            self.next_row = batch.num_rows();
+                        }
                     }
-                    Some(Ok(batch)) => {
-                        if !self.columns_noted {
-                            let schema = batch.schema();
-                            intake.note_columns(
-                                schema.fields().iter().map(|f| f.name().clone()).collect(),
-                            );
-                            self.columns_noted = true;
-                        }
-                        // Clean Arrow input skips the row path (see `columnar`).
-                        let converted = crate::columnar::convert(
-                            builder.spec(),
-                            builder.embedding_dim(),
-                            builder.now_micros(),
-                            &batch,
-                        );
-                        self.next_row = 0;
-                        match converted {
-                            Ok(converted) => {
-                                if intake.offer_batch(builder, converted, self.rows_before) {
-                                    offered += batch.num_rows();
-                                    self.next_row = batch.num_rows();
-                                }
-                            }
-                            Err(why) => {
-                                tracing::debug!(
-                                    "row path for rows after {}: {why}",
-                                    self.rows_before
-                                );
-                            }
-                        }
-                        self.batch = Some(batch);
+                    Err(why) => {
+                        tracing::debug!("row path for rows after {}: {why}", self.rows_before);
                     }
                 }
+                self.batch = Some(batch);
                 continue;
             }
             let batch = self.batch.as_ref().expect("batch present");

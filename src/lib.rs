@@ -14,6 +14,7 @@ pub mod formats;
 pub mod jobs;
 pub mod llm;
 pub mod mock_llm;
+pub mod parquet_vectors;
 pub mod rows;
 pub mod schema;
 pub mod scores;

@@ -151,6 +151,31 @@ pub fn key_digest_of<'a>(parts: impl Iterator<Item = &'a str>) -> u128 {
     ((high.finish() as u128) << 64) | low.finish() as u128
 }
 
+/// Hashes a key digest (already uniformly spread) for a hash map by folding its halves, instead
+/// of running SipHash over it a second time.
+#[derive(Clone, Copy, Default)]
+pub struct DigestHasher(u64);
+
+impl std::hash::Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u128(&mut self, digest: u128) {
+        self.0 = (digest as u64) ^ ((digest >> 64) as u64);
+    }
+}
+
+/// A map keyed by key digests (see `key_digest_of`).
+pub type DigestMap<V> =
+    std::collections::HashMap<u128, V, std::hash::BuildHasherDefault<DigestHasher>>;
+
 /// Accumulates valid rows of one table into Arrow columns.
 pub struct RowBuilder {
     spec: &'static TableSpec,

@@ -3,7 +3,6 @@
 //! commit; with `--on-error abort` (the default) a single bad row fails the stream before the
 //! commit, so nothing is written, and every bad row is still reported.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -17,7 +16,7 @@ use arrow::error::ArrowError;
 use super::{ItemFailure, JobCtx, JobReport, RunLog, Status};
 use crate::encoding::Cell;
 use crate::formats::{self, Format, FormatError, Intake, Location, RowError, RowSource};
-use crate::rows::RowBuilder;
+use crate::rows::{DigestMap, RowBuilder};
 use crate::schema::{IMPORTABLE_TABLES, TableSpec};
 
 /// Rows per Arrow batch handed to Lance.
@@ -62,7 +61,7 @@ struct Tally {
     skipped_other_user: u64,
     rejected: Vec<RowError>,
     input_columns: Vec<String>,
-    first_seen: HashMap<u128, Location>,
+    first_seen: DigestMap<Location>,
     user: Option<String>,
 }
 
@@ -152,23 +151,31 @@ impl Intake for Tally {
             Some(keys) => keys,
             None => return false,
         };
-        let mut digests = Vec::with_capacity(batch.num_rows());
-        let mut seen = std::collections::HashSet::with_capacity(batch.num_rows());
-        for row in 0..batch.num_rows() {
-            if keys.iter().any(|k| k.is_null(row)) {
-                return false;
-            }
-            let digest = crate::rows::key_digest_of(keys.iter().map(|k| k.value(row)));
-            if self.first_seen.contains_key(&digest) || !seen.insert(digest) {
-                return false;
-            }
-            digests.push(digest);
-        }
         // Locations are only kept to name the first of two duplicate rows; a row of a
         // filtered batch is named by its position among the kept rows.
-        for (i, digest) in digests.into_iter().enumerate() {
-            self.first_seen
-                .insert(digest, Location::Row(rows_before + i + 1));
+        self.first_seen.reserve(batch.num_rows());
+        for row in 0..batch.num_rows() {
+            let digest = match keys.iter().any(|k| k.is_null(row)) {
+                true => None,
+                false => Some(crate::rows::key_digest_of(keys.iter().map(|k| k.value(row)))),
+            };
+            let fresh = digest.is_some_and(|digest| {
+                match self.first_seen.entry(digest) {
+                    std::collections::hash_map::Entry::Occupied(_) => false,
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(Location::Row(rows_before + row + 1));
+                        true
+                    }
+                }
+            });
+            if !fresh {
+                // Undo this batch's keys: the row path offers them again, one by one.
+                for earlier in 0..row {
+                    let digest = crate::rows::key_digest_of(keys.iter().map(|k| k.value(earlier)));
+                    self.first_seen.remove(&digest);
+                }
+                return false;
+            }
         }
         self.offered += batch.num_rows() as u64 + skipped;
         self.skipped_other_user += skipped;
