@@ -388,6 +388,157 @@ mod tests {
         assert_eq!(runs(&data, 2, 8).unwrap(), vec![0, 1, 2, 3, 3, 2, 1, 0]);
     }
 
+    use arrow::array::{FixedSizeListBuilder, Float32Builder, ListBuilder, RecordBatch, StringArray};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::{WriterProperties, WriterVersion};
+
+    /// Writes `vectors` (None: a null row) as a Parquet file beside an id column, as a
+    /// fixed-size list or, with `list`, as a variable list; returns its path.
+    fn write(
+        dir: &tempfile::TempDir,
+        vectors: &[Option<Vec<f32>>],
+        dim: usize,
+        list: bool,
+        props: WriterProperties,
+    ) -> std::path::PathBuf {
+        let array: ArrayRef = if list {
+            let mut b = ListBuilder::new(Float32Builder::new());
+            for v in vectors {
+                match v {
+                    Some(v) => {
+                        b.values().append_slice(v);
+                        b.append(true);
+                    }
+                    None => b.append(false),
+                }
+            }
+            Arc::new(b.finish())
+        } else {
+            let mut b = FixedSizeListBuilder::new(Float32Builder::new(), dim as i32);
+            for v in vectors {
+                match v {
+                    Some(v) => b.values().append_slice(v),
+                    None => b.values().append_slice(&vec![0.0; dim]),
+                }
+                b.append(v.is_some());
+            }
+            Arc::new(b.finish())
+        };
+        let ids: ArrayRef = Arc::new(StringArray::from(
+            (0..vectors.len()).map(|i| format!("m{i}")).collect::<Vec<_>>(),
+        ));
+        let batch = RecordBatch::try_from_iter([("id", ids), ("embedding", array)]).unwrap();
+        let path = dir.path().join(format!("v{}.parquet", vectors.len()));
+        let mut writer =
+            ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
+                .unwrap();
+        for start in (0..batch.num_rows()).step_by(333) {
+            let len = 333.min(batch.num_rows() - start);
+            writer.write(&batch.slice(start, len)).unwrap();
+        }
+        writer.close().unwrap();
+        path
+    }
+
+    /// Reads the whole column in chunks of `chunk` rows; None if some chunk is irregular.
+    fn read_all(path: &std::path::Path, dim: usize, rows: usize, chunk: usize) -> Option<Vec<f32>> {
+        let reader = SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+        let schema = reader.metadata().file_metadata().schema_descr_ptr();
+        let (_, leaf) = vector_root(&schema, "embedding").expect("a vector column");
+        let mut column = VectorColumn::new(File::open(path).unwrap(), leaf, dim).unwrap();
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < rows {
+            let n = chunk.min(rows - done);
+            let array = column.read(n).unwrap()?;
+            let list = array.as_any().downcast_ref::<FixedSizeListArray>().unwrap();
+            assert_eq!(list.len(), n);
+            let values = list.values().as_any().downcast_ref::<Float32Array>().unwrap();
+            out.extend_from_slice(values.values());
+            done += n;
+        }
+        Some(out)
+    }
+
+    fn vectors(rows: usize, dim: usize, distinct: bool) -> Vec<Option<Vec<f32>>> {
+        (0..rows)
+            .map(|r| {
+                Some(
+                    (0..dim)
+                        .map(|d| match distinct {
+                            true => (r * dim + d) as f32 * 0.001 - 1.0,
+                            false => ((r + d) % 5) as f32 * 0.25,
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    fn flat(vectors: &[Option<Vec<f32>>]) -> Vec<f32> {
+        vectors.iter().flat_map(|v| v.clone().unwrap()).collect()
+    }
+
+    #[test]
+    fn reads_what_the_arrow_writer_wrote_in_every_page_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let dim = 24;
+        let layouts = [
+            // Defaults: dictionary pages while the dictionary is small (few distinct values).
+            (false, WriterProperties::builder().build()),
+            // Many distinct values: dictionary pages, then plain ones once it overflows.
+            (
+                true,
+                WriterProperties::builder()
+                    .set_dictionary_page_size_limit(512)
+                    .build(),
+            ),
+            // Plain values, data pages v2, tiny pages and row groups, odd write batches.
+            (
+                true,
+                WriterProperties::builder()
+                    .set_dictionary_enabled(false)
+                    .set_writer_version(WriterVersion::PARQUET_2_0)
+                    .set_data_page_size_limit(200)
+                    .set_write_batch_size(7)
+                    .set_max_row_group_size(1000)
+                    .build(),
+            ),
+        ];
+        for (case, (distinct, props)) in layouts.into_iter().enumerate() {
+            let input = vectors(2500, dim, distinct);
+            let path = write(&dir, &input, dim, false, props);
+            for chunk in [1, 700, 2500] {
+                let read = read_all(&path, dim, input.len(), chunk);
+                assert_eq!(read, Some(flat(&input)), "layout {case}, chunks of {chunk}");
+            }
+        }
+        // Variable lists of the right length read the same.
+        let input = vectors(1200, dim, true);
+        let path = write(&dir, &input, dim, true, WriterProperties::builder().build());
+        assert_eq!(read_all(&path, dim, input.len(), 500), Some(flat(&input)));
+    }
+
+    #[test]
+    fn anything_but_whole_vectors_is_left_to_the_generic_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let dim = 16;
+        // A null vector.
+        let mut input = vectors(900, dim, true);
+        input[450] = None;
+        let path = write(&dir, &input, dim, false, WriterProperties::builder().build());
+        assert_eq!(read_all(&path, dim, input.len(), 300), None);
+        // A vector one value short, in a variable list.
+        let mut input = vectors(901, dim, true);
+        input[600].as_mut().unwrap().pop();
+        let path = write(&dir, &input, dim, true, WriterProperties::builder().build());
+        assert_eq!(read_all(&path, dim, input.len(), 300), None);
+        // The table expects another dimension.
+        let input = vectors(902, dim, true);
+        let path = write(&dir, &input, dim, false, WriterProperties::builder().build());
+        assert_eq!(read_all(&path, dim * 2, input.len() / 2, 300), None);
+    }
+
     #[test]
     fn bit_widths_of_levels() {
         assert_eq!(bit_width(1), 1);

@@ -385,3 +385,98 @@ fn parquet_batches_take_the_columnar_path_and_bad_rows_are_still_named() {
         "{reasons:?}"
     );
 }
+
+fn vector_value(row: usize, place: usize) -> f32 {
+    (row % 4096) as f32 + place as f32 / 1024.0
+}
+
+/// Writes `rows` memories ("m1".., user "u1") with 384-d vectors as Parquet, place d of row
+/// r's vector holding `vector_value(r, d)`; `odd` replaces row `odd.0`'s (1-based; None: a null vector), and
+/// `list` writes variable lists instead of fixed-size ones.
+fn parquet_with_vectors(path: &str, rows: usize, list: bool, odd: (usize, Option<Vec<f32>>)) {
+    use arrow::array::{
+        ArrayRef, FixedSizeListBuilder, Float32Builder, ListBuilder, RecordBatch, StringArray,
+    };
+    use std::sync::Arc;
+    let dim = 384;
+    let vector = |r: usize| -> Option<Vec<f32>> {
+        match r == odd.0 {
+            true => odd.1.clone(),
+            false => Some((0..dim).map(|d| vector_value(r, d)).collect()),
+        }
+    };
+    let vectors: ArrayRef = if list {
+        let mut b = ListBuilder::new(Float32Builder::new());
+        for r in 1..=rows {
+            match vector(r) {
+                Some(v) => {
+                    b.values().append_slice(&v);
+                    b.append(true);
+                }
+                None => b.append(false),
+            }
+        }
+        Arc::new(b.finish())
+    } else {
+        let mut b = FixedSizeListBuilder::new(Float32Builder::new(), dim as i32);
+        for r in 1..=rows {
+            let v = vector(r);
+            b.values()
+                .append_slice(v.as_deref().unwrap_or(&[0.0; 384]));
+            b.append(v.is_some());
+        }
+        Arc::new(b.finish())
+    };
+    let ids: Vec<String> = (1..=rows).map(|r| format!("m{r}")).collect();
+    let batch = RecordBatch::try_from_iter([
+        ("id", Arc::new(StringArray::from(ids)) as ArrayRef),
+        ("user_id", Arc::new(StringArray::from(vec!["u1"; rows])) as ArrayRef),
+        ("text", Arc::new(StringArray::from(vec!["User likes tea."; rows])) as ArrayRef),
+        ("embedding", vectors),
+    ])
+    .unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+}
+
+#[test]
+fn parquet_vectors_read_fast_or_generically_give_the_same_rows_and_errors() {
+    let db = TestDb::new();
+    // A null vector far into the file: the rows before it take the direct vector reader, the
+    // rest the generic one; every row arrives with its own vector.
+    let file = db.path("null-vector.parquet");
+    parquet_with_vectors(&file, 20_000, false, (15_000, None));
+    let out = report(&db.run(&["--json", "import", &file]));
+    assert_eq!(out["counts"]["inserted"], 20_000, "{out}");
+    assert_eq!(
+        db.scalar("SELECT id FROM memories WHERE embedding IS NULL"),
+        "\"m15000\""
+    );
+    for row in [1usize, 14_999, 15_001, 20_000] {
+        for place in [1usize, 384] {
+            let sql = format!(
+                "SELECT array_element(embedding, {place}) AS v FROM memories WHERE id = 'm{row}'"
+            );
+            let got: f64 = db.scalar(&sql).parse().expect("a number");
+            let want = vector_value(row, place - 1) as f64;
+            // Half a step between neighbouring places (1/1024), well above f32 rounding.
+            assert!((got - want).abs() < 3e-4, "m{row}[{place}]: {got} != {want}");
+        }
+    }
+
+    // A vector one value short, in a file of variable lists: named by row, nothing written.
+    let short = db.path("short-vector.parquet");
+    parquet_with_vectors(&short, 20_000, true, (12_345, Some(vec![0.5; 383])));
+    let fresh = TestDb::new();
+    let out = fresh.run(&["--json", "import", &short]);
+    assert_eq!(out.status.code(), Some(2));
+    let reasons = failure_reasons(&report(&out));
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(
+        reasons[0].contains("row 12345") && reasons[0].contains("embedding"),
+        "{reasons:?}"
+    );
+    assert_eq!(fresh.count("memories"), 0);
+}
