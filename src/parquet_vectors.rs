@@ -223,7 +223,9 @@ impl VectorColumn {
             // A vector starts with a 0 and continues with 1s, `dim` levels in all.
             match value {
                 0 if position == 0 && (count == 1 || dim == 1) => position = 1 % dim,
-                1 if position != 0 && position + count <= dim => position = (position + count) % dim,
+                1 if position != 0 && position + count <= dim => {
+                    position = (position + count) % dim
+                }
                 _ => reps_ok = false,
             }
         };
@@ -388,7 +390,9 @@ mod tests {
         assert_eq!(runs(&data, 2, 8).unwrap(), vec![0, 1, 2, 3, 3, 2, 1, 0]);
     }
 
-    use arrow::array::{FixedSizeListBuilder, Float32Builder, ListBuilder, RecordBatch, StringArray};
+    use arrow::array::{
+        Array, FixedSizeListBuilder, Float32Builder, ListBuilder, RecordBatch, StringArray,
+    };
     use parquet::arrow::ArrowWriter;
     use parquet::file::properties::{WriterProperties, WriterVersion};
 
@@ -425,7 +429,9 @@ mod tests {
             Arc::new(b.finish())
         };
         let ids: ArrayRef = Arc::new(StringArray::from(
-            (0..vectors.len()).map(|i| format!("m{i}")).collect::<Vec<_>>(),
+            (0..vectors.len())
+                .map(|i| format!("m{i}"))
+                .collect::<Vec<_>>(),
         ));
         let batch = RecordBatch::try_from_iter([("id", ids), ("embedding", array)]).unwrap();
         let path = dir.path().join(format!("v{}.parquet", vectors.len()));
@@ -453,7 +459,11 @@ mod tests {
             let array = column.read(n).unwrap()?;
             let list = array.as_any().downcast_ref::<FixedSizeListArray>().unwrap();
             assert_eq!(list.len(), n);
-            let values = list.values().as_any().downcast_ref::<Float32Array>().unwrap();
+            let values = list
+                .values()
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .unwrap();
             out.extend_from_slice(values.values());
             done += n;
         }
@@ -501,7 +511,7 @@ mod tests {
                     .set_writer_version(WriterVersion::PARQUET_2_0)
                     .set_data_page_size_limit(200)
                     .set_write_batch_size(7)
-                    .set_max_row_group_size(1000)
+                    .set_max_row_group_row_count(Some(1000))
                     .build(),
             ),
         ];
@@ -526,7 +536,13 @@ mod tests {
         // A null vector.
         let mut input = vectors(900, dim, true);
         input[450] = None;
-        let path = write(&dir, &input, dim, false, WriterProperties::builder().build());
+        let path = write(
+            &dir,
+            &input,
+            dim,
+            false,
+            WriterProperties::builder().build(),
+        );
         assert_eq!(read_all(&path, dim, input.len(), 300), None);
         // A vector one value short, in a variable list.
         let mut input = vectors(901, dim, true);
@@ -535,7 +551,13 @@ mod tests {
         assert_eq!(read_all(&path, dim, input.len(), 300), None);
         // The table expects another dimension.
         let input = vectors(902, dim, true);
-        let path = write(&dir, &input, dim, false, WriterProperties::builder().build());
+        let path = write(
+            &dir,
+            &input,
+            dim,
+            false,
+            WriterProperties::builder().build(),
+        );
         assert_eq!(read_all(&path, dim * 2, input.len() / 2, 300), None);
     }
 

@@ -157,15 +157,15 @@ impl Intake for Tally {
         for row in 0..batch.num_rows() {
             let digest = match keys.iter().any(|k| k.is_null(row)) {
                 true => None,
-                false => Some(crate::rows::key_digest_of(keys.iter().map(|k| k.value(row)))),
+                false => Some(crate::rows::key_digest_of(
+                    keys.iter().map(|k| k.value(row)),
+                )),
             };
-            let fresh = digest.is_some_and(|digest| {
-                match self.first_seen.entry(digest) {
-                    std::collections::hash_map::Entry::Occupied(_) => false,
-                    std::collections::hash_map::Entry::Vacant(slot) => {
-                        slot.insert(Location::Row(rows_before + row + 1));
-                        true
-                    }
+            let fresh = digest.is_some_and(|digest| match self.first_seen.entry(digest) {
+                std::collections::hash_map::Entry::Occupied(_) => false,
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(Location::Row(rows_before + row + 1));
+                    true
                 }
             });
             if !fresh {

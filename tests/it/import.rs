@@ -421,8 +421,7 @@ fn parquet_with_vectors(path: &str, rows: usize, list: bool, odd: (usize, Option
         let mut b = FixedSizeListBuilder::new(Float32Builder::new(), dim as i32);
         for r in 1..=rows {
             let v = vector(r);
-            b.values()
-                .append_slice(v.as_deref().unwrap_or(&[0.0; 384]));
+            b.values().append_slice(v.as_deref().unwrap_or(&[0.0; 384]));
             b.append(v.is_some());
         }
         Arc::new(b.finish())
@@ -430,8 +429,14 @@ fn parquet_with_vectors(path: &str, rows: usize, list: bool, odd: (usize, Option
     let ids: Vec<String> = (1..=rows).map(|r| format!("m{r}")).collect();
     let batch = RecordBatch::try_from_iter([
         ("id", Arc::new(StringArray::from(ids)) as ArrayRef),
-        ("user_id", Arc::new(StringArray::from(vec!["u1"; rows])) as ArrayRef),
-        ("text", Arc::new(StringArray::from(vec!["User likes tea."; rows])) as ArrayRef),
+        (
+            "user_id",
+            Arc::new(StringArray::from(vec!["u1"; rows])) as ArrayRef,
+        ),
+        (
+            "text",
+            Arc::new(StringArray::from(vec!["User likes tea."; rows])) as ArrayRef,
+        ),
         ("embedding", vectors),
     ])
     .unwrap();
@@ -462,7 +467,10 @@ fn parquet_vectors_read_fast_or_generically_give_the_same_rows_and_errors() {
             let got: f64 = db.scalar(&sql).parse().expect("a number");
             let want = vector_value(row, place - 1) as f64;
             // Half a step between neighbouring places (1/1024), well above f32 rounding.
-            assert!((got - want).abs() < 3e-4, "m{row}[{place}]: {got} != {want}");
+            assert!(
+                (got - want).abs() < 3e-4,
+                "m{row}[{place}]: {got} != {want}"
+            );
         }
     }
 
