@@ -312,10 +312,6 @@ pub async fn run(ctx: &JobCtx, args: &ImportArgs) -> Result<JobReport> {
         "format": format,
         "on_error": args.on_error,
     });
-    let log = RunLog::start(ctx, "import", &params).await?;
-    tracing::info!(run_id = log.run_id(), file = %args.file.display(), table = spec.name, "import started");
-    let mut report = JobReport::new("import", ctx);
-
     let tally = Arc::new(Mutex::new(Tally {
         user: ctx.user.clone(),
         ..Tally::default()
@@ -330,6 +326,10 @@ pub async fn run(ctx: &JobCtx, args: &ImportArgs) -> Result<JobReport> {
         fatal.clone(),
         abort_on_error,
     );
+    // The file is read from here on, while the run is logged and the table opened.
+    let log = RunLog::start(ctx, "import", &params).await?;
+    tracing::info!(run_id = log.run_id(), file = %args.file.display(), table = spec.name, "import started");
+    let mut report = JobReport::new("import", ctx);
 
     let mut write_error = None;
     let mut written = None;
