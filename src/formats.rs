@@ -438,6 +438,19 @@ impl ParquetSource {
         }
     }
 
+    fn undecodable(&self, error: impl std::fmt::Display) -> FormatError {
+        let rows = self.rows_before;
+        self.malformed(format!("cannot decode rows after row {rows}: {error}"))
+    }
+
+    /// A second handle on the file, for a reader of its own.
+    fn reopen(&self) -> Result<File, FormatError> {
+        File::open(&self.path).map_err(|source| FormatError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
     /// Sets up the readers: the table's vector column, when it has the regular shape of a
     /// list of floats, by its own reader; every other column by Arrow's.
     fn open(&mut self, builder: &RowBuilder) -> Result<(), FormatError> {
@@ -459,11 +472,7 @@ impl ParquetSource {
         let unopened = match split {
             Some((name, root, leaf)) => {
                 let others = ProjectionMask::roots(schema, (0..roots).filter(|&r| r != root));
-                let file = File::open(&self.path).map_err(|source| FormatError::Io {
-                    path: self.path.clone(),
-                    source,
-                })?;
-                let vectors = VectorColumn::new(file, leaf, builder.embedding_dim())
+                let vectors = VectorColumn::new(self.reopen()?, leaf, builder.embedding_dim())
                     .map_err(|e| self.malformed(format!("not a readable Parquet file: {e}")))?;
                 self.vectors = Some((vectors, name));
                 unopened.with_projection(others)
@@ -484,10 +493,7 @@ impl ParquetSource {
             let reader = self.reader.as_mut().expect("opened before reading");
             let batch = match reader.next() {
                 None => return Ok(None),
-                Some(Err(e)) => {
-                    let rows = self.rows_before;
-                    return Err(self.malformed(format!("cannot decode rows after row {rows}: {e}")));
-                }
+                Some(Err(e)) => return Err(self.undecodable(e)),
                 Some(Ok(batch)) => batch,
             };
             let Some((vectors, name)) = &mut self.vectors else {
@@ -514,21 +520,14 @@ impl ParquetSource {
                     self.vectors = None;
                     self.reader = Some(self.generic_reader_from(self.rows_before)?);
                 }
-                Err(e) => {
-                    let rows = self.rows_before;
-                    return Err(self.malformed(format!("cannot decode rows after row {rows}: {e}")));
-                }
+                Err(e) => return Err(self.undecodable(e)),
             }
         }
     }
 
     /// Arrow's reader over every column, from row `skip + 1` on.
     fn generic_reader_from(&self, skip: usize) -> Result<ParquetRecordBatchReader, FormatError> {
-        let file = File::open(&self.path).map_err(|source| FormatError::Io {
-            path: self.path.clone(),
-            source,
-        })?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        let builder = ParquetRecordBatchReaderBuilder::try_new(self.reopen()?)
             .map_err(|e| self.malformed(format!("not a readable Parquet file: {e}")))?;
         let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
         let selection = RowSelection::from(vec![

@@ -66,8 +66,15 @@ pub struct VectorColumn {
     position: usize,
 }
 
-/// Why a page cannot be taken as whole vectors.
-type Irregular = ();
+/// What loading the next data page found.
+enum Loaded {
+    /// Whole vectors: its values wait in `values`.
+    Vectors,
+    /// The column has no more pages.
+    End,
+    /// Something other than whole vectors: the caller reads these rows another way.
+    Irregular,
+}
 
 impl VectorColumn {
     /// Opens `file` for the column whose only leaf is `leaf` (see `vector_root`).
@@ -100,14 +107,14 @@ impl VectorColumn {
         while out.len() < floats * 4 {
             if self.values.is_empty() {
                 match self.next_page()? {
-                    Ok(true) => continue,
-                    Ok(false) => {
+                    Loaded::Vectors => continue,
+                    Loaded::End => {
                         return Err(ParquetError::General(format!(
                             "the vector column ended {} rows early",
                             rows - out.len() / 4 / self.dim
                         )));
                     }
-                    Err(()) => return Ok(None),
+                    Loaded::Irregular => return Ok(None),
                 }
             }
             let take = self.values.len().min(floats * 4 - out.len());
@@ -124,14 +131,14 @@ impl VectorColumn {
         Ok(Some(Arc::new(array)))
     }
 
-    /// Loads the next data page's values: `Ok(false)` at the end of the column.
-    fn next_page(&mut self) -> Result<std::result::Result<bool, Irregular>> {
+    /// Loads the next data page's values.
+    fn next_page(&mut self) -> Result<Loaded> {
         loop {
             let pages = match &mut self.pages {
                 Some(pages) => pages,
                 None => {
                     if self.next_row_group >= self.file.num_row_groups() {
-                        return Ok(Ok(false));
+                        return Ok(Loaded::End);
                     }
                     let group = self.file.get_row_group(self.next_row_group)?;
                     self.next_row_group += 1;
@@ -143,7 +150,7 @@ impl VectorColumn {
                 // A vector never spans row groups: this one ended short.
                 self.pages = None;
                 if self.position != 0 {
-                    return Ok(Err(()));
+                    return Ok(Loaded::Irregular);
                 }
                 continue;
             };
@@ -153,7 +160,7 @@ impl VectorColumn {
                         Encoding::PLAIN | Encoding::PLAIN_DICTIONARY => {
                             self.dictionary = plain_floats(&buf);
                         }
-                        _ => return Ok(Err(())),
+                        _ => return Ok(Loaded::Irregular),
                     }
                     continue;
                 }
@@ -166,7 +173,7 @@ impl VectorColumn {
                     ..
                 } => {
                     if def_level_encoding != Encoding::RLE || rep_level_encoding != Encoding::RLE {
-                        return Ok(Err(()));
+                        return Ok(Loaded::Irregular);
                     }
                     let (rep, rest) = prefixed(&buf).ok_or_else(truncated)?;
                     let (def, rest) = prefixed(rest).ok_or_else(truncated)?;
@@ -183,7 +190,7 @@ impl VectorColumn {
                     ..
                 } => {
                     if num_nulls != 0 {
-                        return Ok(Err(()));
+                        return Ok(Loaded::Irregular);
                     }
                     let (rep_len, def_len) =
                         (rep_levels_byte_len as usize, def_levels_byte_len as usize);
@@ -196,7 +203,10 @@ impl VectorColumn {
                     self.load(num_values as usize, rep, def, values, encoding)
                 }
             };
-            return Ok(loaded.map(|()| true));
+            return Ok(match loaded {
+                Some(()) => Loaded::Vectors,
+                None => Loaded::Irregular,
+            });
         }
     }
 
@@ -208,7 +218,7 @@ impl VectorColumn {
         def: &[u8],
         values: Bytes,
         encoding: Encoding,
-    ) -> std::result::Result<(), Irregular> {
+    ) -> Option<()> {
         let max_def = self.max_def as u32;
         let mut defs_ok = true;
         hybrid_runs(def, bit_width(max_def), levels, |run| match run {
@@ -216,7 +226,7 @@ impl VectorColumn {
             Run::Packed(values) => defs_ok &= values.iter().all(|&v| v == max_def),
         })?;
         if !defs_ok {
-            return Err(()); // A null vector or a null element.
+            return None; // A null vector or a null element.
         }
         let (dim, mut position, mut reps_ok) = (self.dim, self.position, true);
         let mut step = |value: u32, count: usize| {
@@ -234,9 +244,8 @@ impl VectorColumn {
             Run::Packed(values) => values.iter().for_each(|&v| step(v, 1)),
         })?;
         if !reps_ok {
-            return Err(());
+            return None;
         }
-        self.position = position;
         self.values = match encoding {
             Encoding::PLAIN if values.len() >= levels * 4 => values.slice(..levels * 4),
             Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY if !values.is_empty() => {
@@ -252,13 +261,14 @@ impl VectorColumn {
                     Run::Packed(indices) => indices.iter().for_each(|&i| push(i)),
                 })?;
                 if !in_range {
-                    return Err(());
+                    return None;
                 }
                 Bytes::from(floats)
             }
-            _ => return Err(()),
+            _ => return None,
         };
-        Ok(())
+        self.position = position;
+        Some(())
     }
 }
 
@@ -292,16 +302,11 @@ enum Run<'a> {
     Packed(&'a [u32]),
 }
 
-/// Walks the first `count` values of a hybrid-encoded block run by run; `Err` when the block
+/// Walks the first `count` values of a hybrid-encoded block run by run; `None` when the block
 /// is malformed or holds fewer values.
-fn hybrid_runs(
-    data: &[u8],
-    width: u8,
-    count: usize,
-    mut visit: impl FnMut(Run<'_>),
-) -> std::result::Result<(), Irregular> {
+fn hybrid_runs(data: &[u8], width: u8, count: usize, mut visit: impl FnMut(Run<'_>)) -> Option<()> {
     if width > 32 {
-        return Err(());
+        return None;
     }
     let value_bytes = (width as usize).div_ceil(8);
     let (mut at, mut left) = (0usize, count);
@@ -310,7 +315,7 @@ fn hybrid_runs(
         let mut header = 0u64;
         let mut shift = 0;
         loop {
-            let byte = *data.get(at).ok_or(())?;
+            let byte = *data.get(at)?;
             at += 1;
             header |= u64::from(byte & 0x7f) << shift;
             if byte & 0x80 == 0 {
@@ -318,29 +323,29 @@ fn hybrid_runs(
             }
             shift += 7;
             if shift > 63 {
-                return Err(());
+                return None;
             }
         }
         if header & 1 == 0 {
             let run = ((header >> 1) as usize).min(left);
-            let bytes = data.get(at..at + value_bytes).ok_or(())?;
+            let bytes = data.get(at..at + value_bytes)?;
             at += value_bytes;
             let value = bytes
                 .iter()
                 .rev()
                 .fold(0u32, |acc, &b| (acc << 8) | u32::from(b));
             if run == 0 {
-                return Err(());
+                return None;
             }
             visit(Run::Repeat(value, run));
             left -= run;
         } else {
             let groups = (header >> 1) as usize;
-            let bytes = data.get(at..at + groups * width as usize).ok_or(())?;
+            let bytes = data.get(at..at + groups * width as usize)?;
             at += bytes.len();
             let values = (groups * 8).min(left);
             if values == 0 {
-                return Err(());
+                return None;
             }
             unpacked.clear();
             unpacked.extend((0..values).map(|i| unpack(bytes, width, i)));
@@ -348,7 +353,7 @@ fn hybrid_runs(
             left -= values;
         }
     }
-    Ok(())
+    Some(())
 }
 
 /// The `index`th `width`-bit value of a little-endian bit-packed block.
@@ -371,8 +376,7 @@ mod tests {
         hybrid_runs(data, width, count, |run| match run {
             Run::Repeat(v, n) => out.extend(std::iter::repeat_n(v, n)),
             Run::Packed(values) => out.extend_from_slice(values),
-        })
-        .ok()?;
+        })?;
         Some(out)
     }
 

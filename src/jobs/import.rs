@@ -155,19 +155,16 @@ impl Intake for Tally {
         // filtered batch is named by its position among the kept rows.
         self.first_seen.reserve(batch.num_rows());
         for row in 0..batch.num_rows() {
-            let digest = match keys.iter().any(|k| k.is_null(row)) {
-                true => None,
-                false => Some(crate::rows::key_digest_of(
+            let fresh = !keys.iter().any(|k| k.is_null(row))
+                && match self.first_seen.entry(crate::rows::key_digest_of(
                     keys.iter().map(|k| k.value(row)),
-                )),
-            };
-            let fresh = digest.is_some_and(|digest| match self.first_seen.entry(digest) {
-                std::collections::hash_map::Entry::Occupied(_) => false,
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(Location::Row(rows_before + row + 1));
-                    true
-                }
-            });
+                )) {
+                    std::collections::hash_map::Entry::Occupied(_) => false,
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(Location::Row(rows_before + row + 1));
+                        true
+                    }
+                };
             if !fresh {
                 // Undo this batch's keys: the row path offers them again, one by one.
                 for earlier in 0..row {

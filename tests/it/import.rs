@@ -277,6 +277,20 @@ fn links_and_entities_are_validated_and_keyed() {
     );
 }
 
+/// Imports `file` into `db` under the default `--on-error abort`: exit 2, exactly one failure
+/// whose text holds every one of `needles`, and no memory written.
+fn aborts_naming_one_row(db: &TestDb, file: &str, needles: &[&str]) {
+    let out = db.run(&["--json", "import", file]);
+    assert_eq!(out.status.code(), Some(2));
+    let reasons = failure_reasons(&report(&out));
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(
+        needles.iter().all(|n| reasons[0].contains(n)),
+        "{reasons:?}"
+    );
+    assert_eq!(db.count("memories"), 0);
+}
+
 /// Writes a Parquet file of memories, one row group per slice of `rows`.
 fn parquet_file(path: &str, groups: &[&[(&str, &str, f64)]]) {
     use arrow::array::{ArrayRef, Float64Array, StringArray, TimestampMicrosecondArray};
@@ -357,15 +371,7 @@ fn parquet_batches_take_the_columnar_path_and_bad_rows_are_still_named() {
         &[&[("d", "u1", 0.1)], &[("e", "u1", 0.3), ("f", "u1", 1.5)]],
     );
     let fresh = TestDb::new();
-    let out = fresh.run(&["--json", "import", &bad]);
-    assert_eq!(out.status.code(), Some(2));
-    let reasons = failure_reasons(&report(&out));
-    assert_eq!(reasons.len(), 1, "{reasons:?}");
-    assert!(
-        reasons[0].contains("row 3") && reasons[0].contains("salience"),
-        "{reasons:?}"
-    );
-    assert_eq!(fresh.count("memories"), 0);
+    aborts_naming_one_row(&fresh, &bad, &["row 3", "salience"]);
     let out = report(&fresh.run(&["--json", "import", "--on-error", "skip", &bad]));
     assert_eq!(out["counts"]["inserted"], 2, "{out}");
 
@@ -477,14 +483,5 @@ fn parquet_vectors_read_fast_or_generically_give_the_same_rows_and_errors() {
     // A vector one value short, in a file of variable lists: named by row, nothing written.
     let short = db.path("short-vector.parquet");
     parquet_with_vectors(&short, 20_000, true, (12_345, Some(vec![0.5; 383])));
-    let fresh = TestDb::new();
-    let out = fresh.run(&["--json", "import", &short]);
-    assert_eq!(out.status.code(), Some(2));
-    let reasons = failure_reasons(&report(&out));
-    assert_eq!(reasons.len(), 1, "{reasons:?}");
-    assert!(
-        reasons[0].contains("row 12345") && reasons[0].contains("embedding"),
-        "{reasons:?}"
-    );
-    assert_eq!(fresh.count("memories"), 0);
+    aborts_naming_one_row(&TestDb::new(), &short, &["row 12345", "embedding"]);
 }
