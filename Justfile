@@ -19,6 +19,7 @@ sample:
 # Rewrite the saved-SQL snapshots after an intended change; review the diff.
 snapshots:
     UPDATE_SNAPSHOTS=1 cargo test --test it saved_sql
+    INSTA_UPDATE=always cargo test --test it reports
 
 # Import and SQL benchmarks at 100k and 1M memories (see BENCHMARKS.md).
 bench:

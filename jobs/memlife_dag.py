@@ -31,8 +31,9 @@ with DAG(
         task_id="link_submit",
         bash_command=f"{MEMLIFE} link --llm providers --mode batch",
     )
+    scores = BashOperator(task_id="scores", bash_command=f"{MEMLIFE} scores")
     stats = BashOperator(task_id="stats", bash_command=f"{MEMLIFE} stats")
-    import_memories >> embed >> link >> stats
+    import_memories >> embed >> link >> scores >> stats
 
 with DAG(
     dag_id="memlife_batches",

@@ -40,7 +40,7 @@ pub struct Config {
     pub embedder: EmbedderSection,
     /// Parameters of the daily score recalculation (`memlife scores`).
     #[serde(default)]
-    pub scores: crate::scores::ScoreParams,
+    pub scores: crate::logic::scores::ScoreParams,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,

@@ -1,24 +1,25 @@
 //! memlife: batch jobs that keep an LLM agent's memory store healthy, on Lance tables.
 //!
-//! The pure core (`schema`, `encoding`, `rows`, `synth`, `similarity`, `embedders::hash`) has no Lance and no I/O; `store` and
-//! `sql` are the only modules that touch the database; `formats` reads and writes files;
-//! `jobs` and `commands` are what the `memlife` binary runs. See ARCHITECTURE.md.
+//! Layers, innermost first (ARCHITECTURE.md has the map):
+//! - `logic`: the pure core (scores, similarity, synthetic data, hashing): no I/O at all;
+//! - `model`: the table model (schemas, encodings, row building): arrow only;
+//! - `formats`: file readers and writers (JSON Lines, JSON, CSV, Parquet);
+//! - `store`: the only module that touches the database (Lance tables, DataFusion SQL);
+//! - `llm`: the LLM layer (tasks, offline judge, providers, Batch API, mock server);
+//! - `embedders`: text to vectors (local model, OpenAI-compatible, lexical hash);
+//! - `jobs`: the scheduled jobs, one file each; `commands`: everything else the CLI runs;
+//! - `app`: the context built once per invocation; `cli`: clap definitions and dispatch.
 
+pub mod app;
 pub mod cli;
-pub mod columnar;
 pub mod commands;
 pub mod config;
+pub mod crash;
 pub mod embedders;
-pub mod encoding;
+pub mod exit;
 pub mod formats;
 pub mod jobs;
 pub mod llm;
-pub mod mock_llm;
-pub mod parquet_vectors;
-pub mod rows;
-pub mod schema;
-pub mod scores;
-pub mod similarity;
-pub mod sql;
+pub mod logic;
+pub mod model;
 pub mod store;
-pub mod synth;

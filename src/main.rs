@@ -1,9 +1,10 @@
-//! The `memlife` binary: parse arguments, run the command, map the outcome to an exit code
+//! The `memlife` binary: parse arguments, run the command, map the outcome to an exit status
 //! (0 done, 1 done but some items failed, 2 error). A closed stdout pipe is not an error.
 
 use std::process::ExitCode;
 
 use clap::Parser;
+use memlife::exit::{self, ExitStatus};
 
 fn main() -> ExitCode {
     let cli = memlife::cli::Cli::parse();
@@ -21,22 +22,19 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
+            return ExitStatus::Error.into();
         }
     };
-    match runtime.block_on(memlife::cli::run(cli)) {
-        Ok(code) => ExitCode::from(code),
+    let mut stdout = std::io::stdout().lock();
+    let status = match runtime.block_on(memlife::cli::run(cli, &mut stdout)) {
+        Ok(status) => status,
         Err(error) => {
-            let broken_pipe = error.chain().any(|cause| {
-                cause
-                    .downcast_ref::<std::io::Error>()
-                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-            });
-            if broken_pipe {
-                return ExitCode::SUCCESS;
+            let status = exit::for_error(&error);
+            if status == ExitStatus::Error {
+                eprintln!("error: {error:#}");
             }
-            eprintln!("error: {error:#}");
-            ExitCode::from(2)
+            status
         }
-    }
+    };
+    status.into()
 }

@@ -3,24 +3,51 @@
 //! changes something writes a `runs` row; a poll that finds nothing to do writes none, so a
 //! cron entry every minute does not flood the table.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Result;
-use chrono::Utc;
 
-use crate::cli::BatchesCommand;
+use crate::app::App;
 use crate::config::Config;
-use crate::jobs::link::LinkApplier;
-use crate::jobs::{ItemFailure, JobCtx, JobReport, RunLog};
+use crate::exit::ExitStatus;
+use crate::jobs::{ItemFailure, JobName, JobReport, JobScope, RunLog};
 use crate::llm::batch::{self, Applier, PollOptions};
 use crate::llm::{JudgeKind, Llm, LlmArgs, Mode};
-use crate::store::Store;
 
-fn appliers() -> BTreeMap<&'static str, Box<dyn Applier>> {
-    let mut map: BTreeMap<&'static str, Box<dyn Applier>> = BTreeMap::new();
-    map.insert("link", Box::new(LinkApplier));
-    map
+/// OpenAI Batch API submissions: apply finished ones, resubmit failed ones, clean up.
+#[derive(clap::Args, Debug)]
+pub struct BatchesArgs {
+    #[command(subcommand)]
+    pub which: BatchesCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum BatchesCommand {
+    /// Check running batches; apply finished ones exactly once (cron: every minute).
+    Poll {
+        /// Take over a claim older than this (its poller is presumed dead); default
+        /// llm.apply_lease_secs of the config.
+        #[arg(long)]
+        lease_secs: Option<u64>,
+    },
+    /// Resubmit failed or expired batches, and submissions stuck before reaching the provider.
+    Retry {
+        #[arg(long, default_value_t = 3600)]
+        stuck_after_secs: u64,
+    },
+    /// Delete applied and failed batch records (and their remote files) older than N days;
+    /// default llm.batch_retention_days of the config.
+    Cleanup {
+        #[arg(long)]
+        older_than_days: Option<u32>,
+    },
+    /// The batch records, newest last.
+    List,
+}
+
+/// The applier of the job that submitted a batch, by the name recorded with it.
+fn applier_of(job: &str) -> Option<Box<dyn Applier>> {
+    JobName::parse(job).and_then(JobName::applier)
 }
 
 fn providers(config: &Config) -> Result<Llm> {
@@ -33,32 +60,20 @@ fn providers(config: &Config) -> Result<Llm> {
     )
 }
 
-fn ctx(store: &Store) -> JobCtx {
-    JobCtx {
-        store: store.clone(),
-        user: None,
-        dry_run: false,
-        now: Utc::now(),
-    }
-}
-
-pub async fn run(
-    store: &Store,
-    config: &Config,
-    which: BatchesCommand,
-    json: bool,
-    out: &mut dyn Write,
-) -> Result<u8> {
-    match which {
+pub async fn run(app: &App, args: &BatchesArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    let json = app.json;
+    let config = app.config().await?;
+    let ctx = app.job_ctx(&JobScope::default(), None).await?;
+    let store = &ctx.store;
+    match &args.which {
         BatchesCommand::Poll { lease_secs } => {
             let pending =
                 batch::load(store, "status IN ('submitted', 'ready', 'applying')").await?;
-            let ctx = ctx(store);
             let mut report = JobReport::new("batches.poll", &ctx);
             if pending.is_empty() {
                 report.notes.push("no batch to poll".into());
                 report.print(json, out)?;
-                return Ok(0);
+                return Ok(ExitStatus::Success);
             }
             let llm = providers(config)?;
             let log = RunLog::start(
@@ -70,7 +85,7 @@ pub async fn run(
             let options = PollOptions {
                 lease_secs: lease_secs.unwrap_or(config.llm.apply_lease_secs),
             };
-            let polled = batch::poll(store, &llm, &appliers(), &options).await?;
+            let polled = batch::poll(store, &llm, &applier_of, &options).await?;
             for (name, value) in [
                 ("checked", polled.checked),
                 ("still_running", polled.still_running),
@@ -100,10 +115,10 @@ pub async fn run(
             }
             log.finish(&ctx, &mut report).await?;
             report.print(json, out)?;
-            Ok(report.exit_code())
+            Ok(report.exit_status())
         }
         BatchesCommand::Retry { stuck_after_secs } => {
-            let ctx = ctx(store);
+            let stuck_after_secs = *stuck_after_secs;
             let llm = providers(config)?;
             let log = RunLog::start(
                 &ctx,
@@ -131,10 +146,9 @@ pub async fn run(
             }
             log.finish(&ctx, &mut report).await?;
             report.print(json, out)?;
-            Ok(report.exit_code())
+            Ok(report.exit_status())
         }
         BatchesCommand::Cleanup { older_than_days } => {
-            let ctx = ctx(store);
             let days = older_than_days.unwrap_or(config.llm.batch_retention_days);
             let log = RunLog::start(
                 &ctx,
@@ -153,7 +167,7 @@ pub async fn run(
             report.count("remote_files_deleted", files);
             log.finish(&ctx, &mut report).await?;
             report.print(json, out)?;
-            Ok(report.exit_code())
+            Ok(report.exit_status())
         }
         BatchesCommand::List => {
             let records = batch::load(store, "batch_key IS NOT NULL").await?;
@@ -170,7 +184,7 @@ pub async fn run(
                     .collect();
                 serde_json::to_writer_pretty(&mut *out, &rows)?;
                 writeln!(out)?;
-                return Ok(0);
+                return Ok(ExitStatus::Success);
             }
             writeln!(
                 out,
@@ -193,7 +207,7 @@ pub async fn run(
             if records.is_empty() {
                 writeln!(out, "(no batch records)")?;
             }
-            Ok(0)
+            Ok(ExitStatus::Success)
         }
     }
 }

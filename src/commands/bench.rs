@@ -8,22 +8,111 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::embedders::Embedder;
 use rayon::prelude::*;
 
-use crate::cli::BenchData;
+use crate::app::App;
 use crate::embedders::hash::hash_embed;
-use crate::similarity::{SelfMatch, all_pairs_top_k, top_k_naive};
-use crate::synth::{SynthConfig, generate, placeholder_embedding};
+use crate::embedders::{Embedder, EmbedderArgs};
+use crate::exit::ExitStatus;
+use crate::logic::similarity::{SelfMatch, all_pairs_top_k, top_k_naive};
+use crate::logic::synth::{SynthConfig, generate, placeholder_embedding};
+
+/// Measurements for BENCHMARKS.md that need no database.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub which: BenchCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Top-k of every vector of one set (parallel kernel) against the naive loop.
+    Similarity(SimilarityBench),
+    /// Classification requests in online mode against an OpenAI-compatible server (start
+    /// `memlife mock-llm --latency-ms 1000` for the reference figure).
+    Llm(LlmBench),
+    /// Sentences per second of an embedder.
+    Embed(EmbedBench),
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchData {
+    SynthHash,
+    Random,
+}
 
 /// What `memlife bench similarity` measures.
+#[derive(clap::Args, Debug)]
 pub struct SimilarityBench {
+    #[arg(long, default_value_t = 100_000)]
     pub vectors: usize,
+    #[arg(long, default_value_t = 384)]
     pub dim: usize,
+    #[arg(long, default_value_t = 10)]
     pub k: usize,
+    /// Queries the naive loop is timed on (its total is extrapolated) and recall is
+    /// measured on.
+    #[arg(long, default_value_t = 500)]
     pub naive_queries: usize,
+    /// Vectors searched: lexical-hash embeddings of synthetic memory texts (paraphrase
+    /// groups, like a real user's memories), or uniform random unit vectors (no structure:
+    /// the hardest case for the int8 pass).
+    #[arg(long, value_enum, default_value_t = BenchData::SynthHash)]
     pub data: BenchData,
+    /// Use the exact f32 kernel even where the int8 pass is available.
+    #[arg(long)]
     pub exact: bool,
+}
+
+/// What `memlife bench llm` measures.
+#[derive(clap::Args, Debug)]
+pub struct LlmBench {
+    #[arg(long, default_value = "http://127.0.0.1:8089/v1")]
+    pub url: String,
+    #[arg(long, default_value_t = 1000)]
+    pub requests: usize,
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// The server's latency, for the ideal time ceil(requests / concurrency) x latency.
+    #[arg(long, default_value_t = 1000)]
+    pub latency_ms: u64,
+}
+
+/// What `memlife bench embed` measures.
+#[derive(clap::Args, Debug)]
+pub struct EmbedBench {
+    #[arg(long, default_value_t = 2000)]
+    pub sentences: usize,
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    #[arg(long, default_value_t = 384)]
+    pub dim: usize,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+}
+
+/// `memlife bench ...`: runs one measurement and prints it as JSON.
+pub async fn run(app: &App, args: &BenchArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    match &args.which {
+        BenchCommand::Similarity(bench) => similarity(bench, out)?,
+        BenchCommand::Llm(bench) => {
+            llm(
+                &bench.url,
+                bench.requests,
+                bench.concurrency,
+                bench.latency_ms,
+                out,
+            )
+            .await?
+        }
+        BenchCommand::Embed(bench) => {
+            let embedder = app
+                .embedder(&bench.embedder, bench.dim, bench.batch_size)
+                .await?;
+            embed(&embedder, bench.sentences, bench.batch_size, out).await?
+        }
+    }
+    Ok(ExitStatus::Success)
 }
 
 fn bench_vectors(bench: &SimilarityBench) -> Vec<f32> {
@@ -167,7 +256,7 @@ pub async fn llm(
     let view = |i: usize| MemoryView {
         id: memories[i].id.clone(),
         kind: "fact".into(),
-        created_at: crate::encoding::format_timestamp(memories[i].created_at),
+        created_at: crate::model::encoding::format_timestamp(memories[i].created_at),
         happens_at: None,
         text: memories[i].text.clone(),
     };

@@ -8,16 +8,13 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use arrow::array::{Array, AsArray};
+use arrow::array::AsArray;
 use arrow::datatypes::Float32Type;
-use futures::TryStreamExt;
-use lancedb::DistanceType;
-use lancedb::index::Index;
-use lancedb::index::vector::{IvfHnswSqIndexBuilder, IvfPqIndexBuilder};
-use lancedb::query::{ExecutableQuery, QueryBase};
 
-use crate::similarity::{SelfMatch, top_k};
-use crate::store::Store;
+use crate::app::App;
+use crate::exit::ExitStatus;
+use crate::logic::similarity::{SelfMatch, top_k};
+use crate::store::index::{IndexedSearch, VectorIndex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -26,15 +23,27 @@ pub enum IndexKind {
     IvfHnswSq,
 }
 
-#[derive(Clone, Debug)]
+/// Build a vector index on memories.embedding and report its recall@k against exact search.
+#[derive(clap::Args, Clone, Debug)]
 pub struct IndexArgs {
+    #[arg(long, value_enum, default_value = "ivf-pq")]
     pub kind: IndexKind,
+    /// IVF partitions (default: the square root of the vector count).
+    #[arg(long)]
     pub partitions: Option<u32>,
+    /// PQ sub-vectors (default: the largest divisor of the width not above width/16).
+    #[arg(long)]
     pub sub_vectors: Option<u32>,
     /// Memories used as queries to measure recall.
+    #[arg(long, default_value_t = 100)]
     pub sample: usize,
+    #[arg(long, default_value_t = 10)]
     pub k: usize,
+    /// Partitions searched per query.
+    #[arg(long, default_value_t = 20)]
     pub nprobes: usize,
+    /// Candidates re-ranked exactly: refine_factor * k.
+    #[arg(long, default_value_t = 10)]
     pub refine_factor: u32,
 }
 
@@ -62,10 +71,10 @@ fn default_sub_vectors(dim: usize) -> u32 {
         .unwrap_or(1) as u32
 }
 
-pub async fn run(store: &Store, args: &IndexArgs, json: bool, out: &mut dyn Write) -> Result<()> {
-    let table = store.table("memories").await?;
-    let vectors = table
-        .count_rows(Some("embedding IS NOT NULL".to_string()))
+pub async fn run(app: &App, args: &IndexArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    let (store, json) = (app.store().await?, app.json);
+    let vectors = store
+        .count_rows("memories", Some("embedding IS NOT NULL"))
         .await?;
     if vectors < 256 {
         bail!(
@@ -81,23 +90,16 @@ pub async fn run(store: &Store, args: &IndexArgs, json: bool, out: &mut dyn Writ
     let (index, sub_vectors) = match args.kind {
         IndexKind::IvfPq => {
             let sub_vectors = args.sub_vectors.unwrap_or_else(|| default_sub_vectors(dim));
-            let builder = IvfPqIndexBuilder::default()
-                .distance_type(DistanceType::Cosine)
-                .num_partitions(partitions)
-                .num_sub_vectors(sub_vectors);
-            (Index::IvfPq(builder), Some(sub_vectors))
+            let index = VectorIndex::IvfPq {
+                partitions,
+                sub_vectors,
+            };
+            (index, Some(sub_vectors))
         }
-        IndexKind::IvfHnswSq => {
-            let builder = IvfHnswSqIndexBuilder::default()
-                .distance_type(DistanceType::Cosine)
-                .num_partitions(partitions);
-            (Index::IvfHnswSq(builder), None)
-        }
+        IndexKind::IvfHnswSq => (VectorIndex::IvfHnswSq { partitions }, None),
     };
-    table
-        .create_index(&["embedding"], index)
-        .replace(true)
-        .execute()
+    store
+        .create_vector_index("memories", "embedding", index)
         .await?;
     let build_seconds = started.elapsed().as_secs_f64();
 
@@ -135,31 +137,19 @@ pub async fn run(store: &Store, args: &IndexArgs, json: bool, out: &mut dyn Writ
     for (query_index, &row) in sample.iter().enumerate() {
         let vector = data[row * dim..(row + 1) * dim].to_vec();
         let started = Instant::now();
-        let results: Vec<arrow::array::RecordBatch> = table
-            .query()
-            .nearest_to(vector)?
-            .distance_type(DistanceType::Cosine)
-            .nprobes(args.nprobes)?
-            .refine_factor(args.refine_factor)
-            .limit(args.k)
-            .select(lancedb::query::Select::columns(&["id"]))
-            .execute()
-            .await?
-            .try_collect()
+        let found_ids = store
+            .nearest_ids(
+                "memories",
+                vector,
+                IndexedSearch {
+                    k: args.k,
+                    nprobes: args.nprobes,
+                    refine_factor: args.refine_factor,
+                },
+            )
             .await?;
         query_time += started.elapsed().as_secs_f64();
-        let found: HashSet<&str> = results
-            .iter()
-            .flat_map(|b| {
-                let column = b
-                    .column_by_name("id")
-                    .expect("id selected")
-                    .as_string::<i32>();
-                (0..b.num_rows())
-                    .filter(|&i| column.is_valid(i))
-                    .map(move |i| column.value(i))
-            })
-            .collect();
+        let found: HashSet<&str> = found_ids.iter().map(String::as_str).collect();
         hits += exact[query_index]
             .iter()
             .filter(|n| found.contains(ids[n.index as usize].as_str()))
@@ -202,5 +192,5 @@ pub async fn run(store: &Store, args: &IndexArgs, json: bool, out: &mut dyn Writ
             report.indexed_query_ms
         )?;
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }

@@ -8,9 +8,11 @@ use anyhow::{Context, Result, bail};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::Float32Type;
 
-use crate::commands::export::sql_string;
-use crate::similarity::{SelfMatch, top_k};
+use crate::app::App;
+use crate::exit::ExitStatus;
+use crate::logic::similarity::{SelfMatch, top_k};
 use crate::store::Store;
+use crate::store::sql_string;
 
 #[derive(Debug, serde::Serialize)]
 pub struct SimilarRow {
@@ -77,14 +79,20 @@ fn append(vectors: &mut UserVectors, batch: &RecordBatch) {
     }
 }
 
-pub async fn run(
-    store: &Store,
-    id: &str,
-    k: usize,
-    min: f32,
-    json: bool,
-    out: &mut dyn Write,
-) -> Result<()> {
+/// A memory's nearest neighbours among its user's memories, with scores.
+#[derive(clap::Args, Debug)]
+pub struct SimilarArgs {
+    pub id: String,
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// Only neighbours at or above this cosine similarity.
+    #[arg(long, default_value_t = -1.0)]
+    pub min: f32,
+}
+
+pub async fn run(app: &App, args: &SimilarArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    let (store, json) = (app.store().await?, app.json);
+    let (id, k, min) = (args.id.as_str(), args.k, args.min);
     let filter = format!("id = {}", sql_string(id));
     let found = store
         .scan_columns(
@@ -134,7 +142,7 @@ pub async fn run(
             }),
         )?;
         writeln!(out)?;
-        return Ok(());
+        return Ok(ExitStatus::Success);
     }
     writeln!(
         out,
@@ -152,5 +160,5 @@ pub async fn run(
     if rows.is_empty() {
         writeln!(out, "(no neighbour at or above {min})")?;
     }
-    Ok(())
+    Ok(ExitStatus::Success)
 }

@@ -3,12 +3,52 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 
+use crate::app::App;
+use crate::exit::ExitStatus;
 use crate::formats::{BatchWriter, Format};
 use crate::store::Store;
+
+/// Run read-only SQL (DataFusion) over every table.
+#[derive(clap::Args, Debug)]
+pub struct SqlArgs {
+    /// The statement (or use --file).
+    pub query: Option<String>,
+    /// A saved query, e.g. sql/current_facts.sql.
+    #[arg(long, conflicts_with = "query")]
+    pub file: Option<PathBuf>,
+    /// Bind a $name placeholder: --param name=value (repeatable).
+    #[arg(long = "param")]
+    pub params: Vec<String>,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: OutputFormat,
+}
+
+impl SqlArgs {
+    /// The statement: given inline, or read from the saved query's file.
+    fn statement(&self) -> Result<String> {
+        match (&self.query, &self.file) {
+            (Some(query), _) => Ok(query.clone()),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display())),
+            (None, None) => bail!("give a query or --file FILE"),
+        }
+    }
+}
+
+/// `memlife sql`: one statement, printed in the chosen format.
+pub async fn command(app: &App, args: &SqlArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    let statement = args.statement()?;
+    let store = app.store().await?;
+    let params = crate::store::sql::parse_params(&args.params)?;
+    run(store, &statement, &params, args.format, out).await?;
+    Ok(ExitStatus::Success)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -25,8 +65,8 @@ pub async fn run(
     format: OutputFormat,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let context = crate::sql::session(store).await?;
-    let (schema, batches) = crate::sql::query(&context, sql, params).await?;
+    let context = crate::store::sql::session(store).await?;
+    let (schema, batches) = crate::store::sql::query(&context, sql, params).await?;
     print_batches(schema, &batches, format, out)
 }
 

@@ -7,6 +7,8 @@ use anyhow::Result;
 use serde_json::Value;
 
 use super::sql::{OutputFormat, encode, print_batches};
+use crate::app::App;
+use crate::exit::ExitStatus;
 use crate::formats::Format;
 use crate::store::Store;
 
@@ -29,8 +31,14 @@ const SECTIONS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// `memlife stats`: the summary of the database `app` names.
+pub async fn command(app: &App, out: &mut dyn Write) -> Result<ExitStatus> {
+    run(app.store().await?, app.json, out).await?;
+    Ok(ExitStatus::Success)
+}
+
 pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
-    let context = crate::sql::session(store).await?;
+    let context = crate::store::sql::session(store).await?;
     let mut report = serde_json::Map::new();
     if !json {
         writeln!(
@@ -42,7 +50,7 @@ pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
         )?;
     }
     for (title, key, sql) in SECTIONS {
-        let (schema, batches) = crate::sql::query(&context, sql, &[]).await?;
+        let (schema, batches) = crate::store::sql::query(&context, sql, &[]).await?;
         if json {
             let rows: Value = serde_json::from_slice(&encode(schema, &batches, Format::Json)?)?;
             report.insert(key.to_string(), rows);

@@ -8,11 +8,12 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::embedders::hash::{HASH_MODEL_NAME, hash_embed};
-use crate::encoding::Cell;
+use crate::exit::ExitStatus;
 use crate::formats::{BatchWriter, Format, open_output};
-use crate::rows::RowBuilder;
-use crate::schema::MEMORIES;
-use crate::synth::{SynthConfig, SynthMemory, generate_each_user, placeholder_embedding};
+use crate::logic::synth::{SynthConfig, SynthMemory, generate_each_user, placeholder_embedding};
+use crate::model::encoding::Cell;
+use crate::model::rows::RowBuilder;
+use crate::model::schema::MEMORIES;
 
 /// The columns synth sets; import gives every other column its default.
 const COLUMNS: &[&str] = &[
@@ -96,6 +97,54 @@ pub enum SynthVectors {
     Random,
     /// The lexical hash embedder's vectors of each text: shared words make neighbours.
     Hash,
+}
+
+/// Generate deterministic synthetic memories and their ground truth.
+#[derive(clap::Args, Debug)]
+pub struct SynthArgs {
+    #[arg(long, default_value_t = 4)]
+    pub users: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub memories: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Output file; the truth goes beside it as <stem>.truth.json.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Add embeddings of this width (0: none). For load tests: see --vectors.
+    #[arg(long, default_value_t = 0)]
+    pub dim: usize,
+    /// What the embeddings are: random unit vectors, or lexical hash vectors of the texts.
+    #[arg(long, value_enum, default_value = "random")]
+    pub vectors: SynthVectors,
+    /// First day memories may be created on (UTC).
+    #[arg(long, default_value = "2025-01-01")]
+    pub start: String,
+    /// Number of days memories are spread over.
+    #[arg(long, default_value_t = 365)]
+    pub days: i64,
+}
+
+/// `memlife synth`: generates the file and prints what it holds.
+pub fn command(json: bool, args: &SynthArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    let start_micros = crate::model::encoding::parse_timestamp(&args.start)
+        .with_context(|| format!("--start '{}' is not a date (YYYY-MM-DD)", args.start))?;
+    let config = SynthConfig {
+        users: args.users,
+        memories: args.memories,
+        seed: args.seed,
+        start_micros,
+        span_days: args.days.max(1),
+    };
+    let format = match args.format {
+        Some(format) => format,
+        None => Format::from_path(&args.output)?,
+    };
+    let summary = run(&config, args.dim, args.vectors, &args.output, format)?;
+    summary.print(json, out)?;
+    Ok(ExitStatus::Success)
 }
 
 pub fn run(

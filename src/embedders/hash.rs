@@ -4,7 +4,8 @@
 //!
 //! Pure: no model files, no network.
 
-use crate::similarity::normalise;
+use crate::logic::hash::fnv1a;
+use crate::logic::similarity::normalise;
 
 /// The name recorded beside vectors this embedder makes.
 pub const HASH_MODEL_NAME: &str = "hash-lexical-v1";
@@ -12,19 +13,6 @@ pub const HASH_MODEL_NAME: &str = "hash-lexical-v1";
 const WORD_WEIGHT: f32 = 1.0;
 const BIGRAM_WEIGHT: f32 = 0.7;
 const TRIGRAM_WEIGHT: f32 = 0.35;
-
-fn fnv1a(parts: &[&str]) -> u64 {
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
-    for (i, part) in parts.iter().enumerate() {
-        if i > 0 {
-            hash = (hash ^ 0x1f).wrapping_mul(0x0100_0000_01b3);
-        }
-        for byte in part.bytes() {
-            hash = (hash ^ byte as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
-}
 
 fn add(vector: &mut [f32], hash: u64, weight: f32) {
     let bucket = (hash % vector.len() as u64) as usize;
@@ -58,7 +46,7 @@ pub fn hash_embed(text: &str, dim: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::similarity::dot;
+    use crate::logic::similarity::dot;
 
     #[test]
     fn deterministic_unit_vectors() {

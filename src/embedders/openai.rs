@@ -13,7 +13,7 @@ use async_openai::types::embeddings::{CreateEmbeddingRequest, EmbeddingInput};
 use futures::StreamExt;
 
 use super::Embedded;
-use crate::similarity::normalise;
+use crate::logic::similarity::normalise;
 
 #[derive(Clone, Debug)]
 pub struct OpenAiSettings {

@@ -14,21 +14,46 @@ use arrow::array::{
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::{ItemFailure, JobCtx, JobReport, RunLog};
-use crate::commands::export::sql_string;
-use crate::embedders::{Embedded, Embedder};
-use crate::schema::{ENTITIES, MEMORIES, TableSpec};
+use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::embedders::{Embedded, EmbedderArgs};
+use crate::model::schema::{ENTITIES, MEMORIES, TableSpec};
+use crate::store::sql_string;
 
-#[derive(Debug, Clone)]
+/// Fill missing embeddings of memories and entities (resumable; --all recomputes).
+#[derive(clap::Args, Debug, Clone)]
 pub struct EmbedArgs {
-    /// Recompute every vector, not only the missing ones.
+    /// Recompute every vector (also the way to move a user to another model).
+    #[arg(long)]
     pub all: bool,
     /// Texts per model call.
+    #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
-    /// Rows per Lance commit: the most a killed run can lose.
+    /// Rows per commit: the most a killed run loses.
+    #[arg(long, default_value_t = 1024)]
     pub commit_rows: usize,
-    /// Which tables: memories, entities, or both.
-    pub tables: Vec<String>,
+    /// Which table(s) to embed.
+    #[arg(long, value_parser = ["memories", "entities", "all"], default_value = "all")]
+    pub table: String,
+    #[command(flatten)]
+    pub scope: JobScope,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+}
+
+impl Job for EmbedArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+}
+
+impl EmbedArgs {
+    /// The tables `--table` names.
+    fn tables(&self) -> Vec<String> {
+        match self.table.as_str() {
+            "all" => vec![MEMORIES.name.to_string(), ENTITIES.name.to_string()],
+            one => vec![one.to_string()],
+        }
+    }
 }
 
 /// The text a row is embedded from.
@@ -73,7 +98,12 @@ fn texts_of(spec: &TableSpec, batch: &RecordBatch) -> Vec<String> {
 }
 
 /// Models other than `current` that made some of the user's vectors.
-async fn other_models(ctx: &JobCtx, table: &str, user: &str, current: &str) -> Result<Vec<String>> {
+async fn other_models(
+    ctx: &JobCtx<'_>,
+    table: &str,
+    user: &str,
+    current: &str,
+) -> Result<Vec<String>> {
     let filter = format!("user_id = {} AND embedding IS NOT NULL", sql_string(user));
     let mut models = std::collections::BTreeSet::new();
     for batch in ctx
@@ -171,21 +201,26 @@ fn progress_bar(total: u64) -> ProgressBar {
     bar
 }
 
-pub async fn run(ctx: &JobCtx, args: &EmbedArgs, embedder: &Embedder) -> Result<JobReport> {
+pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
+    let embedder = &ctx
+        .app
+        .embedder(&args.embedder, ctx.store.embedding_dim(), args.batch_size)
+        .await?;
+    let tables = args.tables();
     let model = embedder.model_name();
     let params = serde_json::json!({
-        "all": args.all, "model": model, "tables": args.tables,
+        "all": args.all, "model": model, "tables": tables,
         "batch_size": args.batch_size, "commit_rows": args.commit_rows,
     });
-    let log = RunLog::start(ctx, "embed", &params).await?;
-    let mut report = JobReport::new("embed", ctx);
+    let log = RunLog::start(ctx, JobName::Embed.as_str(), &params).await?;
+    let mut report = JobReport::new(JobName::Embed.as_str(), ctx);
     report
         .notes
         .push(format!("model: {model} ({} dimensions)", embedder.dim()));
     let (mut embedded, mut truncated, mut refused) = (0u64, 0u64, 0u64);
     let dim = ctx.store.embedding_dim();
     for spec in [&MEMORIES, &ENTITIES] {
-        if !args.tables.iter().any(|t| t == spec.name) {
+        if !tables.iter().any(|t| t == spec.name) {
             continue;
         }
         for user in super::users_of(ctx, spec.name).await? {

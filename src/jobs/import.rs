@@ -13,11 +13,11 @@ use arrow::array::{RecordBatch, RecordBatchReader};
 use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 
-use super::{ItemFailure, JobCtx, JobReport, RunLog, Status};
-use crate::encoding::Cell;
+use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog, Status};
 use crate::formats::{self, Format, FormatError, Intake, Location, RowError, RowSource};
-use crate::rows::{DigestMap, RowBuilder};
-use crate::schema::{IMPORTABLE_TABLES, TableSpec};
+use crate::model::encoding::Cell;
+use crate::model::rows::{DigestMap, RowBuilder};
+use crate::model::schema::{IMPORTABLE_TABLES, TableSpec};
 
 /// Rows per Arrow batch handed to Lance.
 const BATCH_ROWS: usize = 8192;
@@ -31,12 +31,27 @@ pub enum OnError {
     Skip,
 }
 
-#[derive(Debug, Clone)]
+/// Load rows from JSON Lines, JSON, CSV or Parquet (upsert on the table's key).
+#[derive(clap::Args, Debug, Clone)]
 pub struct ImportArgs {
     pub file: PathBuf,
+    /// Target table.
+    #[arg(long, default_value = "memories")]
     pub table: String,
+    /// Input format (default: from the file extension).
+    #[arg(long, value_enum)]
     pub format: Option<Format>,
+    /// What to do with invalid rows: abort writes nothing, skip writes the valid rows.
+    #[arg(long, value_enum, default_value = "abort")]
     pub on_error: OnError,
+    #[command(flatten)]
+    pub scope: JobScope,
+}
+
+impl Job for ImportArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
 }
 
 pub fn importable_table(name: &str) -> Result<&'static TableSpec> {
@@ -156,7 +171,7 @@ impl Intake for Tally {
         self.first_seen.reserve(batch.num_rows());
         for row in 0..batch.num_rows() {
             let fresh = !keys.iter().any(|k| k.is_null(row))
-                && match self.first_seen.entry(crate::rows::key_digest_of(
+                && match self.first_seen.entry(crate::model::rows::key_digest_of(
                     keys.iter().map(|k| k.value(row)),
                 )) {
                     std::collections::hash_map::Entry::Occupied(_) => false,
@@ -168,7 +183,8 @@ impl Intake for Tally {
             if !fresh {
                 // Undo this batch's keys: the row path offers them again, one by one.
                 for earlier in 0..row {
-                    let digest = crate::rows::key_digest_of(keys.iter().map(|k| k.value(earlier)));
+                    let digest =
+                        crate::model::rows::key_digest_of(keys.iter().map(|k| k.value(earlier)));
                     self.first_seen.remove(&digest);
                 }
                 return false;
@@ -296,7 +312,7 @@ impl RecordBatchReader for ImportReader {
     }
 }
 
-pub async fn run(ctx: &JobCtx, args: &ImportArgs) -> Result<JobReport> {
+pub async fn run(ctx: &JobCtx<'_>, args: &ImportArgs) -> Result<JobReport> {
     let spec = importable_table(&args.table)?;
     let format = match args.format {
         Some(f) => f,
@@ -324,9 +340,9 @@ pub async fn run(ctx: &JobCtx, args: &ImportArgs) -> Result<JobReport> {
         abort_on_error,
     );
     // The file is read from here on, while the run is logged and the table opened.
-    let log = RunLog::start(ctx, "import", &params).await?;
+    let log = RunLog::start(ctx, JobName::Import.as_str(), &params).await?;
     tracing::info!(run_id = log.run_id(), file = %args.file.display(), table = spec.name, "import started");
-    let mut report = JobReport::new("import", ctx);
+    let mut report = JobReport::new(JobName::Import.as_str(), ctx);
 
     let mut write_error = None;
     let mut written = None;

@@ -14,21 +14,40 @@ use anyhow::{Result, anyhow};
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Float32Type, TimestampMicrosecondType};
 
-use super::{JobCtx, JobReport, RunLog};
-use crate::commands::export::sql_string;
-use crate::encoding::format_timestamp;
+use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::llm::batch::{Applier, BatchRecord};
 use crate::llm::tasks::{LinkType, MemoryView, Reply, Task, TaskInput};
-use crate::llm::{Item, Llm, Mode, Outcome};
-use crate::schema::{AUDIT_LOG, LINKS};
-use crate::similarity::all_pairs_top_k;
-use crate::store::{Store, batch_from_json};
+use crate::llm::{Item, LlmArgs, Mode, Outcome};
+use crate::logic::similarity::all_pairs_top_k;
+use crate::model::encoding::format_timestamp;
+use crate::model::schema::{AUDIT_LOG, LINKS};
+use crate::store::audit::AuditRow;
+use crate::store::{Store, batch_from_json, sql_string};
 
+/// Typed links (conflicts, supersedes, causes, ...) between similar memories, judged by
+/// the LLM layer (`link.classify`); `--mode batch` submits and exits.
+#[derive(clap::Args, Debug, Clone)]
 pub struct LinkArgs {
     /// Neighbours per memory considered.
+    #[arg(long, default_value_t = 5)]
     pub k: usize,
     /// Cosine similarity a pair needs to be judged (seed 003: 0.75 for linking).
+    #[arg(long, default_value_t = 0.75, allow_negative_numbers = true)]
     pub min_score: f32,
+    #[command(flatten)]
+    pub scope: JobScope,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+}
+
+impl Job for LinkArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+
+    fn applier() -> Option<Box<dyn Applier>> {
+        Some(Box::new(LinkApplier))
+    }
 }
 
 struct UserMemories {
@@ -36,7 +55,7 @@ struct UserMemories {
     vectors: Vec<f32>,
 }
 
-async fn load(ctx: &JobCtx, user: &str) -> Result<UserMemories> {
+async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
     let filter = format!(
         "user_id = {} AND state != 'archived' AND embedding IS NOT NULL",
         sql_string(user)
@@ -202,24 +221,20 @@ pub async fn write_outcomes(
                 "pairs_judged".into()
             })
             .or_default() += 1;
-        let id = uuid::Uuid::new_v5(
-            &uuid::Uuid::NAMESPACE_OID,
-            format!("link|{origin_key}|{}", item.custom_id).as_bytes(),
-        );
-        audit.push(serde_json::json!({
-            "id": id.to_string(), "run_id": run_id, "user_id": user_id, "operation": "LINK",
-            "source_ids": [source.id, target.id], "target_id": target.id,
-            "classification": classification, "confidence": confidence, "reasoning": reasoning,
-            "after_state": serde_json::json!({"served_by": outcome.served_by}).to_string(),
-            "created_at": format_timestamp(now),
-        }));
+        let key = format!("{origin_key}|{}", item.custom_id);
+        let mut row = AuditRow::new(run_id, "LINK", &key, now);
+        row.user_id = user_id;
+        row.source_ids = vec![source.id.clone(), target.id.clone()];
+        row.target_id = Some(target.id.clone());
+        row.classification = Some(classification);
+        row.confidence = confidence;
+        row.reasoning = Some(reasoning);
+        row.after_state = Some(serde_json::json!({"served_by": outcome.served_by}).to_string());
+        audit.push(row);
     }
     let dim = store.embedding_dim();
     // The audit rows first: what was decided is on record before the links appear.
-    if !audit.is_empty() {
-        let batch = batch_from_json(&AUDIT_LOG, dim, now, &audit).map_err(|e| anyhow!(e))?;
-        store.upsert_batch(&AUDIT_LOG, batch).await?;
-    }
+    store.write_audit(&audit).await?;
     if !links.is_empty() {
         let batch = batch_from_json(&LINKS, dim, now, &links).map_err(|e| anyhow!(e))?;
         store.upsert_batch(&LINKS, batch).await?;
@@ -254,10 +269,11 @@ impl Applier for LinkApplier {
 /// Largest batch submission (the Batch API takes up to 50,000 requests per file).
 const BATCH_ITEMS: usize = 50_000;
 
-pub async fn run(ctx: &JobCtx, args: &LinkArgs, llm: &Llm) -> Result<JobReport> {
+pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
+    let llm = &ctx.app.llm(&args.llm).await?;
     let params = serde_json::json!({"k": args.k, "min_score": args.min_score, "mode": format!("{:?}", llm.mode).to_lowercase()});
-    let log = RunLog::start(ctx, "link", &params).await?;
-    let mut report = JobReport::new("link", ctx);
+    let log = RunLog::start(ctx, JobName::Link.as_str(), &params).await?;
+    let mut report = JobReport::new(JobName::Link.as_str(), ctx);
     let now = format_timestamp(ctx.now.timestamp_micros());
     let mut all_outcomes = Vec::new();
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -304,7 +320,7 @@ pub async fn run(ctx: &JobCtx, args: &LinkArgs, llm: &Llm) -> Result<JobReport> 
                     let record = crate::llm::batch::submit(
                         &ctx.store,
                         llm,
-                        "link",
+                        JobName::Link.as_str(),
                         log.run_id(),
                         Some(&user),
                         Task::LinkClassify,

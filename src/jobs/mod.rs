@@ -1,6 +1,10 @@
-//! The frame every job shares: a context built once (store, user scope, dry-run, clock), a row
-//! in `runs` per execution, and a `JobReport` that prints as a table for people or as JSON for
-//! schedulers and maps to the exit code (0 done, 1 some items failed, 2 error).
+//! The frame every job shares, and the registry of jobs. A job is one file,
+//! `src/jobs/<job>.rs`: its clap arguments (with `JobScope` flattened in), its
+//! `run(&JobCtx, &Args) -> Result<JobReport>`, its report counts and, if it submits to the
+//! Batch API, its `Applier`. Registering it is one line of `register_jobs!` below: that line
+//! makes its subcommand, its `JobName` (as recorded in `runs` and `llm_batches`) and the
+//! applier lookup `batches poll` uses. Every run leaves a row in `runs`; its `JobReport`
+//! prints as a table for people or as JSON for schedulers and gives the exit status.
 
 pub mod embed;
 pub mod import;
@@ -12,23 +16,125 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::Result;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::Serialize;
 
-use crate::encoding::Cell;
-use crate::rows::RowBuilder;
-use crate::schema::RUNS;
-use crate::store::Store;
+use crate::app::App;
+pub use crate::app::JobCtx;
+use crate::exit::ExitStatus;
+use crate::llm::batch::Applier;
+use crate::model::encoding::Cell;
+use crate::model::rows::RowBuilder;
+use crate::model::schema::RUNS;
 
-/// What every job gets: resolved once in `cli`, read-only afterwards.
-pub struct JobCtx {
-    pub store: Store,
-    /// One user, or all users when `None`.
+/// The flags every job shares.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct JobScope {
+    /// Process one user only (default: every user, each independently).
+    #[arg(long)]
     pub user: Option<String>,
-    /// Compute and report; write nothing (not even the run row).
+
+    /// Compute and report, but write nothing (not even the run log).
+    #[arg(long)]
     pub dry_run: bool,
-    /// The run's clock reading: every default timestamp of the run uses it.
-    pub now: DateTime<Utc>,
+}
+
+/// What the frame asks of a job's arguments.
+pub trait Job {
+    /// The shared `--user` / `--dry-run` flags.
+    fn scope(&self) -> &JobScope;
+    /// The clock the run computes at, for jobs that take `--now`; default the current time.
+    fn clock(&self) -> Option<&str> {
+        None
+    }
+    /// What applies this job's Batch API results in `batches poll`, if it submits any.
+    fn applier() -> Option<Box<dyn Applier>>
+    where
+        Self: Sized,
+    {
+        None
+    }
+}
+
+/// Declares the jobs: each line gives the `JobName` variant, the job's module and arguments,
+/// and its name (the subcommand and the `job` column of `runs` and `llm_batches`).
+macro_rules! register_jobs {
+    ($($variant:ident => $module:ident::$args:ident, $name:literal;)*) => {
+        /// The scheduled jobs, one subcommand each (their help is their arguments' doc).
+        #[derive(clap::Subcommand, Debug)]
+        pub enum JobCommand {
+            $(#[command(name = $name)] $variant($module::$args),)*
+        }
+
+        /// A job's name, as its subcommand and in `runs.job` and `llm_batches.job`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum JobName {
+            $($variant,)*
+        }
+
+        impl JobName {
+            pub const ALL: &'static [JobName] = &[$(JobName::$variant),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(JobName::$variant => $name,)*
+                }
+            }
+
+            pub fn parse(name: &str) -> Option<JobName> {
+                Self::ALL.iter().copied().find(|job| job.as_str() == name)
+            }
+
+            /// What applies this job's Batch API results, if it submits any.
+            pub fn applier(self) -> Option<Box<dyn Applier>> {
+                match self {
+                    $(JobName::$variant => <$module::$args as Job>::applier(),)*
+                }
+            }
+        }
+
+        impl JobCommand {
+            pub fn name(&self) -> JobName {
+                match self {
+                    $(JobCommand::$variant(_) => JobName::$variant,)*
+                }
+            }
+
+            fn job(&self) -> &dyn Job {
+                match self {
+                    $(JobCommand::$variant(args) => args,)*
+                }
+            }
+
+            async fn dispatch(&self, ctx: &JobCtx<'_>) -> Result<JobReport> {
+                match self {
+                    $(JobCommand::$variant(args) => $module::run(ctx, args).await,)*
+                }
+            }
+        }
+    };
+}
+
+register_jobs! {
+    Import => import::ImportArgs, "import";
+    Embed => embed::EmbedArgs, "embed";
+    Scores => scores::ScoresArgs, "scores";
+    Link => link::LinkArgs, "link";
+}
+
+impl std::fmt::Display for JobName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Runs one job from the command line: builds its context, runs it, prints its report.
+pub async fn run(app: &App, command: &JobCommand, out: &mut dyn Write) -> Result<ExitStatus> {
+    let job = command.job();
+    let ctx = app.job_ctx(job.scope(), job.clock()).await?;
+    let report = command.dispatch(&ctx).await?;
+    report.print(app.json, out)?;
+    Ok(report.exit_status())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -78,7 +184,7 @@ pub struct JobReport {
 const FAILURES_SHOWN: usize = 20;
 
 impl JobReport {
-    pub fn new(job: &str, ctx: &JobCtx) -> JobReport {
+    pub fn new(job: &str, ctx: &JobCtx<'_>) -> JobReport {
         JobReport {
             job: job.to_string(),
             run_id: None,
@@ -98,11 +204,11 @@ impl JobReport {
         self.counts.insert(name.to_string(), value);
     }
 
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_status(&self) -> ExitStatus {
         match self.status {
-            Status::Done => 0,
-            Status::Partial => 1,
-            Status::Failed => 2,
+            Status::Done => ExitStatus::Success,
+            Status::Partial => ExitStatus::Failure,
+            Status::Failed => ExitStatus::Error,
         }
     }
 
@@ -170,7 +276,7 @@ impl JobReport {
 }
 
 /// Distinct users of a table (or the one in scope), sorted.
-pub async fn users_of(ctx: &JobCtx, table: &str) -> Result<Vec<String>> {
+pub async fn users_of(ctx: &JobCtx<'_>, table: &str) -> Result<Vec<String>> {
     use arrow::array::AsArray;
     if let Some(user) = &ctx.user {
         return Ok(vec![user.clone()]);
@@ -194,7 +300,7 @@ pub struct RunLog {
 }
 
 impl RunLog {
-    pub async fn start(ctx: &JobCtx, job: &str, params: &serde_json::Value) -> Result<RunLog> {
+    pub async fn start(ctx: &JobCtx<'_>, job: &str, params: &serde_json::Value) -> Result<RunLog> {
         let log = RunLog {
             run_id: uuid::Uuid::new_v4().to_string(),
             job: job.to_string(),
@@ -213,7 +319,7 @@ impl RunLog {
     }
 
     /// Settles the report's status and duration and records them.
-    pub async fn finish(self, ctx: &JobCtx, report: &mut JobReport) -> Result<()> {
+    pub async fn finish(self, ctx: &JobCtx<'_>, report: &mut JobReport) -> Result<()> {
         report.duration_ms = self.started.elapsed().as_millis() as u64;
         if report.status == Status::Done && !report.failures.is_empty() {
             report.status = Status::Partial;
@@ -225,7 +331,7 @@ impl RunLog {
         Ok(())
     }
 
-    async fn write(&self, ctx: &JobCtx, report: Option<&JobReport>) -> Result<()> {
+    async fn write(&self, ctx: &JobCtx<'_>, report: Option<&JobReport>) -> Result<()> {
         let finished_at = Utc::now().timestamp_micros();
         let counts = report
             .map(|r| serde_json::to_string(&r.counts))

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Float64Array, ListArray, RecordBatch,
     RecordBatchIterator, StringArray, TimestampMicrosecondArray,
@@ -25,11 +25,33 @@ use arrow::datatypes::{Field, Float64Type, Int64Type, Schema, TimestampMicroseco
 use futures::TryStreamExt;
 use rayon::prelude::*;
 
-use super::{JobCtx, JobReport, RunLog};
-use crate::commands::export::sql_string;
-use crate::encoding::format_timestamp;
-use crate::schema::{AUDIT_LOG, ENTITIES, MEMORIES, timestamp_type};
-use crate::scores::{ScoreInput, ScoreOutput, ScoreParams, State, Transition, Ttl, score};
+use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::logic::scores::{ScoreInput, ScoreOutput, ScoreParams, State, Transition, Ttl, score};
+use crate::model::encoding::format_timestamp;
+use crate::model::schema::{ENTITIES, MEMORIES, timestamp_type};
+use crate::store::audit::AuditRow;
+use crate::store::sql_string;
+
+/// Daily score recalculation: salience decay, lifecycle states, TTL policies, retention
+/// and tiers, importance; expired entity notes removed. Idempotent for a given --now.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ScoresArgs {
+    /// The clock the run computes at (RFC 3339); default the current time.
+    #[arg(long)]
+    pub now: Option<String>,
+    #[command(flatten)]
+    pub scope: JobScope,
+}
+
+impl Job for ScoresArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
+    }
+}
 
 const READ_COLUMNS: &[&str] = &[
     "id",
@@ -60,6 +82,8 @@ struct Computed {
     transitions: BTreeMap<&'static str, u64>,
     tiers: BTreeMap<&'static str, u64>,
     rows: u64,
+    /// Rows that could not be scored (an unknown state or TTL policy), left as they are.
+    failures: Vec<ItemFailure>,
 }
 
 fn f64s<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Float64Array> {
@@ -120,23 +144,13 @@ fn compute(
     let accessed = times(batch, "last_accessed_at")?;
     let archived_old = times(batch, "archived_at")?;
 
-    let outputs: Vec<Result<(ScoreOutput, f64)>> = (0..batch.num_rows())
+    let outputs: Vec<Result<(ScoreOutput, f64), String>> = (0..batch.num_rows())
         .into_par_iter()
         .map(|i| {
-            let state = State::parse(states.value(i)).ok_or_else(|| {
-                anyhow!(
-                    "memory {}: unknown state {:?}",
-                    ids.value(i),
-                    states.value(i)
-                )
-            })?;
-            let ttl = Ttl::parse(ttls.value(i)).ok_or_else(|| {
-                anyhow!(
-                    "memory {}: unknown ttl_policy {:?}",
-                    ids.value(i),
-                    ttls.value(i)
-                )
-            })?;
+            let state = State::parse(states.value(i))
+                .ok_or_else(|| format!("unknown state {:?}", states.value(i)))?;
+            let ttl = Ttl::parse(ttls.value(i))
+                .ok_or_else(|| format!("unknown ttl_policy {:?}", ttls.value(i)))?;
             // A memory never scored adopts its stored salience as the anchor.
             let salience_anchor = if anchor.is_valid(i) {
                 anchor.value(i)
@@ -171,10 +185,20 @@ fn compute(
         transitions: BTreeMap::new(),
         tiers: BTreeMap::new(),
         rows: batch.num_rows() as u64,
+        failures: Vec::new(),
     };
     let mut kept = Vec::new();
     for (i, output) in outputs.into_iter().enumerate() {
-        let (out, used_anchor) = output?;
+        let (out, used_anchor) = match output {
+            Ok(computed_row) => computed_row,
+            Err(reason) => {
+                computed.failures.push(ItemFailure {
+                    item: format!("memory {}", ids.value(i)),
+                    reason,
+                });
+                continue;
+            }
+        };
         *computed.tiers.entry(out.tier).or_default() += 1;
         if let Some(t) = out.transition {
             *computed.transitions.entry(t.name()).or_default() += 1;
@@ -240,7 +264,7 @@ fn update_schema() -> Arc<Schema> {
         let spec = MEMORIES.field(name).expect("memories column");
         Field::new(
             name,
-            crate::schema::data_type(spec.kind, 0),
+            crate::model::schema::data_type(spec.kind, 0),
             spec.nullable(),
         )
     };
@@ -257,7 +281,7 @@ fn update_schema() -> Arc<Schema> {
 }
 
 /// Inbound links per memory (of the user in scope).
-async fn inbound_links(ctx: &JobCtx) -> Result<HashMap<String, u64>> {
+async fn inbound_links(ctx: &JobCtx<'_>) -> Result<HashMap<String, u64>> {
     let filter = ctx
         .user
         .as_ref()
@@ -277,7 +301,7 @@ async fn inbound_links(ctx: &JobCtx) -> Result<HashMap<String, u64>> {
 }
 
 /// Drops entity notes whose `expires_at` has passed; returns (entities changed, notes removed).
-async fn clean_notes(ctx: &JobCtx, now: i64) -> Result<(u64, u64)> {
+async fn clean_notes(ctx: &JobCtx<'_>, now: i64) -> Result<(u64, u64)> {
     let mut filter = "notes IS NOT NULL".to_string();
     if let Some(user) = &ctx.user {
         filter.push_str(&format!(" AND user_id = {}", sql_string(user)));
@@ -350,80 +374,42 @@ async fn clean_notes(ctx: &JobCtx, now: i64) -> Result<(u64, u64)> {
     Ok((entities, removed))
 }
 
-/// The audit rows of this run's archivals, built column by column (a first run over a large
-/// store can archive hundreds of thousands of memories).
-fn archive_audit_batch(
-    ctx: &JobCtx,
+/// The audit rows of this run's archivals (a first run over a large store can archive
+/// hundreds of thousands of memories; the shared writer builds them column by column).
+fn archive_audit_rows(
     run_id: &str,
     now: i64,
     archived: &[(String, String, String, f64)],
     params: &ScoreParams,
-) -> Result<RecordBatch> {
-    let n = archived.len();
-    let ids: StringArray = archived
+) -> Vec<AuditRow> {
+    archived
         .iter()
-        .map(|(id, ..)| {
-            Some(
-                uuid::Uuid::new_v5(
-                    &uuid::Uuid::NAMESPACE_OID,
-                    format!("archive|{run_id}|{id}").as_bytes(),
-                )
-                .to_string(),
-            )
-        })
-        .collect();
-    let mut sources = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
-    for (id, ..) in archived {
-        sources.values().append_value(id);
-        sources.append(true);
-    }
-    let reasons: StringArray = archived
-        .iter()
-        .map(|(_, _, why, salience)| {
-            Some(if why == "expired" {
+        .map(|(id, user, why, salience)| {
+            let mut row = AuditRow::new(run_id, "ARCHIVE", &format!("{run_id}|{id}"), now);
+            row.user_id = Some(user.clone());
+            row.source_ids = vec![id.clone()];
+            row.target_id = Some(id.clone());
+            row.classification = Some(why.clone());
+            row.reasoning = Some(if why == "expired" {
                 "ephemeral ttl_policy deadline reached".to_string()
             } else {
                 format!("salience {salience:.4} below {}", params.archive_salience)
-            })
+            });
+            row
         })
-        .collect();
-    let schema = AUDIT_LOG.arrow_schema(ctx.store.embedding_dim());
-    let mut columns: Vec<ArrayRef> = Vec::new();
-    for field in schema.fields() {
-        let column: ArrayRef = match field.name().as_str() {
-            "id" => Arc::new(ids.clone()),
-            "run_id" => Arc::new(StringArray::from(vec![run_id; n])),
-            "user_id" => Arc::new(StringArray::from_iter_values(
-                archived.iter().map(|a| a.1.as_str()),
-            )),
-            "operation" => Arc::new(StringArray::from(vec!["ARCHIVE"; n])),
-            "source_ids" => Arc::new(sources.finish()),
-            "target_id" => Arc::new(StringArray::from_iter_values(
-                archived.iter().map(|a| a.0.as_str()),
-            )),
-            "classification" => Arc::new(StringArray::from_iter_values(
-                archived.iter().map(|a| a.2.as_str()),
-            )),
-            "reasoning" => Arc::new(reasons.clone()),
-            "created_at" => {
-                Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC"))
-            }
-            _ => arrow::array::new_null_array(field.data_type(), n),
-        };
-        columns.push(arrow::compute::cast(&column, field.data_type())?);
-    }
-    Ok(RecordBatch::try_new(schema, columns)?)
+        .collect()
 }
 
-pub async fn run(ctx: &JobCtx, params: &ScoreParams) -> Result<JobReport> {
+pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
+    let params = &ctx.app.config().await?.scores;
     let now = ctx.now.timestamp_micros();
     let log = RunLog::start(
         ctx,
-        "scores",
+        JobName::Scores.as_str(),
         &serde_json::json!({"now": format_timestamp(now), "params": params}),
     )
     .await?;
-    let mut report = JobReport::new("scores", ctx);
+    let mut report = JobReport::new(JobName::Scores.as_str(), ctx);
     let started = Instant::now();
     let inbound = inbound_links(ctx).await?;
     let mut filter =
@@ -454,10 +440,12 @@ pub async fn run(ctx: &JobCtx, params: &ScoreParams) -> Result<JobReport> {
             *tiers.entry(k).or_default() += v;
         }
         archived.extend(computed.archived);
+        report.failures.extend(computed.failures);
         updates.extend(computed.update);
     }
     let changed: u64 = updates.iter().map(|b| b.num_rows() as u64).sum();
     report.count("processed", processed);
+    report.count("failed", report.failures.len() as u64);
     report.count("changed", changed);
     for name in ["promoted", "made_core", "archived", "expired", "revived"] {
         report.count(name, transitions.get(name).copied().unwrap_or(0));
@@ -470,12 +458,8 @@ pub async fn run(ctx: &JobCtx, params: &ScoreParams) -> Result<JobReport> {
     }
     if !ctx.dry_run {
         // Archivals are logged before they happen.
-        if !archived.is_empty() {
-            let batch = archive_audit_batch(ctx, log.run_id(), now, &archived, params)?;
-            let schema = batch.schema();
-            let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
-            ctx.store.append(&AUDIT_LOG, Box::new(reader)).await?;
-        }
+        let audit = archive_audit_rows(log.run_id(), now, &archived, params);
+        ctx.store.append_audit(&audit).await?;
         if !updates.is_empty() {
             let schema = update_schema();
             let reader = RecordBatchIterator::new(updates.into_iter().map(Ok), schema);

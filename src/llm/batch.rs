@@ -24,9 +24,10 @@ use serde::{Deserialize, Serialize};
 use super::provider::{Provider, cost, describe};
 use super::tasks::{Task, parse_reply};
 use super::{Item, Llm, LlmUsage, Outcome};
-use crate::encoding::{format_timestamp, parse_timestamp};
-use crate::schema::LLM_BATCHES;
-use crate::store::{Store, batch_from_json, json_rows};
+use crate::model::encoding::{format_timestamp, parse_timestamp};
+use crate::model::schema::LLM_BATCHES;
+use crate::store::audit::AuditRow;
+use crate::store::{Store, batch_from_json, json_rows, sql_string, sql_timestamp};
 
 /// One row of `llm_batches`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -60,10 +61,6 @@ impl BatchRecord {
         serde_json::from_str(&self.items)
             .with_context(|| format!("llm_batches row {}: unreadable items", self.batch_key))
     }
-}
-
-fn sql_text(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
 }
 
 pub async fn load(store: &Store, filter: &str) -> Result<Vec<BatchRecord>> {
@@ -105,24 +102,26 @@ async fn transition(
     condition: &str,
     columns: &[(&str, Option<String>)],
 ) -> Result<bool> {
-    let table = store.table(LLM_BATCHES.name).await?;
-    let mut update = table
-        .update()
-        .only_if(format!("batch_key = {} AND ({condition})", sql_text(key)));
-    for (name, value) in columns {
-        let expression = match value {
-            None => "NULL".to_string(),
-            Some(v) if name.ends_with("_at") => format!("TIMESTAMP '{}'", v.trim_end_matches('Z')),
-            Some(v) => sql_text(v),
-        };
-        update = update.column(*name, expression);
-    }
-    update = update.column(
-        "updated_at",
-        format!("TIMESTAMP '{}'", now_text().trim_end_matches('Z')),
-    );
-    match update.execute().await {
-        Ok(result) => Ok(result.rows_updated == 1),
+    let mut assignments: Vec<(&str, String)> = columns
+        .iter()
+        .map(|(name, value)| {
+            let expression = match value {
+                None => "NULL".to_string(),
+                Some(v) if name.ends_with("_at") => {
+                    format!("TIMESTAMP '{}'", v.trim_end_matches('Z'))
+                }
+                Some(v) => sql_string(v),
+            };
+            (*name, expression)
+        })
+        .collect();
+    assignments.push(("updated_at", sql_timestamp(Utc::now().timestamp_micros())));
+    let predicate = format!("batch_key = {} AND ({condition})", sql_string(key));
+    match store
+        .update_where(LLM_BATCHES.name, &predicate, &assignments)
+        .await
+    {
+        Ok(rows_updated) => Ok(rows_updated == 1),
         Err(e) => {
             tracing::info!(batch = %key, "conditional update lost to a concurrent writer: {e}");
             Ok(false)
@@ -309,15 +308,6 @@ pub struct PollReport {
     pub counts: BTreeMap<String, u64>,
 }
 
-/// Test hook: `MEMLIFE_FAULT=after-download` makes a poll exit (code 3) after claiming and
-/// downloading a batch, before applying it: the crash the exactly-once test replays.
-fn fault(point: &str) {
-    if std::env::var("MEMLIFE_FAULT").as_deref() == Ok(point) {
-        eprintln!("memlife: injected fault at {point}");
-        std::process::exit(3);
-    }
-}
-
 /// Parses a downloaded output file (and error file) into one outcome per submitted item.
 pub fn read_results(
     task: Task,
@@ -401,7 +391,7 @@ pub struct PollOptions {
 pub async fn poll(
     store: &Store,
     llm: &Llm,
-    appliers: &BTreeMap<&str, Box<dyn Applier>>,
+    appliers: &dyn Fn(&str) -> Option<Box<dyn Applier>>,
     options: &PollOptions,
 ) -> Result<PollReport> {
     let mut report = PollReport::default();
@@ -523,13 +513,12 @@ struct Applied {
 async fn apply_one(
     store: &Store,
     llm: &Llm,
-    appliers: &BTreeMap<&str, Box<dyn Applier>>,
+    appliers: &dyn Fn(&str) -> Option<Box<dyn Applier>>,
     record: BatchRecord,
     stale: &str,
 ) -> Result<Option<Applied>> {
     let key = record.batch_key.clone();
-    let applier = appliers
-        .get(record.job.as_str())
+    let applier = appliers(record.job.as_str())
         .ok_or_else(|| anyhow!("batch {key}: no job named {} applies batches", record.job))?;
     // Claim: a conditional update that only one poller can win.
     let token = uuid::Uuid::new_v4().to_string();
@@ -551,14 +540,15 @@ async fn apply_one(
     if !claimed {
         return Ok(None);
     }
-    let mine = load(store, &format!("batch_key = {}", sql_text(&key))).await?;
+    let mine = load(store, &format!("batch_key = {}", sql_string(&key))).await?;
     if mine.first().and_then(|r| r.claim_token.as_deref()) != Some(token.as_str()) {
         return Ok(None);
     }
     let provider = llm.provider(&record.provider)?;
     let output = download(&provider, &key, record.output_file_id.as_deref()).await?;
     let errors = download(&provider, &key, record.error_file_id.as_deref()).await?;
-    fault("after-download");
+    // The crash the exactly-once test replays: claimed and downloaded, not applied.
+    crate::crash::point("batches.poll.after-download");
     let task = Task::from_name(&record.task)
         .ok_or_else(|| anyhow!("batch {key}: unknown task {}", record.task))?;
     let items = record.items()?;
@@ -621,7 +611,10 @@ async fn apply_one(
     let finished = transition(
         store,
         &key,
-        &format!("status = 'applying' AND claim_token = {}", sql_text(&token)),
+        &format!(
+            "status = 'applying' AND claim_token = {}",
+            sql_string(&token)
+        ),
         &[
             ("status", Some("applied".into())),
             ("applied_at", Some(now_text())),
@@ -708,28 +701,20 @@ pub async fn cleanup(
         return Ok((0, 0));
     }
     let now = Utc::now().timestamp_micros();
-    let audit: Vec<serde_json::Value> = records
+    let audit: Vec<AuditRow> = records
         .iter()
         .map(|r| {
-            serde_json::json!({
-                "run_id": run_id,
-                "user_id": r.user_id,
-                "operation": "BATCH_CLEANUP",
-                "target_id": r.batch_key,
-                "classification": r.status,
-                "before_state": serde_json::to_string(r).unwrap_or_default(),
-                "created_at": format_timestamp(now),
-            })
+            let key = format!("{run_id}|{}", r.batch_key);
+            let mut row = AuditRow::new(run_id, "BATCH_CLEANUP", &key, now);
+            row.user_id = r.user_id.clone();
+            row.target_id = Some(r.batch_key.clone());
+            row.classification = Some(r.status.clone());
+            row.before_state = Some(serde_json::to_string(r).unwrap_or_default());
+            row
         })
         .collect();
-    let batch = batch_from_json(
-        &crate::schema::AUDIT_LOG,
-        store.embedding_dim(),
-        now,
-        &audit,
-    )
-    .map_err(|e| anyhow!(e))?;
-    store.upsert_batch(&crate::schema::AUDIT_LOG, batch).await?;
+    // The deletion is on record before it happens.
+    store.write_audit(&audit).await?;
     let mut files_deleted = 0u64;
     for r in &records {
         if let Ok(provider) = llm.provider(&r.provider) {
@@ -743,11 +728,12 @@ pub async fn cleanup(
             }
         }
     }
-    let keys: Vec<String> = records.iter().map(|r| sql_text(&r.batch_key)).collect();
+    let keys: Vec<String> = records.iter().map(|r| sql_string(&r.batch_key)).collect();
     store
-        .table(LLM_BATCHES.name)
-        .await?
-        .delete(&format!("batch_key IN ({})", keys.join(", ")))
+        .delete_where(
+            LLM_BATCHES.name,
+            &format!("batch_key IN ({})", keys.join(", ")),
+        )
         .await?;
     Ok((records.len() as u64, files_deleted))
 }

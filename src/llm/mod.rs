@@ -10,6 +10,7 @@
 //! failed. Nothing here logs a key or a prompt.
 
 pub mod batch;
+pub mod mock;
 pub mod offline;
 pub mod provider;
 pub mod tasks;

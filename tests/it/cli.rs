@@ -8,7 +8,10 @@ fn init_is_idempotent_and_reports_the_schema() {
     let again = db.run(&["--json", "init"]);
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     let report: serde_json::Value = serde_json::from_str(&stdout(&again)).unwrap();
-    assert_eq!(report["schema_version"], memlife::schema::SCHEMA_VERSION);
+    assert_eq!(
+        report["schema_version"],
+        memlife::model::schema::SCHEMA_VERSION
+    );
     assert_eq!(report["embedding_dim"], 384);
     assert_eq!(report["created_tables"], serde_json::json!([]));
     // A second init with another width keeps the recorded one.
@@ -199,7 +202,7 @@ fn synth_is_deterministic_and_imports_cleanly() {
 fn relative_folders_named_like_cloud_uris_are_local() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["db", "dbfiles"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_memlife"))
+        let out = crate::common::memlife_command()
             .current_dir(dir.path())
             .args(["--db", name, "init"])
             .output()

@@ -9,13 +9,23 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The real `memlife` binary, with none of the environment that configures it inherited:
+/// a developer's `MEMLIFE_CONFIG`, `MEMLIFE_DB`, `MEMLIFE_EMBEDDER`, API keys and the like
+/// would otherwise change what the tests see.
+pub fn memlife_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_memlife"));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("MEMLIFE_") || name.starts_with("OPENAI_") {
+            command.env_remove(name.as_ref());
+        }
+    }
+    command
+}
+
 /// Runs the real `memlife` binary.
 pub fn memlife(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memlife"))
-        .args(args)
-        .env_remove("MEMLIFE_DB")
-        .output()
-        .expect("memlife runs")
+    memlife_command().args(args).output().expect("memlife runs")
 }
 
 pub fn stdout(output: &Output) -> String {

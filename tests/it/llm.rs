@@ -3,12 +3,13 @@
 //! crash between download and apply, and with two polls at once), and what logs may show.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Instant;
 
 use serde_json::Value;
 
 use crate::common::{TestDb, stderr, stdout};
+use crate::reports::redact;
 
 /// A mock server process, killed when dropped.
 struct Mock {
@@ -18,7 +19,7 @@ struct Mock {
 
 impl Mock {
     fn start(extra: &[&str]) -> Mock {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_memlife"))
+        let mut child = crate::common::memlife_command()
             .args(["mock-llm", "--port", "0"])
             .args(extra)
             .stdout(Stdio::piped())
@@ -240,7 +241,7 @@ fn poll(
     extra: &[&str],
     env: Option<(&str, &str)>,
 ) -> (Option<i32>, Value) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_memlife"));
+    let mut command = crate::common::memlife_command();
     command
         .args([
             "--db", &db.uri, "--json", "--config", config, "batches", "poll",
@@ -271,8 +272,13 @@ fn a_batch_is_applied_exactly_once_even_after_a_crash_between_download_and_apply
     );
 
     // The poller dies after claiming and downloading.
-    let (code, _) = poll(&db, &config, &[], Some(("MEMLIFE_FAULT", "after-download")));
-    assert_eq!(code, Some(3));
+    let (code, _) = poll(
+        &db,
+        &config,
+        &[],
+        Some(("MEMLIFE_FAULT", "batches.poll.after-download")),
+    );
+    assert_eq!(code, None, "the poller dies by a signal, with no exit code");
     assert_eq!(batch_state(&db), ("applying".into(), 0, 0));
     // A fresh claim is respected while its lease runs...
     let (code, report) = poll(&db, &config, &[], None);
@@ -308,7 +314,7 @@ fn two_polls_at_once_apply_a_batch_once() {
     let (code, _, err) = link(&db, &config, &["--mode", "batch"]);
     assert_eq!(code, Some(0), "{err}");
     let spawn = || {
-        Command::new(env!("CARGO_BIN_EXE_memlife"))
+        crate::common::memlife_command()
             .args([
                 "--db", &db.uri, "--json", "--config", &config, "batches", "poll",
             ])
@@ -356,7 +362,7 @@ fn keys_and_prompts_stay_out_of_logs() {
         "fast = [\"mock\"]",
     );
     for level in ["warn", "info"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_memlife"))
+        let out = crate::common::memlife_command()
             .args([
                 "--db",
                 &db.uri,
@@ -452,4 +458,34 @@ fn failed_batches_are_resubmitted_and_old_records_cleaned_up() {
         "1"
     );
     assert!(mock.stats()["files_deleted"].as_u64().unwrap() >= 2);
+}
+
+#[test]
+fn batch_cycle_reports_are_pinned() {
+    let db = db_with_memories(3);
+    let mock = Mock::start(&[]);
+    let config = single_mock_config(&db, &mock);
+    let run = |args: &[&str]| -> Value {
+        let mut all = vec!["--json", "--config", config.as_str()];
+        all.extend_from_slice(args);
+        let out = db.run(&all);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let submitted = run(&[
+        "link",
+        "--llm",
+        "providers",
+        "--min-score",
+        "-1",
+        "--mode",
+        "batch",
+    ]);
+    insta::assert_snapshot!("link_batch_submit", redact(submitted));
+    let polled = run(&["batches", "poll"]);
+    insta::assert_snapshot!("batches_poll_applied", redact(polled));
+    let retried = run(&["batches", "retry"]);
+    insta::assert_snapshot!("batches_retry", redact(retried));
+    let cleaned = run(&["batches", "cleanup", "--older-than-days", "0"]);
+    insta::assert_snapshot!("batches_cleanup", redact(cleaned));
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use memlife::embedders::Embedded;
 use memlife::embedders::local::LocalEmbedder;
-use memlife::similarity::dot;
+use memlife::logic::similarity::dot;
 
 fn model() -> LocalEmbedder {
     let dir = std::env::var_os("MEMLIFE_MODEL_DIR")

@@ -31,7 +31,7 @@ async fn saved_queries_match_their_snapshots() {
         assert_eq!(out.status.code(), Some(0));
     }
     let store = memlife::store::Store::open(&db.uri).await.unwrap();
-    let context = memlife::sql::session(&store).await.unwrap();
+    let context = memlife::store::sql::session(&store).await.unwrap();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some();
     let mut mismatches = Vec::new();
@@ -41,7 +41,7 @@ async fn saved_queries_match_their_snapshots() {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let (schema, batches) = memlife::sql::query(&context, &sql, &params)
+        let (schema, batches) = memlife::store::sql::query(&context, &sql, &params)
             .await
             .unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let mut text = String::from_utf8(

@@ -4,30 +4,29 @@
 use std::time::Duration;
 
 use crate::common::{TestDb, memlife, stderr};
-use memlife::jobs::{JobCtx, import};
+use memlife::app::App;
+use memlife::exit::ExitStatus;
+use memlife::jobs::{JobScope, import};
 use memlife::store::Store;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_memory_database_takes_imports_and_sql() {
     let (store, created) = Store::init("memory://memlife-test", 384).await.unwrap();
     assert!(created.contains(&"memories".to_string()));
-    let ctx = JobCtx {
-        store: store.clone(),
-        user: None,
-        dry_run: false,
-        now: chrono::Utc::now(),
-    };
+    let app = App::with_store(store.clone(), false);
+    let ctx = app.job_ctx(&JobScope::default(), None).await.unwrap();
     let args = import::ImportArgs {
         file: crate::common::fixture("memories.jsonl"),
         table: "memories".to_string(),
         format: None,
         on_error: import::OnError::Abort,
+        scope: JobScope::default(),
     };
     let report = import::run(&ctx, &args).await.unwrap();
-    assert_eq!(report.exit_code(), 0, "{report:?}");
+    assert_eq!(report.exit_status(), ExitStatus::Success, "{report:?}");
     assert_eq!(store.count_rows("memories", None).await.unwrap(), 10);
-    let context = memlife::sql::session(&store).await.unwrap();
-    let (_, batches) = memlife::sql::query(
+    let context = memlife::store::sql::session(&store).await.unwrap();
+    let (_, batches) = memlife::store::sql::query(
         &context,
         "SELECT id FROM memories WHERE state = 'core'",
         &[],
@@ -53,7 +52,7 @@ fn a_killed_import_leaves_the_table_readable_and_a_rerun_completes() {
         &file,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memlife"))
+    let mut child = crate::common::memlife_command()
         .args(["--db", &db.uri, "import", &file])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -20,7 +20,7 @@ use arrow::util::display::{ArrayFormatter, FormatOptions};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
 use serde_json::Value;
 
-use crate::schema::Kind;
+use crate::model::schema::Kind;
 
 /// One input value as a reader found it, before it is checked against a column.
 #[derive(Debug, Clone)]

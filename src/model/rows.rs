@@ -14,8 +14,8 @@ use arrow::array::{
 use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 
-use crate::encoding::{Cell, Typed, convert};
-use crate::schema::{self, Fallback, FieldSpec, Kind, Rule, TableSpec};
+use crate::model::encoding::{Cell, Typed, convert};
+use crate::model::schema::{self, Fallback, FieldSpec, Kind, Rule, TableSpec};
 
 /// Why one field of one row was refused.
 #[derive(Debug, Clone, PartialEq)]
@@ -413,7 +413,7 @@ fn check_rule(field: &FieldSpec, value: &Typed, embedding_dim: usize) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{LINKS, MEMORIES};
+    use crate::model::schema::{LINKS, MEMORIES};
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::Float64Type;
     use serde_json::{Value, json};

@@ -9,37 +9,57 @@
 //! `[{"status":429,"retry_after":1},{"status":500},{"malformed":true},{"hang":true},{}]`.
 //! `GET /mock/stats` returns counters, so tests can see what reached the wire.
 //!
-//! HTTP/1.1 with keep-alive on tokio, hand-written: requests carry Content-Length or chunked
-//! bodies; it serves loopback tests, not the internet.
+//! HTTP is axum's (on hyper, already in the tree through reqwest): this file is the OpenAI
+//! routes and nothing else. It serves loopback tests, not the internet.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use axum::Router;
+use axum::extract::{Multipart, Path, Request, State as Shared};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 use crate::embedders::hash::hash_embed;
 use crate::llm::offline;
 use crate::llm::tasks::TaskInput;
-use crate::synth::Rng;
+use crate::logic::synth::Rng;
+use crate::model::schema::DEFAULT_EMBEDDING_DIM;
 
-#[derive(Clone, Debug)]
+/// An OpenAI-compatible mock server (chat, embeddings, files, batches) answering memlife
+/// prompts with the offline judge, with injectable latency and faults.
+#[derive(clap::Args, Clone, Debug)]
 pub struct MockOptions {
+    /// 0 picks a free port (the address is printed on the first line).
+    #[arg(long, default_value_t = 8089)]
     pub port: u16,
-    pub latency: Duration,
+    #[arg(long, default_value_t = 0)]
+    pub latency_ms: u64,
+    /// Share of chat requests answered with a 429, a 500, malformed JSON or a hang.
+    #[arg(long, default_value_t = 0.0)]
     pub error_rate: f64,
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    pub script: Vec<Fault>,
-    /// Time from a batch's creation until it reports `completed`.
-    pub batch_delay: Duration,
+    /// JSON array of faults for the first requests, in order (see `memlife mock-llm --help`).
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// Time until a created batch reports `completed`.
+    #[arg(long, default_value_t = 0)]
+    pub batch_delay_ms: u64,
+    #[arg(long, default_value_t = DEFAULT_EMBEDDING_DIM)]
     pub embedding_dim: usize,
-    /// The first N batches created report `failed` instead of completing.
+    /// The first N batches created end `failed` (to exercise `batches retry`).
+    #[arg(long, default_value_t = 0)]
     pub fail_batches: u64,
 }
 
@@ -98,6 +118,8 @@ struct StoredBatch {
 
 struct State {
     options: MockOptions,
+    latency: Duration,
+    batch_delay: Duration,
     counters: Counters,
     script: Mutex<VecDeque<Fault>>,
     rng: Mutex<Rng>,
@@ -106,45 +128,18 @@ struct State {
     next_id: AtomicU64,
 }
 
-struct Request {
-    method: String,
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// A JSON response with a status.
+fn reply(status: u16, value: &Value) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(value.clone())).into_response()
 }
 
-impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-struct Response {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    content_type: &'static str,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn json(status: u16, value: &Value) -> Response {
-        Response {
-            status,
-            headers: Vec::new(),
-            content_type: "application/json",
-            body: serde_json::to_vec(value).unwrap_or_default(),
-        }
-    }
-
-    fn error(status: u16, kind: &str, message: &str) -> Response {
-        Response::json(
-            status,
-            &json!({"error": {"message": message, "type": kind, "param": null, "code": null}}),
-        )
-    }
+/// An error in the OpenAI error shape.
+fn error(status: u16, kind: &str, message: &str) -> Response {
+    reply(
+        status,
+        &json!({"error": {"message": message, "type": kind, "param": null, "code": null}}),
+    )
 }
 
 fn now_secs() -> u64 {
@@ -152,157 +147,58 @@ fn now_secs() -> u64 {
 }
 
 /// Binds and serves until the process ends. Prints the address on stdout first.
-pub async fn serve(options: MockOptions) -> Result<()> {
+pub async fn serve(options: &MockOptions, out: &mut dyn std::io::Write) -> Result<()> {
+    let script = match &options.script {
+        Some(path) => Fault::load(path)?,
+        None => Vec::new(),
+    };
     let listener = TcpListener::bind(("127.0.0.1", options.port))
         .await
         .with_context(|| format!("cannot listen on 127.0.0.1:{}", options.port))?;
     let address = listener.local_addr()?;
-    println!("mock-llm listening on http://{address}/v1");
-    use std::io::Write;
-    std::io::stdout().flush()?;
+    writeln!(out, "mock-llm listening on http://{address}/v1")?;
+    out.flush()?;
     let state = Arc::new(State {
-        script: Mutex::new(options.script.iter().cloned().collect()),
+        script: Mutex::new(script.into()),
         rng: Mutex::new(Rng::new(options.seed)),
-        options,
+        latency: Duration::from_millis(options.latency_ms),
+        batch_delay: Duration::from_millis(options.batch_delay_ms),
+        options: options.clone(),
         counters: Counters::default(),
         files: Mutex::new(BTreeMap::new()),
         batches: Mutex::new(BTreeMap::new()),
         next_id: AtomicU64::new(1),
     });
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let state = state.clone();
-        tokio::spawn(async move {
-            if let Err(e) = connection(stream, state).await {
-                tracing::debug!("mock connection ended: {e}");
-            }
-        });
-    }
+    axum::serve(listener, router(state)).await?;
+    Ok(())
 }
 
-async fn connection(stream: TcpStream, state: Arc<State>) -> Result<()> {
-    stream.set_nodelay(true)?;
-    let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read);
-    loop {
-        let Some(request) = read_request(&mut reader).await? else {
-            return Ok(());
-        };
-        let Some(response) = route(&state, request).await else {
-            // A hung request: keep the connection open and silent until the client gives up.
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            return Ok(());
-        };
-        let mut head = format!(
-            "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n",
-            response.status,
-            reason(response.status),
-            response.content_type,
-            response.body.len()
-        );
-        for (name, value) in &response.headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str("\r\n");
-        write.write_all(head.as_bytes()).await?;
-        write.write_all(&response.body).await?;
-        write.flush().await?;
-    }
+/// The OpenAI routes memlife uses, and the mock's own counters.
+fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/files", post(upload))
+        .route("/v1/files/{id}", get(file_meta).delete(delete_file))
+        .route("/v1/files/{id}/content", get(file_content))
+        .route("/v1/batches", post(create_batch))
+        .route("/v1/batches/{id}", get(retrieve_batch))
+        .route("/mock/stats", get(stats))
+        .fallback(|request: Request| async move {
+            let message = format!("no route {} {}", request.method(), request.uri().path());
+            error(404, "invalid_request_error", &message)
+        })
+        .layer(middleware::from_fn_with_state(state.clone(), count_request))
+        .with_state(state)
 }
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Status",
-    }
-}
-
-async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(
-    reader: &mut R,
-) -> Result<Option<Request>> {
-    let mut line = String::new();
-    if reader.read_line(&mut line).await? == 0 {
-        return Ok(None);
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let path = parts.next().unwrap_or("/").to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).await? == 0 {
-            return Ok(None);
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = h.split_once(':') {
-            headers.push((name.trim().to_string(), value.trim().to_string()));
-        }
-    }
-    let mut request = Request {
-        method,
-        path,
-        headers,
-        body: Vec::new(),
-    };
-    if request
-        .header("transfer-encoding")
-        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
-    {
-        loop {
-            let mut size = String::new();
-            reader.read_line(&mut size).await?;
-            let size = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16)?;
-            let mut chunk = vec![0u8; size + 2];
-            reader.read_exact(&mut chunk).await?;
-            if size == 0 {
-                break;
-            }
-            request.body.extend_from_slice(&chunk[..size]);
-        }
-    } else if let Some(length) = request.header("content-length") {
-        let length: usize = length.parse()?;
-        let mut body = vec![0u8; length];
-        reader.read_exact(&mut body).await?;
-        request.body = body;
-    }
-    Ok(Some(request))
-}
-
-async fn route(state: &Arc<State>, request: Request) -> Option<Response> {
+async fn count_request(
+    Shared(state): Shared<Arc<State>>,
+    request: Request,
+    next: Next,
+) -> Response {
     state.counters.requests.fetch_add(1, Ordering::Relaxed);
-    let path = request
-        .path
-        .split('?')
-        .next()
-        .unwrap_or("")
-        .trim_end_matches('/')
-        .to_string();
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let response = match (request.method.as_str(), segments.as_slice()) {
-        ("POST", ["v1", "chat", "completions"]) => return chat(state, &request).await,
-        ("POST", ["v1", "embeddings"]) => embeddings(state, &request),
-        ("POST", ["v1", "files"]) => upload(state, &request).await,
-        ("GET", ["v1", "files", id]) => file_meta(state, id).await,
-        ("GET", ["v1", "files", id, "content"]) => file_content(state, id).await,
-        ("DELETE", ["v1", "files", id]) => delete_file(state, id).await,
-        ("POST", ["v1", "batches"]) => create_batch(state, &request).await,
-        ("GET", ["v1", "batches", id]) => retrieve_batch(state, id).await,
-        ("GET", ["mock", "stats"]) => stats(state),
-        _ => Response::error(
-            404,
-            "invalid_request_error",
-            &format!("no route {} {}", request.method, path),
-        ),
-    };
-    Some(response)
+    next.run(request).await
 }
 
 async fn next_fault(state: &State) -> Fault {
@@ -364,18 +260,19 @@ fn completion(model: &str, content: &str, prompt_tokens: u64, id: u64) -> Value 
     })
 }
 
-async fn chat(state: &Arc<State>, request: &Request) -> Option<Response> {
+async fn chat(Shared(state): Shared<Arc<State>>, body: axum::body::Bytes) -> Response {
     state.counters.chat.fetch_add(1, Ordering::Relaxed);
-    let fault = next_fault(state).await;
+    let fault = next_fault(&state).await;
     if fault != Fault::default() {
         state.counters.faults.fetch_add(1, Ordering::Relaxed);
     }
-    tokio::time::sleep(state.options.latency).await;
+    tokio::time::sleep(state.latency).await;
     if fault.hang {
-        return None;
+        // Never answer: the connection stays open and silent until the client gives up.
+        return std::future::pending().await;
     }
     if let Some(status) = fault.status {
-        let mut response = Response::error(
+        let mut response = error(
             status,
             if status == 429 {
                 "rate_limit_error"
@@ -384,17 +281,15 @@ async fn chat(state: &Arc<State>, request: &Request) -> Option<Response> {
             },
             "injected by mock-llm",
         );
-        if let Some(after) = fault.retry_after {
-            response.headers.push(("retry-after", format!("{after}")));
+        if let Some(after) = fault.retry_after
+            && let Ok(value) = format!("{after}").parse()
+        {
+            response.headers_mut().insert("retry-after", value);
         }
-        return Some(response);
+        return response;
     }
-    let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
-        return Some(Response::error(
-            400,
-            "invalid_request_error",
-            "body is not JSON",
-        ));
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return error(400, "invalid_request_error", "body is not JSON");
     };
     let model = body["model"].as_str().unwrap_or("mock").to_string();
     let (mut content, prompt_tokens) = answer(&body);
@@ -402,16 +297,13 @@ async fn chat(state: &Arc<State>, request: &Request) -> Option<Response> {
         content = format!("Sure! {}", &content[..content.len() / 2]);
     }
     let id = state.next_id.fetch_add(1, Ordering::Relaxed);
-    Some(Response::json(
-        200,
-        &completion(&model, &content, prompt_tokens, id),
-    ))
+    reply(200, &completion(&model, &content, prompt_tokens, id))
 }
 
-fn embeddings(state: &Arc<State>, request: &Request) -> Response {
+async fn embeddings(Shared(state): Shared<Arc<State>>, body: axum::body::Bytes) -> Response {
     state.counters.embeddings.fetch_add(1, Ordering::Relaxed);
-    let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
-        return Response::error(400, "invalid_request_error", "body is not JSON");
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return error(400, "invalid_request_error", "body is not JSON");
     };
     let texts: Vec<String> = match &body["input"] {
         Value::String(s) => vec![s.clone()],
@@ -420,7 +312,7 @@ fn embeddings(state: &Arc<State>, request: &Request) -> Response {
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect(),
         _ => {
-            return Response::error(
+            return error(
                 400,
                 "invalid_request_error",
                 "input must be text or a list of texts",
@@ -436,7 +328,7 @@ fn embeddings(state: &Arc<State>, request: &Request) -> Response {
         .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": hash_embed(t, dim)}))
         .collect();
     let tokens: usize = texts.iter().map(|t| t.len() / 4).sum();
-    Response::json(
+    reply(
         200,
         &json!({
             "object": "list", "data": data, "model": body["model"].as_str().unwrap_or("mock"),
@@ -445,43 +337,20 @@ fn embeddings(state: &Arc<State>, request: &Request) -> Response {
     )
 }
 
-/// The `file` part and `purpose` field of a multipart/form-data body.
-fn multipart(request: &Request) -> Option<(String, Vec<u8>, String)> {
-    let content_type = request.header("content-type")?;
-    let boundary = content_type.split("boundary=").nth(1)?.trim_matches('"');
-    let delimiter = format!("--{boundary}");
-    let body = &request.body;
-    let mut positions = Vec::new();
-    let mut from = 0;
-    while let Some(at) = find(&body[from..], delimiter.as_bytes()) {
-        positions.push(from + at);
-        from += at + delimiter.len();
-    }
+/// The `file` part and `purpose` field of a multipart/form-data upload.
+async fn file_part(mut form: Multipart) -> Option<(String, Vec<u8>, String)> {
     let (mut file, mut purpose) = (None, String::from("batch"));
-    for pair in positions.windows(2) {
-        let part = &body[pair[0] + delimiter.len()..pair[1]];
-        let part = part.strip_prefix(b"\r\n").unwrap_or(part);
-        let split = find(part, b"\r\n\r\n")?;
-        let head = String::from_utf8_lossy(&part[..split]).to_string();
-        let content = &part[split + 4..];
-        let content = content.strip_suffix(b"\r\n").unwrap_or(content);
-        if head.contains("name=\"file\"") {
-            let filename = head
-                .split("filename=\"")
-                .nth(1)
-                .and_then(|s| s.split('"').next())
-                .unwrap_or("upload.jsonl")
-                .to_string();
-            file = Some((filename, content.to_vec()));
-        } else if head.contains("name=\"purpose\"") {
-            purpose = String::from_utf8_lossy(content).trim().to_string();
+    while let Ok(Some(field)) = form.next_field().await {
+        match field.name() {
+            Some("file") => {
+                let filename = field.file_name().unwrap_or("upload.jsonl").to_string();
+                file = Some((filename, field.bytes().await.ok()?.to_vec()));
+            }
+            Some("purpose") => purpose = field.text().await.ok()?.trim().to_string(),
+            _ => {}
         }
     }
     file.map(|(name, bytes)| (name, bytes, purpose))
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 fn file_object(id: &str, file: &StoredFile) -> Value {
@@ -491,9 +360,9 @@ fn file_object(id: &str, file: &StoredFile) -> Value {
     })
 }
 
-async fn upload(state: &Arc<State>, request: &Request) -> Response {
-    let Some((filename, bytes, purpose)) = multipart(request) else {
-        return Response::error(
+async fn upload(Shared(state): Shared<Arc<State>>, form: Multipart) -> Response {
+    let Some((filename, bytes, purpose)) = file_part(form).await else {
+        return error(
             400,
             "invalid_request_error",
             "expected multipart/form-data with a file part",
@@ -515,48 +384,47 @@ async fn upload(state: &Arc<State>, request: &Request) -> Response {
     };
     let object = file_object(&id, &file);
     state.files.lock().await.insert(id, file);
-    Response::json(200, &object)
+    reply(200, &object)
 }
 
-async fn file_meta(state: &Arc<State>, id: &str) -> Response {
-    match state.files.lock().await.get(id) {
-        Some(file) => Response::json(200, &file_object(id, file)),
-        None => Response::error(404, "invalid_request_error", &format!("no file {id}")),
+async fn file_meta(Shared(state): Shared<Arc<State>>, Path(id): Path<String>) -> Response {
+    match state.files.lock().await.get(&id) {
+        Some(file) => reply(200, &file_object(&id, file)),
+        None => error(404, "invalid_request_error", &format!("no file {id}")),
     }
 }
 
-async fn file_content(state: &Arc<State>, id: &str) -> Response {
+async fn file_content(Shared(state): Shared<Arc<State>>, Path(id): Path<String>) -> Response {
     state
         .counters
         .file_downloads
         .fetch_add(1, Ordering::Relaxed);
-    match state.files.lock().await.get(id) {
-        Some(file) => Response {
-            status: 200,
-            headers: Vec::new(),
-            content_type: "application/octet-stream",
-            body: file.bytes.clone(),
-        },
-        None => Response::error(404, "invalid_request_error", &format!("no file {id}")),
+    match state.files.lock().await.get(&id) {
+        Some(file) => (
+            [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+            file.bytes.clone(),
+        )
+            .into_response(),
+        None => error(404, "invalid_request_error", &format!("no file {id}")),
     }
 }
 
-async fn delete_file(state: &Arc<State>, id: &str) -> Response {
-    match state.files.lock().await.remove(id) {
+async fn delete_file(Shared(state): Shared<Arc<State>>, Path(id): Path<String>) -> Response {
+    match state.files.lock().await.remove(&id) {
         Some(_) => {
             state.counters.files_deleted.fetch_add(1, Ordering::Relaxed);
-            Response::json(200, &json!({"id": id, "object": "file", "deleted": true}))
+            reply(200, &json!({"id": id, "object": "file", "deleted": true}))
         }
-        None => Response::error(404, "invalid_request_error", &format!("no file {id}")),
+        None => error(404, "invalid_request_error", &format!("no file {id}")),
     }
 }
 
-async fn create_batch(state: &Arc<State>, request: &Request) -> Response {
-    let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
-        return Response::error(400, "invalid_request_error", "body is not JSON");
+async fn create_batch(Shared(state): Shared<Arc<State>>, body: axum::body::Bytes) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return error(400, "invalid_request_error", "body is not JSON");
     };
     let Some(input_id) = body["input_file_id"].as_str() else {
-        return Response::error(400, "invalid_request_error", "input_file_id is required");
+        return error(400, "invalid_request_error", "input_file_id is required");
     };
     let Some(input) = state
         .files
@@ -565,7 +433,7 @@ async fn create_batch(state: &Arc<State>, request: &Request) -> Response {
         .get(input_id)
         .map(|f| f.bytes.clone())
     else {
-        return Response::error(404, "invalid_request_error", &format!("no file {input_id}"));
+        return error(404, "invalid_request_error", &format!("no file {input_id}"));
     };
     state
         .counters
@@ -585,7 +453,7 @@ async fn create_batch(state: &Arc<State>, request: &Request) -> Response {
         let custom_id = request["custom_id"].clone();
         let body = &request["body"];
         let model = body["model"].as_str().unwrap_or("mock");
-        let fault = next_fault(state).await;
+        let fault = next_fault(&state).await;
         let (mut content, prompt_tokens) = answer(body);
         if fault.malformed {
             content = format!("Sure! {}", &content[..content.len() / 2]);
@@ -634,22 +502,22 @@ async fn create_batch(state: &Arc<State>, request: &Request) -> Response {
         id,
         StoredBatch {
             object: object.clone(),
-            ready_at: Instant::now() + state.options.batch_delay,
+            ready_at: Instant::now() + state.batch_delay,
             output_file_id: output_id,
             fails,
         },
     );
-    Response::json(200, &object)
+    reply(200, &object)
 }
 
-async fn retrieve_batch(state: &Arc<State>, id: &str) -> Response {
+async fn retrieve_batch(Shared(state): Shared<Arc<State>>, Path(id): Path<String>) -> Response {
     state
         .counters
         .batch_retrievals
         .fetch_add(1, Ordering::Relaxed);
     let mut batches = state.batches.lock().await;
-    let Some(batch) = batches.get_mut(id) else {
-        return Response::error(404, "invalid_request_error", &format!("no batch {id}"));
+    let Some(batch) = batches.get_mut(&id) else {
+        return error(404, "invalid_request_error", &format!("no batch {id}"));
     };
     if Instant::now() >= batch.ready_at && batch.object["status"] == "in_progress" {
         if batch.fails {
@@ -662,13 +530,13 @@ async fn retrieve_batch(state: &Arc<State>, id: &str) -> Response {
             batch.object["completed_at"] = json!(now_secs());
         }
     }
-    Response::json(200, &batch.object)
+    reply(200, &batch.object)
 }
 
-fn stats(state: &Arc<State>) -> Response {
+async fn stats(Shared(state): Shared<Arc<State>>) -> Response {
     let c = &state.counters;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    Response::json(
+    reply(
         200,
         &json!({
             "requests": get(&c.requests), "chat": get(&c.chat), "embeddings": get(&c.embeddings),

@@ -18,7 +18,7 @@ use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Float32Type, Float64Type, Int64Type, TimeUnit};
 use arrow::record_batch::RecordBatch;
 
-use crate::schema::{self, Fallback, FieldSpec, Kind, Rule, TableSpec};
+use crate::model::schema::{self, Fallback, FieldSpec, Kind, Rule, TableSpec};
 
 /// Why a batch goes to the row path instead.
 pub type Decline = String;
@@ -228,8 +228,8 @@ mod tests {
         values[9_999] = f32::MAX;
         assert!(all_finite(&values));
     }
-    use crate::rows::RowBuilder;
-    use crate::schema::MEMORIES;
+    use crate::model::rows::RowBuilder;
+    use crate::model::schema::MEMORIES;
     use arrow::array::FixedSizeListBuilder;
 
     fn input(ids: &[&str], salience: &[Option<f64>], state: &[&str]) -> RecordBatch {
@@ -283,8 +283,8 @@ mod tests {
                     let _ = index;
                     batch
                         .column_by_name(name)
-                        .map_or(crate::encoding::Cell::Missing, |a| {
-                            crate::encoding::arrow_cell(a.as_ref(), row)
+                        .map_or(crate::model::encoding::Cell::Missing, |a| {
+                            crate::model::encoding::arrow_cell(a.as_ref(), row)
                         })
                 })
                 .unwrap();

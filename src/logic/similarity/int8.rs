@@ -373,8 +373,8 @@ mod vnni {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::similarity::{SelfMatch, normalise, top_k_naive};
-    use crate::synth::Rng;
+    use crate::logic::similarity::{SelfMatch, normalise, top_k_naive};
+    use crate::logic::synth::Rng;
 
     /// Clustered unit vectors: groups of near-duplicates around random centres, like the
     /// paraphrase groups of real memories, plus unrelated rows.

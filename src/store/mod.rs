@@ -1,6 +1,15 @@
 //! The memory database: a LanceDB connection (a local folder, `memory://`, or object storage)
 //! holding the tables of `schema`. Opening checks the recorded schema version; writes go
 //! through one Lance commit each, so a reader sees all of a write or none of it.
+//!
+//! **The only module that touches the database**: `Store` keeps its Lance tables private and
+//! offers what the jobs need (scans, upserts, partial-column updates, conditional updates,
+//! deletes); `sql` exposes the tables to DataFusion, `index` builds vector indexes, `audit`
+//! writes the audit log.
+
+pub mod audit;
+pub mod index;
+pub mod sql;
 
 use arrow::array::{Array, AsArray, RecordBatch, RecordBatchIterator, RecordBatchReader};
 use arrow::datatypes::SchemaRef;
@@ -9,9 +18,9 @@ use lancedb::Table;
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use std::collections::BTreeMap;
 
-use crate::encoding::Cell;
-use crate::rows::RowBuilder;
-use crate::schema::{ALL_TABLES, META, SCHEMA_VERSION, TableSpec};
+use crate::model::encoding::Cell;
+use crate::model::rows::RowBuilder;
+use crate::model::schema::{ALL_TABLES, META, SCHEMA_VERSION, TableSpec};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -47,6 +56,8 @@ pub enum StoreError {
     NotNative { uri: String },
     #[error("no table named '{name}' (tables: {known})")]
     UnknownTable { name: String, known: String },
+    #[error("audit row {id}: {reason}")]
+    InvalidAudit { id: String, reason: String },
     #[error(transparent)]
     Lance(#[from] lancedb::Error),
     #[error(transparent)]
@@ -217,7 +228,7 @@ impl Store {
         Ok(self.connection.table_names().execute().await?)
     }
 
-    pub async fn table(&self, name: &str) -> Result<Table> {
+    async fn table(&self, name: &str) -> Result<Table> {
         match self.connection.open_table(name).execute().await {
             Ok(t) => Ok(t),
             Err(lancedb::Error::TableNotFound { .. }) => Err(StoreError::UnknownTable {
@@ -411,6 +422,30 @@ impl Store {
         Ok(query.execute().await?)
     }
 
+    /// Sets columns of the rows matching `predicate` to SQL expressions, in one commit, and
+    /// returns how many rows changed. The predicate is checked by the same commit that writes:
+    /// a conditional update (`status = 'ready'` to `applying`) that another writer got to first
+    /// changes no row. A commit lost to a concurrent writer is an error, not zero rows.
+    pub async fn update_where(
+        &self,
+        table: &str,
+        predicate: &str,
+        columns: &[(&str, String)],
+    ) -> Result<u64> {
+        let table = self.table(table).await?;
+        let mut update = table.update().only_if(predicate);
+        for (name, expression) in columns {
+            update = update.column(*name, expression.clone());
+        }
+        Ok(update.execute().await?.rows_updated)
+    }
+
+    /// Deletes the rows matching `predicate`, in one commit.
+    pub async fn delete_where(&self, table: &str, predicate: &str) -> Result<()> {
+        self.table(table).await?.delete(predicate).await?;
+        Ok(())
+    }
+
     /// Merges the small fragments that many small commits leave into larger files.
     pub async fn compact(&self, table: &str) -> Result<()> {
         let table = self.table(table).await?;
@@ -437,6 +472,17 @@ impl Store {
         }
         Ok((schema, query.execute().await?))
     }
+}
+
+/// Quotes a value as a SQL string literal (for Lance filters and DataFusion alike).
+pub fn sql_string(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// A UTC timestamp (microseconds) as a SQL timestamp literal.
+pub fn sql_timestamp(micros: i64) -> String {
+    let text = crate::model::encoding::format_timestamp(micros);
+    format!("TIMESTAMP '{}'", text.trim_end_matches('Z'))
 }
 
 /// A URI without a scheme is a local folder: make it absolute. lancedb takes any URI that
@@ -526,7 +572,7 @@ pub fn json_rows(batches: &[RecordBatch]) -> Vec<serde_json::Map<String, serde_j
             for (field, column) in schema.fields().iter().zip(batch.columns()) {
                 object.insert(
                     field.name().clone(),
-                    crate::encoding::json_value(column.as_ref(), row),
+                    crate::model::encoding::json_value(column.as_ref(), row),
                 );
             }
             rows.push(object);

@@ -1,6 +1,11 @@
 //! File formats memlife reads and writes: JSON Lines, a JSON array, CSV and Parquet. Readers
 //! stream a file's rows into an `Intake` a chunk at a time, so a million-row file never sits in
-//! memory; writers turn Arrow batches back into the same encodings.
+//! memory; writers turn Arrow batches back into the same encodings. `columnar` is the import fast path
+//! for Arrow input (whole batches cast and checked column by column); `parquet_vectors` decodes
+//! a Parquet file's vector column from its pages directly. Both change speed, never results.
+
+pub mod columnar;
+pub mod parquet_vectors;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,9 +23,9 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
-use crate::encoding::{Cell, arrow_cell, write_csv_cell, write_json};
-use crate::parquet_vectors::VectorColumn;
-use crate::rows::{FieldError, RowBuilder};
+use crate::formats::parquet_vectors::VectorColumn;
+use crate::model::encoding::{Cell, arrow_cell, write_csv_cell, write_json};
+use crate::model::rows::{FieldError, RowBuilder};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -463,9 +468,9 @@ impl ParquetSource {
             .spec()
             .fields
             .iter()
-            .find(|f| matches!(f.kind, crate::schema::Kind::Embedding));
+            .find(|f| matches!(f.kind, crate::model::schema::Kind::Embedding));
         let split = vector_field.and_then(|field| {
-            crate::parquet_vectors::vector_root(schema, field.name)
+            crate::formats::parquet_vectors::vector_root(schema, field.name)
                 .filter(|_| roots > 1)
                 .map(|(root, leaf)| (field.name, root, leaf))
         });
@@ -569,7 +574,7 @@ impl RowSource for ParquetSource {
                     self.columns_noted = true;
                 }
                 // Clean Arrow input skips the row path (see `columnar`).
-                let converted = crate::columnar::convert(
+                let converted = crate::formats::columnar::convert(
                     builder.spec(),
                     builder.embedding_dim(),
                     builder.now_micros(),

@@ -258,7 +258,7 @@ pub fn top_k_naive(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::Rng;
+    use crate::logic::synth::Rng;
 
     fn random_unit_rows(rows: usize, dim: usize, seed: u64) -> Vec<f32> {
         let mut rng = Rng::new(seed);

@@ -14,6 +14,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
 
+use crate::logic::hash::fnv1a;
+
 use vocab::*;
 
 /// SplitMix64: small, fast, and stable forever (unlike a library generator's stream).
@@ -60,12 +62,6 @@ impl Rng {
         all.truncate(k.min(n));
         all
     }
-}
-
-fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 #[derive(Clone, Debug)]
@@ -786,7 +782,7 @@ pub fn generate_each_user(config: &SynthConfig, mut sink: impl FnMut(Vec<SynthMe
         let user_id = format!("user-{:0width$}", user + 1);
         let mut generator = UserGen {
             config,
-            rng: Rng::new(config.seed ^ fnv1a(&user_id)),
+            rng: Rng::new(config.seed ^ fnv1a(&[&user_id])),
             user_id,
             next_number: 0,
             next_session: 0,
@@ -843,7 +839,7 @@ pub fn generate_each_user(config: &SynthConfig, mut sink: impl FnMut(Vec<SynthMe
 
 /// A pseudo-random unit vector for a memory: load-test filler, not a semantic embedding.
 pub fn placeholder_embedding(seed: u64, id: &str, dim: usize, out: &mut Vec<f32>) {
-    let mut rng = Rng::new(seed ^ fnv1a(id));
+    let mut rng = Rng::new(seed ^ fnv1a(&[id]));
     out.clear();
     out.extend((0..dim).map(|_| (rng.unit() * 2.0 - 1.0) as f32));
     let norm = out

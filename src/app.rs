@@ -1,0 +1,134 @@
+//! The context of one `memlife` invocation, built once from the global flags: the database
+//! location, the output mode and the configuration file. The heavy parts (the Lance
+//! connection, the parsed memlife.toml) are opened lazily, on first use, so a command that
+//! needs neither (`init`, `synth`, `mock-llm`) never touches them, and `init` and `sql` still
+//! work beside a broken memlife.toml.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use tokio::sync::OnceCell;
+
+use crate::config::Config;
+use crate::embedders::{Embedder, EmbedderArgs};
+use crate::jobs::JobScope;
+use crate::llm::{Llm, LlmArgs};
+use crate::model::encoding::parse_timestamp;
+use crate::store::Store;
+
+/// The global flags every command shares.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GlobalArgs {
+    /// Database location: a folder, memory://, or an object-store URI.
+    #[arg(
+        long,
+        global = true,
+        env = "MEMLIFE_DB",
+        default_value = "./memlife.db"
+    )]
+    pub db: String,
+
+    /// Print a machine-readable JSON report on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Configuration file (default: ./memlife.toml when it exists; built-in defaults otherwise).
+    #[arg(long, global = true, env = "MEMLIFE_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+pub struct App {
+    pub db: String,
+    pub json: bool,
+    config_path: Option<PathBuf>,
+    store: OnceCell<Store>,
+    config: OnceCell<Config>,
+}
+
+impl App {
+    pub fn new(global: GlobalArgs) -> App {
+        App {
+            db: global.db,
+            json: global.json,
+            config_path: global.config,
+            store: OnceCell::new(),
+            config: OnceCell::new(),
+        }
+    }
+
+    /// An invocation over a store already open (an in-memory database, a library caller).
+    pub fn with_store(store: Store, json: bool) -> App {
+        App {
+            db: store.uri().to_string(),
+            json,
+            config_path: None,
+            store: OnceCell::new_with(Some(store)),
+            config: OnceCell::new(),
+        }
+    }
+
+    /// The database, opened on first use (schema version checked, migrated in place).
+    pub async fn store(&self) -> Result<&Store> {
+        Ok(self.store.get_or_try_init(|| Store::open(&self.db)).await?)
+    }
+
+    /// memlife.toml, read and validated on first use.
+    pub async fn config(&self) -> Result<&Config> {
+        self.config
+            .get_or_try_init(|| async { Config::load(self.config_path.as_deref()) })
+            .await
+    }
+
+    /// The LLM layer for a job's `--llm`/`--mode` choice.
+    pub async fn llm(&self, args: &LlmArgs) -> Result<Llm> {
+        Llm::new(self.config().await?, args)
+    }
+
+    /// The embedder chosen by flags, environment, then `[embedder]` of memlife.toml.
+    pub async fn embedder(
+        &self,
+        args: &EmbedderArgs,
+        dim: usize,
+        batch_size: usize,
+    ) -> Result<Embedder> {
+        Embedder::from_args(args, &self.config().await?.embedder, dim, batch_size)
+    }
+
+    /// The context of one job run: the store, the user scope, dry-run and the clock.
+    pub async fn job_ctx(&self, scope: &JobScope, now: Option<&str>) -> Result<JobCtx<'_>> {
+        let now = match now {
+            None => Utc::now(),
+            Some(text) => parse_clock(text)?,
+        };
+        Ok(JobCtx {
+            app: self,
+            store: self.store().await?.clone(),
+            user: scope.user.clone(),
+            dry_run: scope.dry_run,
+            now,
+        })
+    }
+}
+
+/// Parses a `--now` clock reading (RFC 3339 or a date).
+pub fn parse_clock(text: &str) -> Result<DateTime<Utc>> {
+    let micros = parse_timestamp(text).with_context(|| {
+        format!("--now {text:?} is not a timestamp (e.g. 2026-01-31T00:00:00Z)")
+    })?;
+    DateTime::from_timestamp_micros(micros)
+        .with_context(|| format!("--now {text:?} is out of range"))
+}
+
+/// What every job gets: built once by `App::job_ctx`, read-only afterwards.
+pub struct JobCtx<'a> {
+    /// The invocation: configuration, LLM layer and embedder on demand.
+    pub app: &'a App,
+    pub store: Store,
+    /// One user, or all users when `None`.
+    pub user: Option<String>,
+    /// Compute and report; write nothing (not even the run row).
+    pub dry_run: bool,
+    /// The run's clock reading: every default timestamp of the run uses it.
+    pub now: DateTime<Utc>,
+}

@@ -1,0 +1,9 @@
+//! The pure core: the rules and kernels every job computes with, as plain functions over
+//! slices and Arrow arrays. **Nothing here does I/O**: no Lance, no DataFusion, no tokio, no
+//! HTTP, no files (a tidy test enforces it), so every rule is unit-tested and benchmarked
+//! without a database, and its tests compile without linking lancedb.
+
+pub mod hash;
+pub mod scores;
+pub mod similarity;
+pub mod synth;

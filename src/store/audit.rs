@@ -1,0 +1,181 @@
+//! The one writer of `audit_log`, used by every job: what was decided, by which run, about
+//! which memories, and why. Rows are built column by column (a first `scores` run over a large
+//! store archives hundreds of thousands of memories) and checked against the table's rules
+//! before anything is written. Destructive steps append their rows before they act.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, Float64Array, ListBuilder, RecordBatch, RecordBatchIterator, StringArray,
+    StringBuilder, TimestampMicrosecondArray,
+};
+
+use super::{Result, Store, StoreError, WriteStats};
+use crate::model::schema::{AUDIT_LOG, AUDIT_OPERATIONS};
+
+/// One row of `audit_log`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditRow {
+    /// Derived from what the row records (`derived_id`), so writing it twice changes nothing.
+    pub id: String,
+    pub run_id: String,
+    pub user_id: Option<String>,
+    /// One of `AUDIT_OPERATIONS`.
+    pub operation: &'static str,
+    pub source_ids: Vec<String>,
+    pub target_id: Option<String>,
+    pub classification: Option<String>,
+    pub confidence: Option<f64>,
+    pub reasoning: Option<String>,
+    pub before_state: Option<String>,
+    pub after_state: Option<String>,
+    /// Microseconds since the epoch, UTC.
+    pub created_at: i64,
+}
+
+impl AuditRow {
+    /// A row of `operation` by `run_id` whose id derives from `key` (unique per operation).
+    pub fn new(run_id: &str, operation: &'static str, key: &str, created_at: i64) -> AuditRow {
+        AuditRow {
+            id: derived_id(&format!("{}|{key}", operation.to_ascii_lowercase())),
+            run_id: run_id.to_string(),
+            user_id: None,
+            operation,
+            source_ids: Vec::new(),
+            target_id: None,
+            classification: None,
+            confidence: None,
+            reasoning: None,
+            before_state: None,
+            after_state: None,
+            created_at,
+        }
+    }
+}
+
+/// A stable id for an audit row from the text that identifies what it records.
+pub fn derived_id(text: &str) -> String {
+    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, text.as_bytes()).to_string()
+}
+
+/// Checks rows against `audit_log`'s rules and builds them into one batch.
+pub fn audit_batch(rows: &[AuditRow], embedding_dim: usize) -> Result<RecordBatch> {
+    for row in rows {
+        let invalid = |reason: String| StoreError::InvalidAudit {
+            id: row.id.clone(),
+            reason,
+        };
+        if !AUDIT_OPERATIONS.contains(&row.operation) {
+            return Err(invalid(format!("unknown operation {:?}", row.operation)));
+        }
+        if row.id.is_empty() || row.run_id.is_empty() {
+            return Err(invalid("empty id or run_id".into()));
+        }
+        if let Some(c) = row.confidence
+            && !(0.0..=1.0).contains(&c)
+        {
+            return Err(invalid(format!("confidence {c} outside [0, 1]")));
+        }
+    }
+    let text = |f: fn(&AuditRow) -> Option<&str>| -> ArrayRef {
+        Arc::new(rows.iter().map(f).collect::<StringArray>())
+    };
+    let mut sources = ListBuilder::new(StringBuilder::new());
+    for row in rows {
+        for id in &row.source_ids {
+            sources.values().append_value(id);
+        }
+        sources.append(true);
+    }
+    let schema = AUDIT_LOG.arrow_schema(embedding_dim);
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let column: ArrayRef = match field.name().as_str() {
+            "id" => text(|r| Some(&r.id)),
+            "run_id" => text(|r| Some(&r.run_id)),
+            "user_id" => text(|r| r.user_id.as_deref()),
+            "operation" => text(|r| Some(r.operation)),
+            "source_ids" => Arc::new(sources.finish()),
+            "target_id" => text(|r| r.target_id.as_deref()),
+            "classification" => text(|r| r.classification.as_deref()),
+            "confidence" => Arc::new(rows.iter().map(|r| r.confidence).collect::<Float64Array>()),
+            "reasoning" => text(|r| r.reasoning.as_deref()),
+            "before_state" => text(|r| r.before_state.as_deref()),
+            "after_state" => text(|r| r.after_state.as_deref()),
+            "created_at" => Arc::new(
+                TimestampMicrosecondArray::from_iter_values(rows.iter().map(|r| r.created_at))
+                    .with_timezone("UTC"),
+            ),
+            other => {
+                return Err(StoreError::InvalidAudit {
+                    id: String::new(),
+                    reason: format!("audit_log column {other} has no writer"),
+                });
+            }
+        };
+        columns.push(arrow::compute::cast(&column, field.data_type())?);
+    }
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+impl Store {
+    /// Writes audit rows in one commit, merged on their ids: rewriting a row changes nothing.
+    pub async fn write_audit(&self, rows: &[AuditRow]) -> Result<WriteStats> {
+        if rows.is_empty() {
+            return Ok(WriteStats::default());
+        }
+        let batch = audit_batch(rows, self.embedding_dim)?;
+        self.upsert_batch(&AUDIT_LOG, batch).await
+    }
+
+    /// Appends audit rows in one commit without matching ids: for large sets of rows whose ids
+    /// are new by construction (they derive from the run).
+    pub async fn append_audit(&self, rows: &[AuditRow]) -> Result<WriteStats> {
+        if rows.is_empty() {
+            return Ok(WriteStats::default());
+        }
+        let batch = audit_batch(rows, self.embedding_dim)?;
+        let schema = batch.schema();
+        let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+        self.append(&AUDIT_LOG, Box::new(reader)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray};
+
+    fn row(operation: &'static str) -> AuditRow {
+        let mut row = AuditRow::new("run-1", operation, "m-1", 1_700_000_000_000_000);
+        row.source_ids = vec!["m-1".into(), "m-2".into()];
+        row.target_id = Some("m-2".into());
+        row.confidence = Some(0.9);
+        row
+    }
+
+    #[test]
+    fn builds_every_column_of_the_table() {
+        let batch = audit_batch(&[row("LINK"), row("ARCHIVE")], 8).unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(batch.schema(), AUDIT_LOG.arrow_schema(8));
+        let sources = batch.column_by_name("source_ids").unwrap().as_list::<i32>();
+        assert_eq!(sources.value(1).len(), 2);
+        assert!(batch.column_by_name("user_id").unwrap().is_null(0));
+    }
+
+    #[test]
+    fn ids_derive_from_operation_and_key() {
+        assert_eq!(row("LINK").id, row("LINK").id);
+        assert_ne!(row("LINK").id, row("ARCHIVE").id);
+    }
+
+    #[test]
+    fn refuses_rows_the_table_forbids() {
+        assert!(audit_batch(&[row("FROBNICATE")], 8).is_err());
+        let mut bad = row("LINK");
+        bad.confidence = Some(1.5);
+        let error = audit_batch(&[bad], 8).unwrap_err().to_string();
+        assert!(error.contains("confidence 1.5"), "{error}");
+    }
+}

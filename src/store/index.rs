@@ -1,0 +1,97 @@
+//! Vector indexes on a table's embedding column (Lance IVF-PQ and IVF-HNSW-SQ, cosine), and
+//! approximate nearest-neighbour queries through them, for stores too large for exact search.
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use futures::TryStreamExt;
+use lancedb::DistanceType;
+use lancedb::index::Index;
+use lancedb::index::vector::{IvfHnswSqIndexBuilder, IvfPqIndexBuilder};
+use lancedb::query::{ExecutableQuery, QueryBase, Select};
+
+use super::{Result, Store};
+
+/// The kind and shape of a vector index.
+#[derive(Clone, Copy, Debug)]
+pub enum VectorIndex {
+    IvfPq { partitions: u32, sub_vectors: u32 },
+    IvfHnswSq { partitions: u32 },
+}
+
+/// How an indexed query searches.
+#[derive(Clone, Copy, Debug)]
+pub struct IndexedSearch {
+    pub k: usize,
+    /// Partitions searched per query.
+    pub nprobes: usize,
+    /// Candidates re-ranked exactly: refine_factor * k.
+    pub refine_factor: u32,
+}
+
+impl Store {
+    /// Builds (or replaces) a cosine vector index on `column` of `table`.
+    pub async fn create_vector_index(
+        &self,
+        table: &str,
+        column: &str,
+        index: VectorIndex,
+    ) -> Result<()> {
+        let index = match index {
+            VectorIndex::IvfPq {
+                partitions,
+                sub_vectors,
+            } => Index::IvfPq(
+                IvfPqIndexBuilder::default()
+                    .distance_type(DistanceType::Cosine)
+                    .num_partitions(partitions)
+                    .num_sub_vectors(sub_vectors),
+            ),
+            VectorIndex::IvfHnswSq { partitions } => Index::IvfHnswSq(
+                IvfHnswSqIndexBuilder::default()
+                    .distance_type(DistanceType::Cosine)
+                    .num_partitions(partitions),
+            ),
+        };
+        self.table(table)
+            .await?
+            .create_index(&[column], index)
+            .replace(true)
+            .execute()
+            .await?;
+        Ok(())
+    }
+
+    /// The ids of the rows nearest to `vector` by cosine distance, through the table's index.
+    pub async fn nearest_ids(
+        &self,
+        table: &str,
+        vector: Vec<f32>,
+        search: IndexedSearch,
+    ) -> Result<Vec<String>> {
+        let results: Vec<RecordBatch> = self
+            .table(table)
+            .await?
+            .query()
+            .nearest_to(vector)?
+            .distance_type(DistanceType::Cosine)
+            .nprobes(search.nprobes)?
+            .refine_factor(search.refine_factor)
+            .limit(search.k)
+            .select(Select::columns(&["id"]))
+            .execute()
+            .await?
+            .try_collect()
+            .await?;
+        let mut ids = Vec::new();
+        for batch in &results {
+            if let Some(column) = batch.column_by_name("id") {
+                let column = column.as_string::<i32>();
+                ids.extend(
+                    (0..batch.num_rows())
+                        .filter(|&i| column.is_valid(i))
+                        .map(|i| column.value(i).to_string()),
+                );
+            }
+        }
+        Ok(ids)
+    }
+}

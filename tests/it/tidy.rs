@@ -1,0 +1,226 @@
+//! Rules of the code base that hold themselves: every source file says why it exists, the
+//! pure core stays pure, and every job is scheduled.
+
+use std::path::{Path, PathBuf};
+
+use clap::CommandFactory;
+use memlife::cli::Cli;
+use memlife::jobs::JobName;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn rust_files(folder: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(folder).expect("readable folder") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            rust_files(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+fn sources(folder: &str) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    rust_files(&root().join(folder), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("readable source");
+            (path, text)
+        })
+        .collect()
+}
+
+#[test]
+fn every_source_file_opens_with_a_doc_comment_saying_why_it_exists() {
+    let mut missing = Vec::new();
+    for folder in ["src", "tests", "benches"] {
+        if !root().join(folder).exists() {
+            continue;
+        }
+        for (path, text) in sources(folder) {
+            if !text.trim_start().starts_with("//!") {
+                missing.push(path.strip_prefix(root()).unwrap().display().to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "files without a //! opening: {missing:?}"
+    );
+}
+
+/// What the pure core may not name: the database, the query engine, the async runtime, HTTP,
+/// the file system, and the modules of this crate that do I/O.
+const FORBIDDEN_IN_PURE_CORE: &[&str] = &[
+    "lancedb",
+    "lance::",
+    "datafusion",
+    "tokio",
+    "reqwest",
+    "async_openai",
+    "std::fs",
+    "std::net",
+    "File::",
+    "crate::store",
+    "crate::formats",
+    "crate::llm",
+    "crate::jobs",
+    "crate::commands",
+    "crate::embedders",
+];
+
+#[test]
+fn the_pure_core_does_no_io() {
+    let mut violations = Vec::new();
+    for folder in ["src/logic", "src/model"] {
+        for (path, text) in sources(folder) {
+            for (number, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for word in FORBIDDEN_IN_PURE_CORE {
+                    if code.contains(word) {
+                        violations.push(format!(
+                            "{}:{}: {word}",
+                            path.strip_prefix(root()).unwrap().display(),
+                            number + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "I/O in the pure core: {violations:#?}"
+    );
+}
+
+#[test]
+fn the_rule_catches_a_pure_module_that_opens_a_file() {
+    // The check above is a text scan: make sure it sees what it is meant to see.
+    let line = "    let text = std::fs::read_to_string(path)?;";
+    assert!(FORBIDDEN_IN_PURE_CORE.iter().any(|w| line.contains(w)));
+}
+
+/// How a schedule file calls memlife: `memlife ` in the crontab, `{MEMLIFE} ` in the DAG.
+fn marker(file: &str) -> &'static str {
+    if file == "crontab" {
+        "memlife "
+    } else {
+        "{MEMLIFE} "
+    }
+}
+
+/// The memlife invocations of a schedule file: the words after the marker, global flags and
+/// their values dropped; comment lines skipped.
+fn invocations(text: &str, start: &str) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        {
+            let Some(at) = line.find(start) else { continue };
+            let mut words = Vec::new();
+            let mut rest = line[at + start.len()..]
+                .split(|c: char| c.is_whitespace() || c == '"')
+                .filter(|w| !w.is_empty());
+            while let Some(word) = rest.next() {
+                match word {
+                    "--db" | "--config" => {
+                        rest.next();
+                    }
+                    "--json" => {}
+                    w if w.starts_with("--") || w.starts_with('/') || w.starts_with('>') => break,
+                    w => words.push(w.to_string()),
+                }
+            }
+            found.push(words);
+        }
+    }
+    found
+}
+
+fn schedule(name: &str) -> String {
+    std::fs::read_to_string(root().join("jobs").join(name)).expect("schedule file")
+}
+
+/// Every subcommand that is a scheduled job: the registered jobs and the Batch API cycle.
+fn job_subcommands() -> Vec<String> {
+    let mut jobs: Vec<String> = JobName::ALL
+        .iter()
+        .map(|j| j.as_str().to_string())
+        .collect();
+    jobs.extend(["batches poll", "batches retry", "batches cleanup"].map(String::from));
+    jobs
+}
+
+#[test]
+fn every_job_is_scheduled_or_listed_as_run_by_hand() {
+    let crontab = schedule("crontab");
+    let dag = schedule("memlife_dag.py");
+    let by_hand: Vec<String> = crontab
+        .lines()
+        .find_map(|l| l.strip_prefix("# By hand, on purpose:"))
+        .map(|names| names.split(',').map(|n| n.trim().to_string()).collect())
+        .unwrap_or_default();
+    let mut scheduled: Vec<String> = Vec::new();
+    let calls = invocations(&crontab, marker("crontab"))
+        .into_iter()
+        .chain(invocations(&dag, marker("memlife_dag.py")));
+    for words in calls {
+        scheduled.push(words.join(" "));
+    }
+    let unscheduled: Vec<String> = job_subcommands()
+        .into_iter()
+        .filter(|job| {
+            !scheduled
+                .iter()
+                .any(|s| s == job || s.starts_with(&format!("{job} ")))
+        })
+        .filter(|job| !by_hand.contains(job))
+        .collect();
+    assert!(
+        unscheduled.is_empty(),
+        "jobs in neither jobs/crontab nor jobs/memlife_dag.py: {unscheduled:?}"
+    );
+}
+
+#[test]
+fn the_schedules_name_only_subcommands_that_exist() {
+    let cli = Cli::command();
+    for file in ["crontab", "memlife_dag.py"] {
+        let calls = invocations(&schedule(file), marker(file));
+        assert!(!calls.is_empty(), "{file}: no memlife invocation found");
+        for words in calls {
+            let first = words
+                .first()
+                .unwrap_or_else(|| panic!("{file}: a bare memlife"));
+            let command = cli
+                .find_subcommand(first)
+                .unwrap_or_else(|| panic!("{file} runs `memlife {first}`, which does not exist"));
+            if command.has_subcommands() {
+                let second = words.get(1).map(String::as_str).unwrap_or("");
+                assert!(
+                    command.find_subcommand(second).is_some(),
+                    "{file} runs `memlife {first} {second}`, which does not exist"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_schedule_check_sees_a_missing_job() {
+    let without_scores = schedule("crontab").replace("memlife scores", "memlife stats");
+    let scheduled: Vec<String> = invocations(&without_scores, marker("crontab"))
+        .into_iter()
+        .map(|w| w.join(" "))
+        .collect();
+    assert!(!scheduled.iter().any(|s| s == "scores"));
+    assert!(
+        scheduled.iter().any(|s| s == "batches poll"),
+        "{scheduled:?}"
+    );
+}
