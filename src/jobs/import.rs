@@ -302,7 +302,12 @@ impl Iterator for ImportReader {
     type Item = Result<RecordBatch, ArrowError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.next_batch()
+        let batch = self.next_batch();
+        if batch.is_some() {
+            // Lance has files of this write on disk, and no commit yet.
+            crate::crash::point("import.mid-write");
+        }
+        batch
     }
 }
 
@@ -357,6 +362,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ImportArgs) -> Result<JobReport> {
             Ok(stats) => written = Some(stats),
             Err(e) => write_error = Some(e),
         }
+        crate::crash::point("import.after-commit");
     } else {
         // Drain the error, if any, that ended the read-ahead.
         reader.for_each(drop);

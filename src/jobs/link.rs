@@ -129,6 +129,25 @@ async fn judged_pairs(store: &Store, user: &str) -> Result<BTreeSet<(String, Str
     Ok(pairs)
 }
 
+/// Pairs of `user` in link batches not yet applied (submitted, ready, being applied, or failed
+/// and waiting for `batches retry`), as (source, target).
+async fn pairs_in_pending_batches(store: &Store, user: &str) -> Result<BTreeSet<(String, String)>> {
+    let filter = format!(
+        "job = {} AND user_id = {} AND status IN ('submitting', 'submitted', 'ready', 'applying', 'failed')",
+        sql_string(JobName::Link.as_str()),
+        sql_string(user)
+    );
+    let mut pairs = BTreeSet::new();
+    for record in crate::llm::batch::load(store, &filter).await? {
+        for item in record.items()? {
+            if let [source, target] = item.input.memories.as_slice() {
+                pairs.insert((source.id.clone(), target.id.clone()));
+            }
+        }
+    }
+    Ok(pairs)
+}
+
 /// Candidate pairs (source newer than target), most similar first, without those judged before.
 fn candidate_items(
     memories: &UserMemories,
@@ -221,8 +240,7 @@ pub async fn write_outcomes(
                 "pairs_judged".into()
             })
             .or_default() += 1;
-        let key = format!("{origin_key}|{}", item.custom_id);
-        let mut row = AuditRow::new(run_id, "LINK", &key, now);
+        let mut row = AuditRow::new(run_id, "LINK", &audit_key(origin_key, item), now);
         row.user_id = user_id;
         row.source_ids = vec![source.id.clone(), target.id.clone()];
         row.target_id = Some(target.id.clone());
@@ -233,13 +251,22 @@ pub async fn write_outcomes(
         audit.push(row);
     }
     let dim = store.embedding_dim();
-    // The audit rows first: what was decided is on record before the links appear.
-    store.write_audit(&audit).await?;
+    // The links first, then the audit rows: an audit row marks a pair judged (the next run
+    // skips it), so it must not exist before the pair's link does. A crash between the two
+    // commits leaves links without audit rows; the next run judges those pairs again and
+    // writes the same links (keyed by pair and type) and the missing audit rows.
     if !links.is_empty() {
         let batch = batch_from_json(&LINKS, dim, now, &links).map_err(|e| anyhow!(e))?;
         store.upsert_batch(&LINKS, batch).await?;
     }
+    crate::crash::point("link.after-links");
+    store.write_audit(&audit).await?;
     Ok(counts)
+}
+
+/// What an audit row of a judged pair derives its id from: the run or batch, and the pair.
+fn audit_key(origin_key: &str, item: &Item) -> String {
+    format!("{origin_key}|{}", item.custom_id)
 }
 
 /// Applies `link` batches for `batches poll`.
@@ -264,6 +291,21 @@ impl Applier for LinkApplier {
         )
         .await
     }
+
+    fn result_keys(&self, record: &BatchRecord, items: &[Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|item| {
+                AuditRow::new(
+                    &record.run_id,
+                    "LINK",
+                    &audit_key(&record.batch_key, item),
+                    0,
+                )
+                .id
+            })
+            .collect()
+    }
 }
 
 /// Largest batch submission (the Batch API takes up to 50,000 requests per file).
@@ -283,7 +325,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
         if memories.views.len() < 2 {
             continue;
         }
-        let judged = judged_pairs(&ctx.store, &user).await?;
+        let mut judged = judged_pairs(&ctx.store, &user).await?;
+        // Pairs waiting in a submitted batch are not submitted again.
+        judged.extend(pairs_in_pending_batches(&ctx.store, &user).await?);
         let items = candidate_items(&memories, dim, args, &judged, &now);
         *counts.entry("users".into()).or_default() += 1;
         *counts.entry("pairs_to_judge".into()).or_default() += items.len() as u64;

@@ -9,6 +9,7 @@
 pub mod embed;
 pub mod import;
 pub mod link;
+pub mod lock;
 pub mod scores;
 
 use std::collections::BTreeMap;
@@ -291,27 +292,90 @@ pub async fn users_of(ctx: &JobCtx<'_>, table: &str) -> Result<Vec<String>> {
 
 /// The `runs` row of one execution: written as `running` when the job starts and replaced
 /// with the outcome when it ends, so a killed job leaves a visible `running` row behind.
+///
+/// It also holds the job's lock (`lock`) from before the first write to after the last, so two
+/// processes of one job and user never write at once; a run that takes the lock over from a
+/// killed one marks that one's `running` rows `abandoned`.
 pub struct RunLog {
     run_id: String,
     job: String,
     params: String,
     started: Instant,
     started_at: i64,
+    lock: Option<lock::JobLock>,
 }
 
 impl RunLog {
     pub async fn start(ctx: &JobCtx<'_>, job: &str, params: &serde_json::Value) -> Result<RunLog> {
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let lock = if ctx.dry_run {
+            None
+        } else {
+            Some(lock::acquire(
+                ctx.store.uri(),
+                job,
+                ctx.user.as_deref(),
+                &run_id,
+            )?)
+        };
         let log = RunLog {
-            run_id: uuid::Uuid::new_v4().to_string(),
+            run_id,
             job: job.to_string(),
             params: params.to_string(),
             started: Instant::now(),
             started_at: Utc::now().timestamp_micros(),
+            lock,
         };
         if !ctx.dry_run {
+            log.abandon_earlier_runs(ctx).await?;
             log.write(ctx, None).await?;
+            crate::crash::point(&format!("{job}.started"));
         }
         Ok(log)
+    }
+
+    /// Runs of this job and scope still marked `running`: no process can be running them now
+    /// (this one holds the lock), so they were killed. They are marked `abandoned`.
+    async fn abandon_earlier_runs(&self, ctx: &JobCtx<'_>) -> Result<()> {
+        let mut predicate = format!(
+            "job = {} AND status = 'running'",
+            crate::store::sql_string(&self.job)
+        );
+        if let Some(user) = &ctx.user {
+            predicate.push_str(&format!(
+                " AND user_id = {}",
+                crate::store::sql_string(user)
+            ));
+        }
+        if ctx.store.count_rows(RUNS.name, Some(&predicate)).await? == 0 {
+            return Ok(());
+        }
+        let took_over = self
+            .lock
+            .as_ref()
+            .and_then(|l| l.took_over.as_ref())
+            .map(|o| format!(" (pid {} on {})", o.pid, o.host))
+            .unwrap_or_default();
+        let message = format!(
+            "abandoned: its process ended without finishing{took_over}; run {} took over",
+            self.run_id
+        );
+        ctx.store
+            .update_where(
+                RUNS.name,
+                &predicate,
+                &[
+                    ("status", "'abandoned'".to_string()),
+                    ("error", crate::store::sql_string(&message)),
+                    (
+                        "finished_at",
+                        crate::store::sql_timestamp(Utc::now().timestamp_micros()),
+                    ),
+                ],
+            )
+            .await?;
+        tracing::warn!(job = %self.job, "marked earlier running runs abandoned{took_over}");
+        Ok(())
     }
 
     pub fn run_id(&self) -> &str {
@@ -325,8 +389,12 @@ impl RunLog {
             report.status = Status::Partial;
         }
         if !ctx.dry_run {
+            crate::crash::point(&format!("{}.finishing", self.job));
             report.run_id = Some(self.run_id.clone());
             self.write(ctx, Some(report)).await?;
+        }
+        if let Some(lock) = self.lock {
+            lock.release();
         }
         Ok(())
     }

@@ -374,6 +374,32 @@ async fn clean_notes(ctx: &JobCtx<'_>, now: i64) -> Result<(u64, u64)> {
     Ok((entities, removed))
 }
 
+/// Memories whose archival at clock `now` is already in the audit log: a run at the same clock
+/// that was killed between its audit append and its score update logged them.
+async fn archivals_logged_at(
+    ctx: &JobCtx<'_>,
+    now: i64,
+) -> Result<std::collections::HashSet<String>> {
+    let filter = format!(
+        "operation = 'ARCHIVE' AND created_at = {}",
+        crate::store::sql_timestamp(now)
+    );
+    let mut logged = std::collections::HashSet::new();
+    for batch in ctx
+        .store
+        .scan_columns(
+            crate::model::schema::AUDIT_LOG.name,
+            Some(&filter),
+            &["target_id"],
+        )
+        .await?
+    {
+        let ids = strings(&batch, "target_id")?;
+        logged.extend((0..batch.num_rows()).map(|i| ids.value(i).to_string()));
+    }
+    Ok(logged)
+}
+
 /// The audit rows of this run's archivals (a first run over a large store can archive
 /// hundreds of thousands of memories; the shared writer builds them column by column).
 fn archive_audit_rows(
@@ -385,7 +411,9 @@ fn archive_audit_rows(
     archived
         .iter()
         .map(|(id, user, why, salience)| {
-            let mut row = AuditRow::new(run_id, "ARCHIVE", &format!("{run_id}|{id}"), now);
+            // Keyed by the memory and the clock, not the run: a rerun at the same clock after
+            // a crash finds these rows instead of writing them again.
+            let mut row = AuditRow::new(run_id, "ARCHIVE", &format!("{id}|{now}"), now);
             row.user_id = Some(user.clone());
             row.source_ids = vec![id.clone()];
             row.target_id = Some(id.clone());
@@ -458,14 +486,18 @@ pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
     }
     if !ctx.dry_run {
         // Archivals are logged before they happen.
+        let logged = archivals_logged_at(ctx, now).await?;
+        archived.retain(|(id, ..)| !logged.contains(id));
         let audit = archive_audit_rows(log.run_id(), now, &archived, params);
         ctx.store.append_audit(&audit).await?;
+        crate::crash::point("scores.after-audit");
         if !updates.is_empty() {
             let schema = update_schema();
             let reader = RecordBatchIterator::new(updates.into_iter().map(Ok), schema);
             ctx.store
                 .update_columns(&MEMORIES, Box::new(reader))
                 .await?;
+            crate::crash::point("scores.after-update");
         }
     }
     let (entities, notes) = clean_notes(ctx, now).await?;

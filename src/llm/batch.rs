@@ -11,7 +11,7 @@
 //! poller that crashes after claiming leaves `applying` behind, and once the claim is older
 //! than the lease the next poll re-applies the batch to the same end state.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, anyhow};
 use async_openai::types::batches::{
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::provider::{Provider, cost, describe};
 use super::tasks::{Task, parse_reply};
-use super::{Item, Llm, LlmUsage, Outcome};
+use super::{Item, Llm, LlmUsage, Outcome, ProviderUsage};
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::LLM_BATCHES;
 use crate::store::audit::AuditRow;
@@ -122,10 +122,13 @@ async fn transition(
         .await
     {
         Ok(rows_updated) => Ok(rows_updated == 1),
-        Err(e) => {
+        // Only a lost commit race means another poller got there first; any other error
+        // (I/O, a bad predicate) is the caller's to see.
+        Err(e) if e.is_commit_conflict() => {
             tracing::info!(batch = %key, "conditional update lost to a concurrent writer: {e}");
             Ok(false)
         }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -290,6 +293,10 @@ pub trait Applier: Send + Sync {
         items: &[Item],
         outcomes: &[Outcome],
     ) -> Result<BTreeMap<String, u64>>;
+
+    /// The audit-row ids an application of `record` writes, one per item: `memlife check`
+    /// verifies that an applied batch's results are all present.
+    fn result_keys(&self, record: &BatchRecord, items: &[Item]) -> Vec<String>;
 }
 
 /// What a poll did.
@@ -485,6 +492,24 @@ pub async fn poll(
             Err(e) => report.errors.push(format!("{e:#}")),
         }
     }
+    // The calls themselves (status checks, downloads, re-asks) are counted once for the whole
+    // poll, from the providers' own counters; tokens and cost come from the batches' files.
+    for (name, total) in llm.usage(&[]).providers {
+        let mine = report
+            .usage
+            .providers
+            .entry(name)
+            .or_insert_with(|| ProviderUsage {
+                model: total.model.clone(),
+                ..Default::default()
+            });
+        mine.requests = total.requests;
+        mine.retries = total.retries;
+        mine.failed_calls = total.failed_calls;
+        mine.completions = total.completions;
+        mine.invalid_replies = total.invalid_replies;
+        mine.skipped_circuit_open = total.skipped_circuit_open;
+    }
     report.usage.judge = "providers".into();
     report.usage.mode = "batch".into();
     Ok(report)
@@ -517,6 +542,8 @@ async fn apply_one(
     record: BatchRecord,
     stale: &str,
 ) -> Result<Option<Applied>> {
+    // This batch's share of the provider calls the poll makes (it may apply several).
+    let calls_before = llm.usage(&[]);
     let key = record.batch_key.clone();
     let applier = appliers(record.job.as_str())
         .ok_or_else(|| anyhow!("batch {key}: no job named {} applies batches", record.job))?;
@@ -553,32 +580,23 @@ async fn apply_one(
         .ok_or_else(|| anyhow!("batch {key}: unknown task {}", record.task))?;
     let items = record.items()?;
     let (mut outcomes, input_tokens, output_tokens) = read_results(task, &items, &output, &errors);
-    // An invalid reply is asked again once, online (a second batch would add up to 24 h).
-    let retry: Vec<Item> = items
-        .iter()
-        .zip(&outcomes)
-        .filter(|(_, o)| {
-            o.failure
-                .as_deref()
-                .is_some_and(|f| f.starts_with("invalid reply"))
-        })
-        .map(|(i, _)| i.clone())
-        .collect();
-    let retried: BTreeSet<String> = retry.iter().map(|i| i.custom_id.clone()).collect();
-    if !retry.is_empty() && llm.config().llm.invalid_reply_retries > 0 {
-        let again = llm.run(retry).await;
-        let mut by_id: BTreeMap<String, Outcome> = again
-            .into_iter()
-            .map(|o| (o.custom_id.clone(), o))
-            .collect();
-        for outcome in outcomes
-            .iter_mut()
-            .filter(|o| retried.contains(&o.custom_id))
-        {
-            if let Some(new) = by_id.remove(&outcome.custom_id) {
-                *outcome = new;
-            }
-        }
+    // An invalid reply is not asked again here: a re-apply after a crash could get another
+    // answer and apply both. It stays a recorded failure (safe default), and the job's next
+    // run judges that item again.
+    // The claim is renewed before the writes, so a long download does not let another
+    // poller take the batch over while this one applies it.
+    let renewed = transition(
+        store,
+        &key,
+        &format!(
+            "status = 'applying' AND claim_token = {}",
+            sql_string(&token)
+        ),
+        &[("claimed_at", Some(now_text()))],
+    )
+    .await?;
+    if !renewed {
+        return Ok(None);
     }
     for o in outcomes
         .iter_mut()
@@ -587,8 +605,9 @@ async fn apply_one(
         o.served_by = Some(record.provider.clone());
     }
     let counts = applier.apply(store, &record, &items, &outcomes).await?;
+    crate::crash::point("batches.poll.after-apply");
     let failed = outcomes.iter().filter(|o| o.failure.is_some()).count() as u64;
-    let mut usage = llm.usage(&[]);
+    let mut usage = llm.usage(&[]).since(&calls_before);
     usage.mode = "batch".into();
     usage.items = outcomes.len() as u64;
     usage.failed_items = failed;
@@ -715,6 +734,7 @@ pub async fn cleanup(
         .collect();
     // The deletion is on record before it happens.
     store.write_audit(&audit).await?;
+    crate::crash::point("batches.cleanup.after-audit");
     let mut files_deleted = 0u64;
     for r in &records {
         if let Ok(provider) = llm.provider(&r.provider) {

@@ -126,6 +126,33 @@ impl LlmUsage {
         }
         self.estimated_cost_usd += other.estimated_cost_usd;
     }
+
+    /// The providers' calls made since `earlier` was taken (counters only grow): one batch's
+    /// share of a poll that applies several, so merging the shares counts each call once.
+    pub fn since(&self, earlier: &LlmUsage) -> LlmUsage {
+        let mut delta = self.clone();
+        for (name, u) in delta.providers.iter_mut() {
+            if let Some(e) = earlier.providers.get(name) {
+                u.requests = u.requests.saturating_sub(e.requests);
+                u.retries = u.retries.saturating_sub(e.retries);
+                u.failed_calls = u.failed_calls.saturating_sub(e.failed_calls);
+                u.completions = u.completions.saturating_sub(e.completions);
+                u.invalid_replies = u.invalid_replies.saturating_sub(e.invalid_replies);
+                u.served = u.served.saturating_sub(e.served);
+                u.input_tokens = u.input_tokens.saturating_sub(e.input_tokens);
+                u.output_tokens = u.output_tokens.saturating_sub(e.output_tokens);
+                u.skipped_circuit_open = u
+                    .skipped_circuit_open
+                    .saturating_sub(e.skipped_circuit_open);
+                u.estimated_cost_usd = (u.estimated_cost_usd - e.estimated_cost_usd).max(0.0);
+            }
+        }
+        delta.estimated_cost_usd = delta
+            .providers
+            .values()
+            .fold(0.0, |t, u| t + u.estimated_cost_usd);
+        delta
+    }
 }
 
 /// The layer, configured once per run.

@@ -142,11 +142,27 @@ fn overlap(old: &str, new: &str) -> Overlap {
     }
 }
 
+/// The text's words, lower-case, one space apart and padded with a space at each end, so a
+/// cue matches whole words only ("know" does not contain the cue "now").
+fn padded_words(text: &str) -> String {
+    let lower = text.to_lowercase().replace('\u{2019}', "'");
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    format!(" {} ", words.join(" "))
+}
+
+/// The first cue (one or more whole words; "n't" as a word ending) found in `text`.
 fn has_any(text: &str, cues: &[&str]) -> Option<String> {
-    let lower = format!("{} ", text.to_lowercase());
+    let padded = padded_words(text);
     cues.iter()
-        .find(|c| lower.contains(*c))
-        .map(|c| c.trim().to_string())
+        .map(|c| c.trim())
+        .find(|cue| match cue.strip_prefix("n't") {
+            Some(_) => padded.contains("n't "),
+            None => padded.contains(&format!(" {cue} ")),
+        })
+        .map(str::to_string)
 }
 
 fn round2(x: f64) -> f64 {
@@ -199,7 +215,6 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
 
 pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
     let o = overlap(&target.text, &source.text);
-    let lower = source.text.to_lowercase();
     let newer = source.created_at >= target.created_at;
     let negated =
         has_any(&source.text, NEGATIONS).is_some() != has_any(&target.text, NEGATIONS).is_some();
@@ -213,9 +228,11 @@ pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
         } else if negated && o.jaccard >= 0.5 {
             (LinkType::Conflicts, 0.7, "one memory negates the other")
         } else if o.shared > 0
-            && ["because", "so that", "to help", "in order to"]
-                .iter()
-                .any(|c| lower.contains(c))
+            && has_any(
+                &source.text,
+                &["because", "so that", "to help", "in order to"],
+            )
+            .is_some()
         {
             (
                 LinkType::MotivatedBy,
@@ -223,9 +240,7 @@ pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
                 "states a reason on a shared subject",
             )
         } else if o.shared > 0
-            && ["led to", "caused", "resulted in"]
-                .iter()
-                .any(|c| lower.contains(c))
+            && has_any(&source.text, &["led to", "caused", "resulted in"]).is_some()
         {
             (
                 LinkType::Causes,
@@ -443,6 +458,47 @@ pub fn judge(input: &TaskInput) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cues_match_whole_words_only() {
+        // Inside other words: no cue.
+        assert_eq!(has_any("I know the answer", CHANGE_CUES), None);
+        assert_eq!(has_any("She will renew her passport", CHANGE_CUES), None);
+        assert_eq!(has_any("That is quite right", NEGATIONS), None);
+        assert_eq!(has_any("A notebook on the table", NEGATIONS), None);
+        // As words, with punctuation around them: found.
+        assert_eq!(
+            has_any("Sam is now vegan.", CHANGE_CUES).as_deref(),
+            Some("now")
+        );
+        assert_eq!(
+            has_any("Ana quit, finally", NEGATIONS).as_deref(),
+            Some("quit")
+        );
+        assert_eq!(
+            has_any("He doesn't drink", NEGATIONS).as_deref(),
+            Some("n't")
+        );
+        assert_eq!(
+            has_any("He doesn\u{2019}t drink", NEGATIONS).as_deref(),
+            Some("n't")
+        );
+        assert_eq!(
+            has_any("Moved to Lyon in May", CHANGE_CUES).as_deref(),
+            Some("moved to")
+        );
+    }
+
+    #[test]
+    fn a_cue_inside_a_word_makes_no_supersedes_link() {
+        let old = memory("a", "2025-01-01T00:00:00Z", "Priya knows Rust well");
+        let new = memory(
+            "b",
+            "2025-02-01T00:00:00Z",
+            "Priya wants to know Rust better",
+        );
+        assert_ne!(link(&new, &old).link_type, LinkType::Supersedes);
+    }
 
     fn memory(id: &str, created: &str, text: &str) -> MemoryView {
         MemoryView {

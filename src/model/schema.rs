@@ -45,7 +45,7 @@ pub const ENTITY_TYPES: &[&str] = &[
     "event",
     "other",
 ];
-pub const RUN_STATUSES: &[&str] = &["running", "done", "partial", "failed"];
+pub const RUN_STATUSES: &[&str] = &["running", "done", "partial", "failed", "abandoned"];
 pub const AUDIT_OPERATIONS: &[&str] = &[
     "ADD",
     "UPDATE",

@@ -18,13 +18,15 @@ pub enum VectorIndex {
 }
 
 /// How an indexed query searches.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct IndexedSearch {
     pub k: usize,
     /// Partitions searched per query.
     pub nprobes: usize,
     /// Candidates re-ranked exactly: refine_factor * k.
     pub refine_factor: u32,
+    /// Only rows matching this SQL predicate (applied before the search).
+    pub filter: Option<String>,
 }
 
 impl Store {
@@ -67,7 +69,7 @@ impl Store {
         vector: Vec<f32>,
         search: IndexedSearch,
     ) -> Result<Vec<String>> {
-        let results: Vec<RecordBatch> = self
+        let mut query = self
             .table(table)
             .await?
             .query()
@@ -76,11 +78,11 @@ impl Store {
             .nprobes(search.nprobes)?
             .refine_factor(search.refine_factor)
             .limit(search.k)
-            .select(Select::columns(&["id"]))
-            .execute()
-            .await?
-            .try_collect()
-            .await?;
+            .select(Select::columns(&["id"]));
+        if let Some(filter) = &search.filter {
+            query = query.only_if(filter);
+        }
+        let results: Vec<RecordBatch> = query.execute().await?.try_collect().await?;
         let mut ids = Vec::new();
         for batch in &results {
             if let Some(column) = batch.column_by_name("id") {

@@ -66,6 +66,21 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+impl StoreError {
+    /// A commit lost to a concurrent writer even after Lance's own retries (merge-insert,
+    /// update and delete retry conflicting commits ten times, re-evaluating their predicates).
+    pub fn is_commit_conflict(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Lance(lancedb::Error::Lance {
+                source: lance::Error::CommitConflict { .. }
+                    | lance::Error::RetryableCommitConflict { .. }
+                    | lance::Error::IncompatibleTransaction { .. },
+            })
+        )
+    }
+}
+
 /// What one write changed.
 #[derive(Debug, Default, Clone, Copy, serde::Serialize)]
 pub struct WriteStats {
@@ -307,6 +322,19 @@ impl Store {
                 version: result.version,
             });
         }
+        self.merge_rows(spec, rows).await
+    }
+
+    /// Merges a stream of rows on the table's key in one commit: matching rows replaced, new
+    /// rows inserted. Unlike `write_rows` it never takes the empty-table append path, so two
+    /// writers racing to write the same first rows still match keys (Lance retries the
+    /// conflicting commit against the other's rows).
+    pub async fn merge_rows(
+        &self,
+        spec: &TableSpec,
+        rows: Box<dyn RecordBatchReader + Send>,
+    ) -> Result<WriteStats> {
+        let table = self.table(spec.name).await?;
         tracing::debug!(table = spec.name, key = ?spec.key, "merging on the table's key");
         let mut merge = table.merge_insert(spec.key);
         merge
@@ -376,11 +404,11 @@ impl Store {
         })
     }
 
-    /// Upserts one in-memory batch (run log, meta).
+    /// Upserts one in-memory batch (run log, meta, links, audit rows, vectors) on the key.
     pub async fn upsert_batch(&self, spec: &TableSpec, batch: RecordBatch) -> Result<WriteStats> {
         let schema = batch.schema();
         let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
-        self.write_rows(spec, Box::new(reader)).await
+        self.merge_rows(spec, Box::new(reader)).await
     }
 
     /// Reads a table (optionally filtered by a SQL predicate) as batches of every column.

@@ -36,6 +36,8 @@ fn a_folder_that_is_not_a_database_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_schema_version_is_refused_with_a_clear_error() {
     let db = TestDb::new();
+    // The database is unreadable to this memlife on purpose: `check` refuses it too.
+    db.skip_final_check();
     let store = memlife::store::Store::open(&db.uri).await.unwrap();
     memlife::store::set_meta(&store, "schema_version", "99")
         .await
@@ -213,4 +215,35 @@ fn relative_folders_named_like_cloud_uris_are_local() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn init_and_sql_work_beside_a_broken_config_that_jobs_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("memlife.toml"),
+        "[scores]\nhot_treshold = 0.7\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        crate::common::memlife_command()
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // ./memlife.toml is read only by what needs it.
+    let out = run(&["--db", "db", "init"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run(&["--db", "db", "sql", "SELECT COUNT(*) AS n FROM memories"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("(1 row)"), "{}", stdout(&out));
+    let out = run(&["--db", "db", "stats"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A job that reads it names the bad key and exits 2, writing nothing.
+    let out = run(&["--db", "db", "scores"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("hot_treshold"), "{}", stderr(&out));
+    let out = run(&["--db", "db", "sql", "SELECT COUNT(*) AS n FROM runs"]);
+    assert!(stdout(&out).contains("| 0 "), "{}", stdout(&out));
 }

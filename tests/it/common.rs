@@ -36,10 +36,29 @@ pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).to_string()
 }
 
-/// A database in a temporary folder, initialised through the CLI.
+/// A database in a temporary folder, initialised through the CLI. When a test that used it
+/// ends without failing, `memlife check` runs on it and must pass: every test that writes
+/// proves it left the store consistent.
 pub struct TestDb {
     pub dir: tempfile::TempDir,
     pub uri: String,
+    check_on_drop: std::cell::Cell<bool>,
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if std::thread::panicking() || !self.check_on_drop.get() {
+            return;
+        }
+        let out = self.run(&["check"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "memlife check after the test: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
 }
 
 impl TestDb {
@@ -50,10 +69,19 @@ impl TestDb {
     pub fn with_dim(dim: usize) -> TestDb {
         let dir = tempfile::tempdir().expect("temp dir");
         let uri = dir.path().join("memlife.db").display().to_string();
-        let db = TestDb { dir, uri };
+        let db = TestDb {
+            dir,
+            uri,
+            check_on_drop: std::cell::Cell::new(true),
+        };
         let out = db.run(&["init", "--embedding-dim", &dim.to_string()]);
         assert_eq!(out.status.code(), Some(0), "init failed: {}", stderr(&out));
         db
+    }
+
+    /// For a test that leaves the store inconsistent on purpose (to test `check` itself).
+    pub fn skip_final_check(&self) {
+        self.check_on_drop.set(false);
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
@@ -82,4 +110,70 @@ impl TestDb {
     pub fn path(&self, name: &str) -> String {
         self.dir.path().join(name).display().to_string()
     }
+}
+
+/// With `UPDATE_RELIABILITY` set, replaces the text between `<!-- NAME -->` and
+/// `<!-- /NAME -->` in a file of the repository (a generated table in a document).
+pub fn replace_marked_section(file: &str, name: &str, text: &str) {
+    if std::env::var_os("UPDATE_RELIABILITY").is_none() {
+        return;
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file);
+    let document = std::fs::read_to_string(&path).expect("document");
+    let (open, close) = (format!("<!-- {name} -->"), format!("<!-- /{name} -->"));
+    let start = document.find(&open).expect("opening marker") + open.len();
+    let end = document.find(&close).expect("closing marker");
+    let updated = format!("{}\n{}{}", &document[..start], text, &document[end..]);
+    std::fs::write(&path, updated).expect("document written");
+}
+
+/// A `memlife` process stopped at a crash point (`MEMLIFE_PAUSE`) until `release` is called:
+/// two processes that provably overlap, not two that merely might.
+pub struct Paused {
+    pub child: std::process::Child,
+    release: PathBuf,
+}
+
+impl Paused {
+    /// Starts `memlife ARGS` and waits until it reaches `point`.
+    pub fn start(db: &TestDb, args: &[&str], point: &str) -> Paused {
+        let release = db.dir.path().join(format!("release-{}", uuid_like()));
+        let child = memlife_command()
+            .arg("--db")
+            .arg(&db.uri)
+            .args(args)
+            .env(memlife::crash::PAUSE_VARIABLE, point)
+            .env(memlife::crash::PAUSE_FILE_VARIABLE, &release)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("memlife starts");
+        let mut reached = release.clone().into_os_string();
+        reached.push(".reached");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while !PathBuf::from(&reached).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "memlife {args:?} never reached {point}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Paused { child, release }
+    }
+
+    /// Lets it go on, and waits for it to end.
+    pub fn finish(self) -> Output {
+        std::fs::write(&self.release, "go").expect("release file");
+        self.child.wait_with_output().expect("memlife ends")
+    }
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }

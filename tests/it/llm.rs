@@ -313,43 +313,32 @@ fn two_polls_at_once_apply_a_batch_once() {
     let config = single_mock_config(&db, &mock);
     let (code, _, err) = link(&db, &config, &["--mode", "batch"]);
     assert_eq!(code, Some(0), "{err}");
-    let spawn = || {
-        crate::common::memlife_command()
-            .args([
-                "--db", &db.uri, "--json", "--config", &config, "batches", "poll",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let (a, b) = (spawn(), spawn());
-    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
-    let applied: i64 = [&a, &b]
-        .iter()
-        .map(|o| {
-            serde_json::from_str::<Value>(&stdout(o))
-                .map_or(0, |r| r["counts"]["applied"].as_i64().unwrap_or(0))
-        })
-        .sum();
-    let (status, audits, _) = batch_state(&db);
-    if status == "ready" || status == "submitted" {
-        // Both pollers lost the race to Lance commit conflicts: a third applies it.
-        let (code, _) = poll(&db, &config, &[], None);
-        assert_eq!(code, Some(0));
-    } else {
-        assert_eq!(
-            applied,
-            1,
-            "exactly one poller applies: {} / {}",
-            stdout(&a),
-            stdout(&b)
-        );
-    }
-    let (status, audits_after, _) = batch_state(&db);
-    assert_eq!(status, "applied");
-    assert!(audits == 3 || audits == 0);
-    assert_eq!(audits_after, 3, "each judged pair is recorded once");
+    // The first poller has claimed and downloaded the batch and is held there...
+    let first = crate::common::Paused::start(
+        &db,
+        &["--json", "--config", &config, "batches", "poll"],
+        "batches.poll.after-download",
+    );
+    // ...while a second one starts: it must not apply anything, and says who is polling.
+    let (code, _) = poll(&db, &config, &["--lease-secs", "0"], None);
+    assert_eq!(
+        code,
+        Some(2),
+        "a second poller is refused while the first runs"
+    );
+    assert_eq!(batch_state(&db), ("applying".into(), 0, 0));
+    let first = first.finish();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let report: Value = serde_json::from_str(&stdout(&first)).unwrap();
+    assert_eq!(report["counts"]["applied"], 1, "{report}");
+    let links = report["counts"]["links_supersedes"].as_i64().unwrap_or(0);
+    assert!(links >= 1, "{report}");
+    // Exactly one application: 3 audit rows, and the links the report counted.
+    assert_eq!(batch_state(&db), ("applied".into(), 3, links));
+    let (code, report) = poll(&db, &config, &["--lease-secs", "0"], None);
+    assert_eq!(code, Some(0));
+    assert_eq!(report["notes"][0], "no batch to poll");
+    assert_eq!(batch_state(&db), ("applied".into(), 3, links));
 }
 
 #[test]
@@ -488,4 +477,40 @@ fn batch_cycle_reports_are_pinned() {
     insta::assert_snapshot!("batches_retry", redact(retried));
     let cleaned = run(&["batches", "cleanup", "--older-than-days", "0"]);
     insta::assert_snapshot!("batches_cleanup", redact(cleaned));
+}
+
+#[test]
+fn one_poll_applying_two_batches_counts_each_call_once() {
+    let db = TestDb::new();
+    let file = db.path("two-users.jsonl");
+    let second_user = MEMORIES.replace("\"u1\"", "\"u2\"").replace("\"m", "\"n");
+    std::fs::write(&file, format!("{MEMORIES}{second_user}")).unwrap();
+    assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
+    let out = db.run(&["embed", "--embedder", "hash"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mock = Mock::start(&[]);
+    let config = single_mock_config(&db, &mock);
+    let (code, report, err) = link(&db, &config, &["--mode", "batch"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(report["counts"]["batches_submitted"], 2, "{report}");
+    let before = mock.stats()["requests"].as_u64().unwrap();
+    let (code, report) = poll(&db, &config, &[], None);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["counts"]["applied"], 2, "{report}");
+    // The mock counts its own /mock/stats request too.
+    let calls = mock.stats()["requests"].as_u64().unwrap() - before - 1;
+    assert_eq!(
+        report["llm"]["providers"]["mock"]["requests"], calls,
+        "the report counts each HTTP call of the poll once: {report}"
+    );
+    let stored: Value = serde_json::from_str(
+        serde_json::from_str::<String>(
+            &db.scalar("SELECT llm_usage FROM runs WHERE job = 'batches.poll'"),
+        )
+        .unwrap()
+        .as_str(),
+    )
+    .unwrap();
+    assert_eq!(stored["providers"]["mock"]["requests"], calls, "{stored}");
+    assert_eq!(stored["items"], 6, "{stored}");
 }

@@ -2,8 +2,11 @@
 //! Modules test the real `memlife` binary on real Lance folders, and the library where a
 //! test needs to reach inside (schema versions, saved SQL on fixtures).
 
+mod check;
 mod cli;
 mod common;
+mod concurrency;
+mod crash;
 mod embed;
 mod import;
 mod llm;

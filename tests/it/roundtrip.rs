@@ -28,6 +28,9 @@ fn export(db: &TestDb, table: &str, filter: &str, format: &str, name: &str) -> S
 #[test]
 fn every_table_round_trips_in_every_format() {
     let source = TestDb::with_dim(4);
+    // Fixtures of every table imported side by side (links to memories of another fixture,
+    // a `running` run row): a round-trip test, not a consistent store.
+    source.skip_final_check();
     let synth = source.path("synth.jsonl");
     let out = memlife(&[
         "synth",
@@ -79,6 +82,8 @@ fn every_table_round_trips_in_every_format() {
         for format in ["jsonl", "json", "csv", "parquet"] {
             let file = export(&source, table, filter, format, &format!("{table}.{format}"));
             let target = TestDb::with_dim(4);
+            // One table alone: its references point into tables not imported here.
+            target.skip_final_check();
             let out = target.run(&["import", "--table", table, &file]);
             assert_eq!(
                 out.status.code(),

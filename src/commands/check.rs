@@ -1,0 +1,274 @@
+//! `memlife check`: verifies the invariants every job must keep, and lists each violation with
+//! the rows that break it (exit 1), or says that all hold (exit 0). Tests run it after every
+//! job that writes, and after every crash-and-rerun; schedulers can run it after a night's
+//! jobs. Each invariant is a query over the tables; a job that adds a table or a reference adds
+//! its invariant here.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+
+use anyhow::Result;
+use arrow::array::RecordBatch;
+use serde::Serialize;
+
+use crate::app::App;
+use crate::exit::ExitStatus;
+use crate::jobs::{JobName, lock};
+use crate::llm::batch;
+use crate::model::encoding::{json_value, parse_timestamp};
+use crate::model::schema::ALL_TABLES;
+use crate::store::sql::{query, session};
+use crate::store::{Store, sql_string, sql_timestamp};
+
+/// Verify the store's invariants: unique keys, no dangling references, applied batches
+/// present, no abandoned runs, archivals audited.
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// Rows shown per violated invariant.
+    #[arg(long, default_value_t = 20)]
+    pub examples: usize,
+}
+
+/// One invariant that does not hold.
+#[derive(Debug, Serialize)]
+pub struct Violation {
+    pub invariant: String,
+    /// How many rows break it.
+    pub rows: u64,
+    /// The first of them, as JSON objects.
+    pub examples: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CheckReport {
+    pub db: String,
+    pub invariants_checked: Vec<String>,
+    pub violations: Vec<Violation>,
+}
+
+impl CheckReport {
+    pub fn holds(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// SQL invariants: a name, and a query returning the rows that break it.
+fn reference_queries() -> Vec<(String, String)> {
+    let mut queries: Vec<(String, String)> = ALL_TABLES
+        .iter()
+        .filter(|spec| !spec.key.is_empty())
+        .map(|spec| {
+            let key = spec.key.join(", ");
+            (
+                format!("{}: one row per key ({key})", spec.name),
+                format!(
+                    "SELECT {key}, COUNT(*) AS copies FROM {} GROUP BY {key} HAVING COUNT(*) > 1",
+                    spec.name
+                ),
+            )
+        })
+        .collect();
+    let references = [
+        (
+            "links: both ends are memories",
+            "SELECT source_id, target_id, link_type FROM links \
+             WHERE source_id NOT IN (SELECT id FROM memories) \
+                OR target_id NOT IN (SELECT id FROM memories)",
+        ),
+        (
+            "memory_entities: the memory exists",
+            "SELECT memory_id, entity_id FROM memory_entities \
+             WHERE memory_id NOT IN (SELECT id FROM memories)",
+        ),
+        (
+            "memory_entities: the entity exists",
+            "SELECT memory_id, entity_id FROM memory_entities \
+             WHERE entity_id NOT IN (SELECT id FROM entities)",
+        ),
+        (
+            "memories: superseded_by is a memory",
+            "SELECT id, superseded_by FROM memories \
+             WHERE superseded_by IS NOT NULL AND superseded_by NOT IN (SELECT id FROM memories)",
+        ),
+        (
+            "memories: consolidates_memory_ids are memories",
+            "SELECT id, member FROM (SELECT id, unnest(consolidates_memory_ids) AS member \
+             FROM memories) WHERE member NOT IN (SELECT id FROM memories)",
+        ),
+    ];
+    queries.extend(
+        references
+            .into_iter()
+            .map(|(name, sql)| (name.to_string(), sql.to_string())),
+    );
+    queries
+}
+
+fn rows_of(batches: &[RecordBatch]) -> Vec<serde_json::Value> {
+    crate::store::json_rows(batches)
+        .into_iter()
+        .map(serde_json::Value::Object)
+        .collect()
+}
+
+fn violation(invariant: &str, rows: Vec<serde_json::Value>, examples: usize) -> Option<Violation> {
+    if rows.is_empty() {
+        return None;
+    }
+    Some(Violation {
+        invariant: invariant.to_string(),
+        rows: rows.len() as u64,
+        examples: rows.into_iter().take(examples).collect(),
+    })
+}
+
+/// Runs every invariant over `store`.
+pub async fn check(store: &Store, examples: usize) -> Result<CheckReport> {
+    let context = session(store).await?;
+    let mut report = CheckReport {
+        db: store.uri().to_string(),
+        invariants_checked: Vec::new(),
+        violations: Vec::new(),
+    };
+    for (name, sql) in reference_queries() {
+        let (_, batches) = query(&context, &sql, &[]).await?;
+        report.invariants_checked.push(name.clone());
+        report
+            .violations
+            .extend(violation(&name, rows_of(&batches), examples));
+    }
+
+    // Every item of an applied batch has its result on record (its audit row, keyed by the
+    // batch and the item).
+    let name = "llm_batches: every applied batch's results are present";
+    report.invariants_checked.push(name.into());
+    let mut missing = Vec::new();
+    for record in batch::load(store, "status = 'applied'").await? {
+        let Some(applier) = JobName::parse(&record.job).and_then(JobName::applier) else {
+            continue;
+        };
+        let expected: Vec<String> = applier.result_keys(&record, &record.items()?);
+        let found = audit_ids_present(store, &expected).await?;
+        missing.extend(
+            expected.iter().filter(|id| !found.contains(*id)).map(
+                |id| serde_json::json!({"batch_key": record.batch_key, "missing_audit_id": id}),
+            ),
+        );
+    }
+    report.violations.extend(violation(name, missing, examples));
+
+    // A run marked running has a live process holding its job's lock.
+    let name = "runs: every running run has a live process";
+    report.invariants_checked.push(name.into());
+    let (_, batches) = query(
+        &context,
+        "SELECT run_id, job, user_id, started_at FROM runs WHERE status = 'running' \
+         ORDER BY started_at",
+        &[],
+    )
+    .await?;
+    let mut orphans = Vec::new();
+    for row in rows_of(&batches) {
+        let job = row["job"].as_str().unwrap_or_default();
+        let user = row["user_id"].as_str();
+        if !lock::is_held(store.uri(), job, user)? {
+            orphans.push(row);
+        }
+    }
+    report.violations.extend(violation(name, orphans, examples));
+
+    // A memory `scores` archived has its archival in the audit log (logged before it
+    // happened). Scores archive at the run's clock, recorded in the run's params.
+    let name = "memories: every archival by a job is audited";
+    report.invariants_checked.push(name.into());
+    let clocks = scores_clocks(&context).await?;
+    if !clocks.is_empty() {
+        let list: Vec<String> = clocks.iter().map(|t| sql_timestamp(*t)).collect();
+        let sql = format!(
+            "SELECT m.id, m.archived_at FROM memories m \
+             LEFT JOIN (SELECT target_id, created_at FROM audit_log WHERE operation = 'ARCHIVE') a \
+               ON a.target_id = m.id AND a.created_at = m.archived_at \
+             WHERE m.state = 'archived' AND m.archived_at IN ({}) AND a.target_id IS NULL",
+            list.join(", ")
+        );
+        let (_, batches) = query(&context, &sql, &[]).await?;
+        report
+            .violations
+            .extend(violation(name, rows_of(&batches), examples));
+    }
+    Ok(report)
+}
+
+/// The clocks (`--now`) of every recorded `scores` run.
+async fn scores_clocks(context: &datafusion::prelude::SessionContext) -> Result<BTreeSet<i64>> {
+    let sql = format!(
+        "SELECT params FROM runs WHERE job = {}",
+        sql_string(JobName::Scores.as_str())
+    );
+    let (_, batches) = query(context, &sql, &[]).await?;
+    let mut clocks = BTreeSet::new();
+    for batch in &batches {
+        for row in 0..batch.num_rows() {
+            let params = json_value(batch.column(0).as_ref(), row);
+            let parsed: serde_json::Value =
+                serde_json::from_str(params.as_str().unwrap_or("{}")).unwrap_or_default();
+            if let Some(now) = parsed["now"].as_str().and_then(parse_timestamp) {
+                clocks.insert(now);
+            }
+        }
+    }
+    Ok(clocks)
+}
+
+async fn audit_ids_present(store: &Store, ids: &[String]) -> Result<BTreeSet<String>> {
+    let mut found = BTreeSet::new();
+    for chunk in ids.chunks(500) {
+        let list: Vec<String> = chunk.iter().map(|id| sql_string(id)).collect();
+        let filter = format!("id IN ({})", list.join(", "));
+        for batch in store
+            .scan_columns("audit_log", Some(&filter), &["id"])
+            .await?
+        {
+            for value in rows_of(&[batch]) {
+                if let Some(id) = value["id"].as_str() {
+                    found.insert(id.to_string());
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+pub async fn run(app: &App, args: &CheckArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    let report = check(app.store().await?, args.examples).await?;
+    if app.json {
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+    } else if report.holds() {
+        writeln!(
+            out,
+            "{}: all {} invariants hold",
+            report.db,
+            report.invariants_checked.len()
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{}: {} of {} invariants violated",
+            report.db,
+            report.violations.len(),
+            report.invariants_checked.len()
+        )?;
+        for v in &report.violations {
+            writeln!(out, "  {} ({} rows)", v.invariant, v.rows)?;
+            for example in &v.examples {
+                writeln!(out, "    {example}")?;
+            }
+        }
+    }
+    Ok(if report.holds() {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure
+    })
+}

@@ -1,0 +1,241 @@
+//! The crash harness: every job that writes is killed (abort, as `kill -9` would) at each of
+//! its named crash points in turn, then run again; the store must pass `memlife check` and
+//! hold exactly what one uninterrupted run leaves (same memories, scores, links; audit rows
+//! not duplicated). A later job joins by adding its scenario to `SCENARIOS`.
+
+use crate::common::{TestDb, memlife_command, stderr, stdout};
+
+/// Two users' memories: near-duplicates and a change for `link`, stale low-salience ones for
+/// `scores` to archive, enough rows for `embed` to commit in several chunks.
+fn memories() -> String {
+    let mut lines = Vec::new();
+    let texts = [
+        "Noor drinks oat milk in her coffee every morning",
+        "Noor now drinks almond milk in her coffee instead of oat milk",
+        "Noor runs along the canal on Saturday mornings",
+        "Noor is training for the Rotterdam half marathon",
+        "Noor works as a structural engineer at a bridge firm",
+        "Noor's sister Lina lives in Utrecht",
+        "Noor switched from Vim to Helix for editing code",
+        "Noor edits code in Vim with a custom colour scheme",
+    ];
+    for (user, days) in [("noor", 0), ("omar", 40)] {
+        for (i, text) in texts.iter().enumerate() {
+            let text = text.replace("Noor", if user == "noor" { "Noor" } else { "Omar" });
+            let day = 1 + days + i * 3;
+            let (salience, state) = if i >= 6 {
+                (0.02, "active")
+            } else {
+                (0.6, "candidate")
+            };
+            lines.push(format!(
+                r#"{{"id":"{user}-{i}","user_id":"{user}","text":"{text}","salience":{salience},"state":"{state}","created_at":"2025-01-{:02}T09:00:00Z"}}"#,
+                day.min(28)
+            ));
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+struct Scenario {
+    name: &'static str,
+    /// Steps that bring a fresh database to where the job starts.
+    setup: &'static [&'static [&'static str]],
+    job: &'static [&'static str],
+    points: &'static [&'static str],
+    /// A count that one clean run makes non-zero: proof the points sit between real writes.
+    witness: &'static str,
+}
+
+const IMPORT: &[&str] = &["import", "{memories}"];
+const EMBED: &[&str] = &["embed", "--embedder", "hash", "--commit-rows", "4"];
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "import",
+        setup: &[],
+        job: IMPORT,
+        points: &[
+            "import.started",
+            "import.mid-write",
+            "import.after-commit",
+            "import.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories",
+    },
+    Scenario {
+        name: "embed",
+        setup: &[IMPORT],
+        job: EMBED,
+        points: &["embed.started", "embed.after-chunk", "embed.finishing"],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE embedding IS NOT NULL",
+    },
+    Scenario {
+        name: "scores",
+        setup: &[IMPORT],
+        job: &["scores", "--now", "2025-09-01T00:00:00Z"],
+        points: &[
+            "scores.started",
+            "scores.after-audit",
+            "scores.after-update",
+            "scores.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'ARCHIVE'",
+    },
+    Scenario {
+        name: "link (online, offline judge)",
+        setup: &[IMPORT, EMBED],
+        job: &["link", "--min-score", "0.2"],
+        points: &["link.started", "link.after-links", "link.finishing"],
+        witness: "SELECT COUNT(*) AS n FROM links",
+    },
+];
+
+fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output {
+    let file = db.path("memories.jsonl");
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("{memories}", &file))
+        .collect();
+    let mut command = memlife_command();
+    command.arg("--db").arg(&db.uri).args(&args);
+    if let Some(point) = fault {
+        command.env(memlife::crash::FAULT_VARIABLE, point);
+    }
+    command.output().expect("memlife runs")
+}
+
+fn prepared(scenario: &Scenario) -> TestDb {
+    let db = TestDb::new();
+    std::fs::write(db.path("memories.jsonl"), memories()).unwrap();
+    for step in scenario.setup {
+        let out = run(&db, step, None);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "setup {step:?}: {}",
+            stderr(&out)
+        );
+    }
+    db
+}
+
+fn query(db: &TestDb, sql: &str) -> String {
+    let out = db.run(&["sql", sql, "--format", "jsonl"]);
+    assert_eq!(out.status.code(), Some(0), "{sql}: {}", stderr(&out));
+    stdout(&out)
+}
+
+/// What a job leaves that must not depend on whether it was interrupted.
+fn state(db: &TestDb) -> String {
+    [
+        "SELECT id, state, tier, ROUND(salience, 6) AS salience, ROUND(importance, 6) AS importance, \
+         archived_at, embedding_model, embedding IS NOT NULL AS embedded FROM memories ORDER BY id",
+        "SELECT source_id, target_id, link_type, confidence FROM links \
+         ORDER BY source_id, target_id, link_type",
+        "SELECT operation, target_id, classification, COUNT(*) AS copies FROM audit_log \
+         GROUP BY operation, target_id, classification ORDER BY operation, target_id, classification",
+        "SELECT job, status, COUNT(*) AS n FROM runs WHERE status != 'abandoned' \
+         GROUP BY job, status ORDER BY job, status",
+    ]
+    .iter()
+    .map(|sql| query(db, sql))
+    .collect::<Vec<_>>()
+    .join("--\n")
+}
+
+fn assert_check_holds(db: &TestDb, context: &str) {
+    let out = db.run(&["--json", "check"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{context}: memlife check: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+#[test]
+fn every_job_killed_at_every_crash_point_converges_on_rerun() {
+    let mut table = Vec::new();
+    for scenario in SCENARIOS {
+        let reference = prepared(scenario);
+        let out = run(&reference, scenario.job, None);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            scenario.name,
+            stderr(&out)
+        );
+        assert_check_holds(&reference, scenario.name);
+        let witness = reference.scalar(scenario.witness);
+        assert_ne!(witness, "0", "{}: {}", scenario.name, scenario.witness);
+        let expected = state(&reference);
+        for point in scenario.points {
+            let db = prepared(scenario);
+            let killed = run(&db, scenario.job, Some(point));
+            assert_eq!(
+                killed.status.code(),
+                None,
+                "{} at {point}: the process must die by a signal: {}",
+                scenario.name,
+                stderr(&killed)
+            );
+            assert!(
+                stderr(&killed).contains(&format!("injected crash at {point}")),
+                "{} never reached {point}: {}",
+                scenario.name,
+                stderr(&killed)
+            );
+            let rerun = run(&db, scenario.job, None);
+            assert_eq!(
+                rerun.status.code(),
+                Some(0),
+                "{} rerun after {point}: {}",
+                scenario.name,
+                stderr(&rerun)
+            );
+            assert_check_holds(&db, &format!("{} after {point}", scenario.name));
+            assert_eq!(
+                state(&db),
+                expected,
+                "{} killed at {point} then rerun differs from one clean run",
+                scenario.name
+            );
+            let abandoned = db.scalar("SELECT COUNT(*) AS n FROM runs WHERE status = 'abandoned'");
+            table.push(format!(
+                "| {} | {point} | killed, rerun exit 0, check holds, tables equal ({} = {witness}) | {abandoned} |",
+                scenario.name, scenario.witness
+            ));
+        }
+    }
+    // RELIABILITY.md's table: `UPDATE_RELIABILITY=1 cargo test --test it crash` rewrites it.
+    let text = format!(
+        "| job | crash point | outcome after rerun | runs marked abandoned |\n| --- | --- | --- | --- |\n{}\n",
+        table.join("\n")
+    );
+    crate::common::replace_marked_section("RELIABILITY.md", "crash-table", &text);
+}
+
+#[test]
+fn check_reports_a_killed_run_until_the_next_run_takes_over() {
+    let scenario = &SCENARIOS[0];
+    let db = prepared(scenario);
+    let killed = run(&db, scenario.job, Some("import.after-commit"));
+    assert_eq!(killed.status.code(), None);
+    let out = db.run(&["--json", "check"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        report["violations"][0]["invariant"], "runs: every running run has a live process",
+        "{report}"
+    );
+    let rerun = run(&db, scenario.job, None);
+    assert_eq!(rerun.status.code(), Some(0), "{}", stderr(&rerun));
+    assert_check_holds(&db, "after the rerun");
+    assert_eq!(
+        query(&db, "SELECT status FROM runs WHERE status = 'abandoned'").trim(),
+        r#"{"status":"abandoned"}"#
+    );
+}
