@@ -45,6 +45,11 @@ pub enum BatchesCommand {
     List,
 }
 
+/// The names these commands' runs carry in `runs.job` (and their locks).
+const POLL: &str = "batches.poll";
+const RETRY: &str = "batches.retry";
+const CLEANUP: &str = "batches.cleanup";
+
 /// The applier of the job that submitted a batch, by the name recorded with it.
 fn applier_of(job: &str) -> Option<Box<dyn Applier>> {
     JobName::parse(job).and_then(JobName::applier)
@@ -69,19 +74,17 @@ pub async fn run(app: &App, args: &BatchesArgs, out: &mut dyn Write) -> Result<E
         BatchesCommand::Poll { lease_secs } => {
             let pending =
                 batch::load(store, "status IN ('submitted', 'ready', 'applying')").await?;
-            let mut report = JobReport::new("batches.poll", &ctx);
+            let mut report = JobReport::new(POLL, &ctx);
             if pending.is_empty() {
+                // A poll killed after its last batch was applied left a `running` row.
+                RunLog::reap_abandoned(&ctx, POLL).await?;
                 report.notes.push("no batch to poll".into());
                 report.print(json, out)?;
                 return Ok(ExitStatus::Success);
             }
             let llm = providers(config)?;
-            let log = RunLog::start(
-                &ctx,
-                "batches.poll",
-                &serde_json::json!({"lease_secs": lease_secs}),
-            )
-            .await?;
+            let log =
+                RunLog::start(&ctx, POLL, &serde_json::json!({"lease_secs": lease_secs})).await?;
             let options = PollOptions {
                 lease_secs: lease_secs.unwrap_or(config.llm.apply_lease_secs),
             };
@@ -122,11 +125,11 @@ pub async fn run(app: &App, args: &BatchesArgs, out: &mut dyn Write) -> Result<E
             let llm = providers(config)?;
             let log = RunLog::start(
                 &ctx,
-                "batches.retry",
+                RETRY,
                 &serde_json::json!({"stuck_after_secs": stuck_after_secs}),
             )
             .await?;
-            let mut report = JobReport::new("batches.retry", &ctx);
+            let mut report = JobReport::new(RETRY, &ctx);
             let resubmitted = batch::retry(store, &llm, stuck_after_secs).await?;
             report.count("resubmitted", resubmitted.len() as u64);
             for r in &resubmitted {
@@ -150,13 +153,9 @@ pub async fn run(app: &App, args: &BatchesArgs, out: &mut dyn Write) -> Result<E
         }
         BatchesCommand::Cleanup { older_than_days } => {
             let days = older_than_days.unwrap_or(config.llm.batch_retention_days);
-            let log = RunLog::start(
-                &ctx,
-                "batches.cleanup",
-                &serde_json::json!({"older_than_days": days}),
-            )
-            .await?;
-            let mut report = JobReport::new("batches.cleanup", &ctx);
+            let log =
+                RunLog::start(&ctx, CLEANUP, &serde_json::json!({"older_than_days": days})).await?;
+            let mut report = JobReport::new(CLEANUP, &ctx);
             let llm = if config.roles.is_empty() {
                 Llm::new(config, &LlmArgs::default())?
             } else {

@@ -334,9 +334,43 @@ impl RunLog {
         Ok(log)
     }
 
+    /// For a job run that finds nothing to do and writes no run row of its own (an idle
+    /// `batches poll`): marks killed runs of the job `abandoned` all the same, if no other
+    /// process holds the job's lock. Returns how many were marked.
+    pub async fn reap_abandoned(ctx: &JobCtx<'_>, job: &str) -> Result<u64> {
+        if ctx.dry_run {
+            return Ok(0);
+        }
+        let running = format!(
+            "job = {} AND status = 'running'",
+            crate::store::sql_string(job)
+        );
+        if ctx.store.count_rows(RUNS.name, Some(&running)).await? == 0 {
+            return Ok(0);
+        }
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let Ok(lock) = lock::acquire(ctx.store.uri(), job, ctx.user.as_deref(), &run_id) else {
+            // Another process runs the job: its runs are alive.
+            return Ok(0);
+        };
+        let log = RunLog {
+            run_id,
+            job: job.to_string(),
+            params: String::new(),
+            started: Instant::now(),
+            started_at: Utc::now().timestamp_micros(),
+            lock: Some(lock),
+        };
+        let marked = log.abandon_earlier_runs(ctx).await?;
+        if let Some(lock) = log.lock {
+            lock.release();
+        }
+        Ok(marked)
+    }
+
     /// Runs of this job and scope still marked `running`: no process can be running them now
     /// (this one holds the lock), so they were killed. They are marked `abandoned`.
-    async fn abandon_earlier_runs(&self, ctx: &JobCtx<'_>) -> Result<()> {
+    async fn abandon_earlier_runs(&self, ctx: &JobCtx<'_>) -> Result<u64> {
         let mut predicate = format!(
             "job = {} AND status = 'running'",
             crate::store::sql_string(&self.job)
@@ -348,7 +382,7 @@ impl RunLog {
             ));
         }
         if ctx.store.count_rows(RUNS.name, Some(&predicate)).await? == 0 {
-            return Ok(());
+            return Ok(0);
         }
         let took_over = self
             .lock
@@ -360,7 +394,8 @@ impl RunLog {
             "abandoned: its process ended without finishing{took_over}; run {} took over",
             self.run_id
         );
-        ctx.store
+        let marked = ctx
+            .store
             .update_where(
                 RUNS.name,
                 &predicate,
@@ -375,7 +410,7 @@ impl RunLog {
             )
             .await?;
         tracing::warn!(job = %self.job, "marked earlier running runs abandoned{took_over}");
-        Ok(())
+        Ok(marked)
     }
 
     pub fn run_id(&self) -> &str {

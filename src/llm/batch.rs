@@ -723,8 +723,8 @@ pub async fn cleanup(
     let audit: Vec<AuditRow> = records
         .iter()
         .map(|r| {
-            let key = format!("{run_id}|{}", r.batch_key);
-            let mut row = AuditRow::new(run_id, "BATCH_CLEANUP", &key, now);
+            // Keyed by the batch alone: a record is removed once, however many runs it takes.
+            let mut row = AuditRow::new(run_id, "BATCH_CLEANUP", &r.batch_key, now);
             row.user_id = r.user_id.clone();
             row.target_id = Some(r.batch_key.clone());
             row.classification = Some(r.status.clone());

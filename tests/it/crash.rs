@@ -91,11 +91,67 @@ const SCENARIOS: &[Scenario] = &[
     },
 ];
 
+const BATCH_SUBMIT: &[&str] = &[
+    "--config",
+    "{config}",
+    "link",
+    "--llm",
+    "providers",
+    "--mode",
+    "batch",
+    "--min-score",
+    "0.2",
+];
+const POLL: &[&str] = &[
+    "--config",
+    "{config}",
+    "batches",
+    "poll",
+    "--lease-secs",
+    "0",
+];
+
+/// The Batch API path through `memlife mock-llm`: submission, then the poll that applies
+/// (a poll killed after its claim is taken over at once: `--lease-secs 0`), then cleanup.
+const BATCH_SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "batches poll",
+        setup: &[IMPORT, EMBED, BATCH_SUBMIT],
+        job: POLL,
+        points: &[
+            "batches.poll.started",
+            "batches.poll.after-download",
+            "batches.poll.after-apply",
+            "batches.poll.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'LINK'",
+    },
+    Scenario {
+        name: "batches cleanup",
+        setup: &[IMPORT, EMBED, BATCH_SUBMIT, POLL],
+        job: &[
+            "--config",
+            "{config}",
+            "batches",
+            "cleanup",
+            "--older-than-days",
+            "0",
+        ],
+        points: &[
+            "batches.cleanup.started",
+            "batches.cleanup.after-audit",
+            "batches.cleanup.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'BATCH_CLEANUP'",
+    },
+];
+
 fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output {
     let file = db.path("memories.jsonl");
+    let config = db.path("memlife.toml");
     let args: Vec<String> = args
         .iter()
-        .map(|a| a.replace("{memories}", &file))
+        .map(|a| a.replace("{memories}", &file).replace("{config}", &config))
         .collect();
     let mut command = memlife_command();
     command.arg("--db").arg(&db.uri).args(&args);
@@ -105,9 +161,14 @@ fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output 
     command.output().expect("memlife runs")
 }
 
-fn prepared(scenario: &Scenario) -> TestDb {
+fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     let db = TestDb::new();
     std::fs::write(db.path("memories.jsonl"), memories()).unwrap();
+    if let Some(url) = mock_url {
+        let provider = crate::llm::mock_provider("mock", url, "");
+        let config = format!("{provider}\n[roles]\nfast = [\"mock\"]\n");
+        std::fs::write(db.path("memlife.toml"), config).unwrap();
+    }
     for step in scenario.setup {
         let out = run(&db, step, None);
         assert_eq!(
@@ -126,17 +187,19 @@ fn query(db: &TestDb, sql: &str) -> String {
     stdout(&out)
 }
 
-/// What a job leaves that must not depend on whether it was interrupted.
+/// What a job leaves that must not depend on whether it was interrupted. (The `runs` log is
+/// not compared: a killed run is recorded as `abandoned`, which `check` verifies.)
 fn state(db: &TestDb) -> String {
     [
         "SELECT id, state, tier, ROUND(salience, 6) AS salience, ROUND(importance, 6) AS importance, \
          archived_at, embedding_model, embedding IS NOT NULL AS embedded FROM memories ORDER BY id",
         "SELECT source_id, target_id, link_type, confidence FROM links \
          ORDER BY source_id, target_id, link_type",
-        "SELECT operation, target_id, classification, COUNT(*) AS copies FROM audit_log \
-         GROUP BY operation, target_id, classification ORDER BY operation, target_id, classification",
-        "SELECT job, status, COUNT(*) AS n FROM runs WHERE status != 'abandoned' \
-         GROUP BY job, status ORDER BY job, status",
+        // Batch keys are random per database: a cleanup row is compared by its count.
+        "SELECT operation, CASE WHEN operation = 'BATCH_CLEANUP' THEN 'a batch' ELSE target_id END \
+         AS target, classification, COUNT(*) AS copies FROM audit_log \
+         GROUP BY operation, target, classification ORDER BY operation, target, classification",
+        "SELECT status, request_count, attempts FROM llm_batches ORDER BY status, request_count",
     ]
     .iter()
     .map(|sql| query(db, sql))
@@ -157,9 +220,14 @@ fn assert_check_holds(db: &TestDb, context: &str) {
 
 #[test]
 fn every_job_killed_at_every_crash_point_converges_on_rerun() {
+    let mock = crate::llm::Mock::start(&[]);
     let mut table = Vec::new();
-    for scenario in SCENARIOS {
-        let reference = prepared(scenario);
+    let all = SCENARIOS
+        .iter()
+        .map(|s| (s, None))
+        .chain(BATCH_SCENARIOS.iter().map(|s| (s, Some(mock.url.as_str()))));
+    for (scenario, mock_url) in all {
+        let reference = prepared(scenario, mock_url);
         let out = run(&reference, scenario.job, None);
         assert_eq!(
             out.status.code(),
@@ -173,7 +241,7 @@ fn every_job_killed_at_every_crash_point_converges_on_rerun() {
         assert_ne!(witness, "0", "{}: {}", scenario.name, scenario.witness);
         let expected = state(&reference);
         for point in scenario.points {
-            let db = prepared(scenario);
+            let db = prepared(scenario, mock_url);
             let killed = run(&db, scenario.job, Some(point));
             assert_eq!(
                 killed.status.code(),
@@ -221,7 +289,7 @@ fn every_job_killed_at_every_crash_point_converges_on_rerun() {
 #[test]
 fn check_reports_a_killed_run_until_the_next_run_takes_over() {
     let scenario = &SCENARIOS[0];
-    let db = prepared(scenario);
+    let db = prepared(scenario, None);
     let killed = run(&db, scenario.job, Some("import.after-commit"));
     assert_eq!(killed.status.code(), None);
     let out = db.run(&["--json", "check"]);

@@ -12,13 +12,13 @@ use crate::common::{TestDb, stderr, stdout};
 use crate::reports::redact;
 
 /// A mock server process, killed when dropped.
-struct Mock {
+pub struct Mock {
     child: Child,
-    url: String,
+    pub url: String,
 }
 
 impl Mock {
-    fn start(extra: &[&str]) -> Mock {
+    pub fn start(extra: &[&str]) -> Mock {
         let mut child = crate::common::memlife_command()
             .args(["mock-llm", "--port", "0"])
             .args(extra)
@@ -109,7 +109,7 @@ fn write_config(db: &TestDb, providers: &str, roles: &str) -> String {
     path
 }
 
-fn mock_provider(name: &str, url: &str, extra: &str) -> String {
+pub fn mock_provider(name: &str, url: &str, extra: &str) -> String {
     format!(
         "[providers.{name}]\nbase_url = \"{url}\"\nmodel = \"mock-model\"\nbatch = true\ninitial_backoff_secs = 0.01\n\
          input_price_per_million = 1.0\noutput_price_per_million = 2.0\n{extra}\n"
