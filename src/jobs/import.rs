@@ -208,6 +208,8 @@ struct ImportReader {
     receiver: Receiver<Result<RecordBatch, ArrowError>>,
     pending: Option<RecordBatch>,
     finished: bool,
+    /// Batches handed to Lance so far.
+    handed: u64,
 }
 
 /// Starts the producer; join the handle before reading the tally.
@@ -262,6 +264,7 @@ fn spawn_producer(
         receiver,
         pending: None,
         finished: false,
+        handed: 0,
     };
     (reader, handle)
 }
@@ -303,8 +306,15 @@ impl Iterator for ImportReader {
 
     fn next(&mut self) -> Option<Self::Item> {
         let batch = self.next_batch();
-        if batch.is_some() {
-            // Lance has files of this write on disk, and no commit yet.
+        // When Lance asks for a second batch (or, for a one-batch import, learns the stream
+        // has ended), it holds the first and is writing this import's files, and nothing is
+        // committed: a kill here is a kill mid-write.
+        match batch {
+            Some(_) => self.handed += 1,
+            None if self.handed == 1 => crate::crash::point("import.mid-write"),
+            None => {}
+        }
+        if self.handed == 2 && batch.is_some() {
             crate::crash::point("import.mid-write");
         }
         batch
