@@ -680,11 +680,15 @@ pub async fn retry(store: &Store, llm: &Llm, stuck_after_secs: u64) -> Result<Ve
         {
             continue;
         }
+        crate::crash::point("batches.retry.after-take");
         let items = record.items()?;
         record.attempts += 1;
         let old_input = record.input_file_id.clone();
         match send(llm, &mut record, &items).await {
             Ok(()) => {
+                // A crash here leaves a remote batch nobody records: the record stays
+                // `submitting` and the next retry sends it again (paid twice, applied once).
+                crate::crash::point("batches.retry.after-send");
                 save(store, &record).await?;
                 // The failed attempt's upload is of no further use (best effort).
                 if let (Some(old), Ok(provider)) = (old_input, llm.provider(&record.provider)) {

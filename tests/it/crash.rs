@@ -111,9 +111,38 @@ const POLL: &[&str] = &[
     "0",
 ];
 
+/// `batches retry` against a mock whose batches all fail: the retried batch is resubmitted
+/// (and fails again remotely, which the next poll would see).
+const RETRY_SCENARIOS: &[Scenario] = &[Scenario {
+    name: "batches retry",
+    setup: &[IMPORT, EMBED, BATCH_SUBMIT, POLL],
+    job: &[
+        "--config",
+        "{config}",
+        "batches",
+        "retry",
+        "--stuck-after-secs",
+        "0",
+    ],
+    points: &[
+        "batches.retry.started",
+        "batches.retry.after-take",
+        "batches.retry.after-send",
+        "batches.retry.finishing",
+    ],
+    witness: "SELECT COUNT(*) AS n FROM llm_batches WHERE attempts = 2",
+}];
+
 /// The Batch API path through `memlife mock-llm`: submission, then the poll that applies
 /// (a poll killed after its claim is taken over at once: `--lease-secs 0`), then cleanup.
 const BATCH_SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "link (batch submission)",
+        setup: &[IMPORT, EMBED],
+        job: BATCH_SUBMIT,
+        points: &["link.started", "link.finishing"],
+        witness: "SELECT COUNT(*) AS n FROM llm_batches WHERE status = 'submitted'",
+    },
     Scenario {
         name: "batches poll",
         setup: &[IMPORT, EMBED, BATCH_SUBMIT],
@@ -221,11 +250,17 @@ fn assert_check_holds(db: &TestDb, context: &str) {
 #[test]
 fn every_job_killed_at_every_crash_point_converges_on_rerun() {
     let mock = crate::llm::Mock::start(&[]);
+    let failing = crate::llm::Mock::start(&["--fail-batches", "1000000"]);
     let mut table = Vec::new();
     let all = SCENARIOS
         .iter()
         .map(|s| (s, None))
-        .chain(BATCH_SCENARIOS.iter().map(|s| (s, Some(mock.url.as_str()))));
+        .chain(BATCH_SCENARIOS.iter().map(|s| (s, Some(mock.url.as_str()))))
+        .chain(
+            RETRY_SCENARIOS
+                .iter()
+                .map(|s| (s, Some(failing.url.as_str()))),
+        );
     for (scenario, mock_url) in all {
         let reference = prepared(scenario, mock_url);
         let out = run(&reference, scenario.job, None);
