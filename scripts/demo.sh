@@ -9,19 +9,9 @@ bash scripts/setup.sh
 bash scripts/fetch-model.sh
 cargo build --bin memlife
 bin="${CARGO_TARGET_DIR:-target}/debug/memlife"
-# The demo's own folder, whatever MEMLIFE_DB says: it deletes only a folder it made itself
-# (marked with .memlife-demo), and refuses to touch anything else at that path.
+# The demo's own folder, whatever MEMLIFE_DB says; it deletes only a folder it made itself.
 db="./memlife-demo.db"
-if [ -e "$db" ]; then
-    if [ -f "$db/.memlife-demo" ]; then
-        rm -rf "$db"
-    else
-        echo "error: $db exists and was not made by this demo; move it away or remove it yourself" >&2
-        exit 2
-    fi
-fi
-mkdir -p "$db"
-touch "$db/.memlife-demo"
+bash scripts/demo-folder.sh "$db"
 "$bin" --db "$db" init
 "$bin" --db "$db" import data/sample.jsonl
 "$bin" --db "$db" embed

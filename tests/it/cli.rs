@@ -247,3 +247,35 @@ fn init_and_sql_work_beside_a_broken_config_that_jobs_refuse() {
     let out = run(&["--db", "db", "sql", "SELECT COUNT(*) AS n FROM runs"]);
     assert!(stdout(&out).contains("| 0 "), "{}", stdout(&out));
 }
+
+#[test]
+fn the_demo_never_deletes_a_folder_it_did_not_make() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/demo-folder.sh");
+    let folder = |name: &str| dir.path().join(name);
+    let run = |path: &std::path::Path| {
+        std::process::Command::new("bash")
+            .arg(&script)
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+    // Somebody's database at the demo's path: refused, untouched.
+    std::fs::create_dir_all(folder("theirs.db/memories.lance")).unwrap();
+    std::fs::write(folder("theirs.db/memories.lance/data"), "precious").unwrap();
+    let out = run(&folder("theirs.db"));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("was not made by the demo"));
+    assert_eq!(
+        std::fs::read_to_string(folder("theirs.db/memories.lance/data")).unwrap(),
+        "precious"
+    );
+    // Its own folder from an earlier run: made anew.
+    let out = run(&folder("demo.db"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::fs::write(folder("demo.db/leftover"), "old run").unwrap();
+    let out = run(&folder("demo.db"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!folder("demo.db/leftover").exists());
+    assert!(folder("demo.db/.memlife-demo").exists());
+}

@@ -514,3 +514,20 @@ fn one_poll_applying_two_batches_counts_each_call_once() {
     assert_eq!(stored["providers"]["mock"]["requests"], calls, "{stored}");
     assert_eq!(stored["items"], 6, "{stored}");
 }
+
+#[test]
+fn a_second_batch_submission_before_the_poll_sends_nothing_again() {
+    let db = db_with_memories(3);
+    let mock = Mock::start(&[]);
+    let config = single_mock_config(&db, &mock);
+    let (code, first, err) = link(&db, &config, &["--mode", "batch"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(first["counts"]["items_submitted"], 3, "{first}");
+    // The pairs wait in a submitted batch: a second run (cron fired twice, a manual rerun)
+    // must not pay for them again.
+    let (code, second, err) = link(&db, &config, &["--mode", "batch"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(second["counts"]["pairs_to_judge"], 0, "{second}");
+    assert_eq!(mock.stats()["batches_created"], 1);
+    assert_eq!(db.count("llm_batches"), 1);
+}
