@@ -30,7 +30,8 @@ impl From<ExitStatus> for ExitCode {
     }
 }
 
-/// The status of a finished command: success, unless its outcome says otherwise.
+/// The status of a command that ended in `error`: an error (2), except a closed stdout pipe
+/// (`memlife sql ... | head`), which is success.
 pub fn for_error(error: &anyhow::Error) -> ExitStatus {
     let broken_pipe = error.chain().any(|cause| {
         cause

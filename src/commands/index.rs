@@ -158,16 +158,20 @@ pub async fn run(app: &App, args: &IndexArgs, out: &mut dyn Write) -> Result<Exi
     let mut hits = 0usize;
     let mut expected = 0usize;
     let mut query_time = 0.0;
+    // Each sampled user's vectors, gathered once (a store may be one user with every vector).
+    let mut data_of_user: BTreeMap<&str, Vec<f32>> = BTreeMap::new();
     for &row in &sample {
         let user = users[row].as_str();
         let user_rows = &rows_of_user[user];
-        let user_data: Vec<f32> = user_rows
-            .iter()
-            .flat_map(|&r| data[r * dim..(r + 1) * dim].iter().copied())
-            .collect();
+        let user_data = data_of_user.entry(user).or_insert_with(|| {
+            user_rows
+                .iter()
+                .flat_map(|&r| data[r * dim..(r + 1) * dim].iter().copied())
+                .collect()
+        });
         let position = user_rows.iter().position(|&r| r == row).unwrap_or(0) as u32;
         let query = &data[row * dim..(row + 1) * dim];
-        let exact = top_k(query, &user_data, dim, args.k, SelfMatch::Rows(&[position]))
+        let exact = top_k(query, user_data, dim, args.k, SelfMatch::Rows(&[position]))
             .into_iter()
             .next()
             .unwrap_or_default();

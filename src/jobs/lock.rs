@@ -59,7 +59,7 @@ fn scope_text(user: &Option<String>) -> String {
 
 /// A held lock; released when dropped (or when the process dies).
 pub struct JobLock {
-    _files: Vec<File>,
+    files: Vec<File>,
     /// The owner recorded by the process that held the lock before, if it did not release it
     /// cleanly (it was killed): its runs are abandoned.
     pub took_over: Option<LockOwner>,
@@ -168,7 +168,7 @@ pub fn acquire(
             let took_over = read_owner(&mut job_file);
             write_owner(&mut job_file, Some(&owner), &job_file_path)?;
             Ok(JobLock {
-                _files: vec![job_file],
+                files: vec![job_file],
                 took_over,
             })
         }
@@ -189,7 +189,7 @@ pub fn acquire(
             let took_over = read_owner(&mut user_file);
             write_owner(&mut user_file, Some(&owner), &user_file_path)?;
             Ok(JobLock {
-                _files: vec![job_file, user_file],
+                files: vec![job_file, user_file],
                 took_over,
             })
         }
@@ -200,7 +200,7 @@ impl JobLock {
     /// Clears the owner record before the lock is released, so the next holder knows the run
     /// ended cleanly. (A killed process never gets here: its record stays for the next one.)
     pub fn release(mut self) {
-        if let Some(file) = self._files.last_mut() {
+        if let Some(file) = self.files.last_mut() {
             let _ = file.set_len(0);
         }
     }

@@ -327,7 +327,9 @@ impl RunLog {
             lock,
         };
         if !ctx.dry_run {
-            log.abandon_earlier_runs(ctx).await?;
+            if let Some(lock) = &log.lock {
+                abandon_killed_runs(ctx, job, &log.run_id, lock).await?;
+            }
             log.write(ctx, None).await?;
             crate::crash::point(&format!("{job}.started"));
         }
@@ -341,75 +343,13 @@ impl RunLog {
         if ctx.dry_run {
             return Ok(0);
         }
-        let running = format!(
-            "job = {} AND status = 'running'",
-            crate::store::sql_string(job)
-        );
-        if ctx.store.count_rows(RUNS.name, Some(&running)).await? == 0 {
-            return Ok(0);
-        }
         let run_id = uuid::Uuid::new_v4().to_string();
         let Ok(lock) = lock::acquire(ctx.store.uri(), job, ctx.user.as_deref(), &run_id) else {
             // Another process runs the job: its runs are alive.
             return Ok(0);
         };
-        let log = RunLog {
-            run_id,
-            job: job.to_string(),
-            params: String::new(),
-            started: Instant::now(),
-            started_at: Utc::now().timestamp_micros(),
-            lock: Some(lock),
-        };
-        let marked = log.abandon_earlier_runs(ctx).await?;
-        if let Some(lock) = log.lock {
-            lock.release();
-        }
-        Ok(marked)
-    }
-
-    /// Runs of this job and scope still marked `running`: no process can be running them now
-    /// (this one holds the lock), so they were killed. They are marked `abandoned`.
-    async fn abandon_earlier_runs(&self, ctx: &JobCtx<'_>) -> Result<u64> {
-        let mut predicate = format!(
-            "job = {} AND status = 'running'",
-            crate::store::sql_string(&self.job)
-        );
-        if let Some(user) = &ctx.user {
-            predicate.push_str(&format!(
-                " AND user_id = {}",
-                crate::store::sql_string(user)
-            ));
-        }
-        if ctx.store.count_rows(RUNS.name, Some(&predicate)).await? == 0 {
-            return Ok(0);
-        }
-        let took_over = self
-            .lock
-            .as_ref()
-            .and_then(|l| l.took_over.as_ref())
-            .map(|o| format!(" (pid {} on {})", o.pid, o.host))
-            .unwrap_or_default();
-        let message = format!(
-            "abandoned: its process ended without finishing{took_over}; run {} took over",
-            self.run_id
-        );
-        let marked = ctx
-            .store
-            .update_where(
-                RUNS.name,
-                &predicate,
-                &[
-                    ("status", "'abandoned'".to_string()),
-                    ("error", crate::store::sql_string(&message)),
-                    (
-                        "finished_at",
-                        crate::store::sql_timestamp(Utc::now().timestamp_micros()),
-                    ),
-                ],
-            )
-            .await?;
-        tracing::warn!(job = %self.job, "marked earlier running runs abandoned{took_over}");
+        let marked = abandon_killed_runs(ctx, job, &run_id, &lock).await?;
+        lock.release();
         Ok(marked)
     }
 
@@ -469,4 +409,53 @@ impl RunLog {
         ctx.store.upsert_batch(&RUNS, builder.finish()?).await?;
         Ok(())
     }
+}
+
+/// Runs of `job` in the context's scope still marked `running` while `lock` (taken by run
+/// `by_run`) is held: no process can be running them, so they were killed. They are marked
+/// `abandoned`, naming the killed process when the lock's owner record names it.
+async fn abandon_killed_runs(
+    ctx: &JobCtx<'_>,
+    job: &str,
+    by_run: &str,
+    lock: &lock::JobLock,
+) -> Result<u64> {
+    let mut predicate = format!(
+        "job = {} AND status = 'running'",
+        crate::store::sql_string(job)
+    );
+    if let Some(user) = &ctx.user {
+        predicate.push_str(&format!(
+            " AND user_id = {}",
+            crate::store::sql_string(user)
+        ));
+    }
+    if ctx.store.count_rows(RUNS.name, Some(&predicate)).await? == 0 {
+        return Ok(0);
+    }
+    let took_over = lock
+        .took_over
+        .as_ref()
+        .map(|o| format!(" (pid {} on {})", o.pid, o.host))
+        .unwrap_or_default();
+    let message = format!(
+        "abandoned: its process ended without finishing{took_over}; run {by_run} took over"
+    );
+    let marked = ctx
+        .store
+        .update_where(
+            RUNS.name,
+            &predicate,
+            &[
+                ("status", "'abandoned'".to_string()),
+                ("error", crate::store::sql_string(&message)),
+                (
+                    "finished_at",
+                    crate::store::sql_timestamp(Utc::now().timestamp_micros()),
+                ),
+            ],
+        )
+        .await?;
+    tracing::warn!(job, "marked earlier running runs abandoned{took_over}");
+    Ok(marked)
 }

@@ -378,13 +378,30 @@ async fn clean_notes(ctx: &JobCtx<'_>, now: i64) -> Result<(u64, u64)> {
 /// that was killed between its audit append and its score update logged them.
 async fn archivals_logged_at(
     ctx: &JobCtx<'_>,
+    run_id: &str,
     now: i64,
 ) -> Result<std::collections::HashSet<String>> {
+    let mut logged = std::collections::HashSet::new();
+    // Only an earlier run at this very clock can have logged them: look in the small runs
+    // table first, and scan the audit log (which grows with every archival) only then.
+    let same_clock = format!(
+        "job = {} AND run_id != {} AND params LIKE {}",
+        crate::store::sql_string(JobName::Scores.as_str()),
+        crate::store::sql_string(run_id),
+        crate::store::sql_string(&format!("%\"now\":\"{}\"%", format_timestamp(now)))
+    );
+    if ctx
+        .store
+        .count_rows(crate::model::schema::RUNS.name, Some(&same_clock))
+        .await?
+        == 0
+    {
+        return Ok(logged);
+    }
     let filter = format!(
         "operation = 'ARCHIVE' AND created_at = {}",
         crate::store::sql_timestamp(now)
     );
-    let mut logged = std::collections::HashSet::new();
     for batch in ctx
         .store
         .scan_columns(
@@ -486,7 +503,7 @@ pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
     }
     if !ctx.dry_run {
         // Archivals are logged before they happen.
-        let logged = archivals_logged_at(ctx, now).await?;
+        let logged = archivals_logged_at(ctx, log.run_id(), now).await?;
         archived.retain(|(id, ..)| !logged.contains(id));
         let audit = archive_audit_rows(log.run_id(), now, &archived, params);
         ctx.store.append_audit(&audit).await?;
