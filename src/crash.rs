@@ -32,8 +32,18 @@ pub fn point(point: &str) {
         eprintln!("memlife: paused at {point}");
         // Bounded: a test that forgets to release does not leave a process behind for long.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        while !release.exists() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
+        let wait = || {
+            while !release.exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        };
+        // The process's background tasks (a claim's renewal) go on while it waits, as they
+        // would while a slow step ran: the runtime moves them off this thread.
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(wait)
+            }
+            _ => wait(),
         }
     }
 }

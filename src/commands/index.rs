@@ -3,7 +3,7 @@
 //! accuracy: recall@k of indexed search (with exact re-ranking of `refine_factor * k`
 //! candidates) against exact search, on a sample of the memories themselves as queries.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Instant;
 
@@ -13,7 +13,7 @@ use arrow::datatypes::Float32Type;
 
 use crate::app::App;
 use crate::exit::ExitStatus;
-use crate::logic::similarity::{SelfMatch, top_k};
+use crate::logic::similarity::{SelfMatch, recall_hits, top_k};
 use crate::store::index::{IndexedSearch, VectorIndex};
 use crate::store::sql_string;
 
@@ -189,18 +189,13 @@ pub async fn run(app: &App, args: &IndexArgs, out: &mut dyn Write) -> Result<Exi
             )
             .await?;
         query_time += started.elapsed().as_secs_f64();
-        // The query finds itself first; it is not one of its neighbours.
-        let found: HashSet<&str> = found_ids
+        let found: Vec<&str> = found_ids.iter().map(String::as_str).collect();
+        let exact: Vec<&str> = exact
             .iter()
-            .map(String::as_str)
-            .filter(|id| *id != ids[row])
-            .take(args.k)
+            .map(|n| ids[user_rows[n.index as usize]].as_str())
             .collect();
         expected += exact.len();
-        hits += exact
-            .iter()
-            .filter(|n| found.contains(ids[user_rows[n.index as usize]].as_str()))
-            .count();
+        hits += recall_hits(&ids[row], &exact, &found, args.k);
     }
     let report = IndexReport {
         kind: args.kind,

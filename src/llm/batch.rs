@@ -132,6 +132,69 @@ async fn transition(
     }
 }
 
+/// Moves this poller's claim on `key` forward to now, if the claim is still its own.
+async fn renew_claim(store: &Store, key: &str, token: &str) -> Result<bool> {
+    transition(
+        store,
+        key,
+        &format!(
+            "status = 'applying' AND claim_token = {}",
+            sql_string(token)
+        ),
+        &[("claimed_at", Some(now_text()))],
+    )
+    .await
+}
+
+/// Renews a claim in the background every third of the lease until dropped, and notes
+/// when the claim has been taken over (the record holds another token), so the applier
+/// stops before it writes a result twice.
+struct ClaimKeeper {
+    lost: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ClaimKeeper {
+    fn start(store: Store, key: String, token: String, lease_secs: u64) -> ClaimKeeper {
+        let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let every = std::time::Duration::from_millis((lease_secs * 1000 / 3).max(100));
+        let flag = lost.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match renew_claim(&store, &key, &token).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // Lost a commit race, or lost the claim: only the stored token says.
+                        let ours = load(&store, &format!("batch_key = {}", sql_string(&key)))
+                            .await
+                            .ok()
+                            .and_then(|r| r.into_iter().next())
+                            .is_some_and(|r| r.claim_token.as_deref() == Some(token.as_str()));
+                        if !ours {
+                            tracing::warn!(batch = %key, "claim taken over by another poller");
+                            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::warn!(batch = %key, "renewing the claim failed: {e:#}"),
+                }
+            }
+        });
+        ClaimKeeper { lost, task }
+    }
+
+    fn lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for ClaimKeeper {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 fn now_text() -> String {
     format_timestamp(Utc::now().timestamp_micros())
 }
@@ -478,7 +541,7 @@ pub async fn poll(
         stale.trim_end_matches('Z')
     );
     for record in load(store, &filter).await? {
-        match apply_one(store, llm, appliers, record, &stale).await {
+        match apply_one(store, llm, appliers, record, &stale, options.lease_secs).await {
             Ok(Some(applied)) => {
                 report.applied += 1;
                 report.items_applied += applied.items;
@@ -541,6 +604,7 @@ async fn apply_one(
     appliers: &dyn Fn(&str) -> Option<Box<dyn Applier>>,
     record: BatchRecord,
     stale: &str,
+    lease_secs: u64,
 ) -> Result<Option<Applied>> {
     // This batch's share of the provider calls the poll makes (it may apply several).
     let calls_before = llm.usage(&[]);
@@ -548,6 +612,7 @@ async fn apply_one(
     let applier = appliers(record.job.as_str())
         .ok_or_else(|| anyhow!("batch {key}: no job named {} applies batches", record.job))?;
     // Claim: a conditional update that only one poller can win.
+    crate::crash::point("batches.poll.before-claim");
     let token = uuid::Uuid::new_v4().to_string();
     let condition = format!(
         "status = 'ready' OR (status = 'applying' AND claimed_at <= TIMESTAMP '{}')",
@@ -583,19 +648,15 @@ async fn apply_one(
     // An invalid reply is not asked again here: a re-apply after a crash could get another
     // answer and apply both. It stays a recorded failure (safe default), and the job's next
     // run judges that item again.
-    // The claim is renewed before the writes, so a long download does not let another
-    // poller take the batch over while this one applies it.
-    let renewed = transition(
-        store,
-        &key,
-        &format!(
-            "status = 'applying' AND claim_token = {}",
-            sql_string(&token)
-        ),
-        &[("claimed_at", Some(now_text()))],
-    )
-    .await?;
-    if !renewed {
+    // The claim is renewed before the writes, and every third of the lease while they run,
+    // so neither a long download nor a long apply lets another poller (on another host, whose
+    // job lock does not see ours) take the batch over while this one applies it.
+    if !renew_claim(store, &key, &token).await? {
+        return Ok(None);
+    }
+    let keeper = ClaimKeeper::start(store.clone(), key.clone(), token.clone(), lease_secs);
+    crate::crash::point("batches.poll.applying");
+    if keeper.lost() {
         return Ok(None);
     }
     for o in outcomes
@@ -606,6 +667,7 @@ async fn apply_one(
     }
     let counts = applier.apply(store, &record, &items, &outcomes).await?;
     crate::crash::point("batches.poll.after-apply");
+    drop(keeper);
     let failed = outcomes.iter().filter(|o| o.failure.is_some()).count() as u64;
     let mut usage = llm.usage(&[]).since(&calls_before);
     usage.mode = "batch".into();

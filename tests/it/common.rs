@@ -137,11 +137,17 @@ pub struct Paused {
 impl Paused {
     /// Starts `memlife ARGS` and waits until it reaches `point`.
     pub fn start(db: &TestDb, args: &[&str], point: &str) -> Paused {
+        let mut command = memlife_command();
+        command.arg("--db").arg(&db.uri).args(args);
+        Paused::spawn(db, command, point)
+    }
+
+    /// Starts `command` (a `memlife` command with its arguments and environment) and waits
+    /// until it reaches `point`.
+    pub fn spawn(db: &TestDb, mut command: Command, point: &str) -> Paused {
         let release = db.dir.path().join(format!("release-{}", uuid_like()));
-        let child = memlife_command()
-            .arg("--db")
-            .arg(&db.uri)
-            .args(args)
+        let args = format!("{command:?}");
+        let child = command
             .env(memlife::crash::PAUSE_VARIABLE, point)
             .env(memlife::crash::PAUSE_FILE_VARIABLE, &release)
             .stdout(std::process::Stdio::piped())
@@ -154,7 +160,7 @@ impl Paused {
         while !PathBuf::from(&reached).exists() {
             assert!(
                 std::time::Instant::now() < deadline,
-                "memlife {args:?} never reached {point}"
+                "{args} never reached {point}"
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }

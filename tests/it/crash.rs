@@ -149,7 +149,9 @@ const BATCH_SCENARIOS: &[Scenario] = &[
         job: POLL,
         points: &[
             "batches.poll.started",
+            "batches.poll.before-claim",
             "batches.poll.after-download",
+            "batches.poll.applying",
             "batches.poll.after-apply",
             "batches.poll.finishing",
         ],

@@ -51,6 +51,45 @@ fn embed_fills_missing_vectors_records_the_model_and_resumes() {
     assert_eq!(again["counts"]["embedded"], 0, "nothing left to embed");
 }
 
+/// Killed after its first committed chunk, `embed` keeps that chunk, and the next run embeds
+/// only what is left: the work done before the kill is neither lost nor done twice.
+#[test]
+fn a_killed_embed_resumes_where_it_stopped() {
+    let db = TestDb::with_dim(64);
+    db.run(&["import", fixture("memories.jsonl").to_str().unwrap()]);
+    let killed = crate::common::memlife_command()
+        .args(["--db", &db.uri, "--json", "embed", "--embedder", "hash"])
+        .args(["--commit-rows", "3", "--table", "memories"])
+        .env(memlife::crash::FAULT_VARIABLE, "embed.after-chunk")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.code(), None, "killed by the injected abort");
+    let kept = db.scalar("SELECT COUNT(*) AS n FROM memories WHERE embedding IS NOT NULL");
+    assert_eq!(kept, "3", "the first chunk's commit survives the kill");
+    let models = db.scalar(
+        "SELECT COUNT(*) AS n FROM memories WHERE embedding IS NOT NULL AND embedding_model = 'hash-lexical-v1'",
+    );
+    assert_eq!(models, "3", "every kept vector names its model");
+    let rerun = json(&db.run(&[
+        "--json",
+        "embed",
+        "--embedder",
+        "hash",
+        "--table",
+        "memories",
+    ]));
+    assert_eq!(rerun["status"], "done", "{rerun}");
+    assert_eq!(
+        rerun["counts"]["embedded"], 7,
+        "only what the kill left: {rerun}"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE embedding IS NULL"),
+        "0"
+    );
+    assert_eq!(db.count("memories"), 10, "no row duplicated");
+}
+
 #[test]
 fn mixing_models_is_refused_until_all_re_embeds() {
     let db = TestDb::with_dim(64);

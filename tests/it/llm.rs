@@ -341,6 +341,103 @@ fn two_polls_at_once_apply_a_batch_once() {
     assert_eq!(batch_state(&db), ("applied".into(), 3, links));
 }
 
+/// Two hosts polling one database on shared storage: each host's job lock is its own (here:
+/// a `file://` URI puts the lock under `$HOME`, and each "host" has its own `HOME`), so only
+/// the claim's lease keeps them apart. A claim must stay fresh for as long as its poller is
+/// applying, however long that takes.
+#[test]
+fn a_claim_stays_fresh_while_its_poller_applies_so_another_host_waits() {
+    let db = db_with_memories(3);
+    let mock = Mock::start(&[]);
+    let config = single_mock_config(&db, &mock);
+    let (code, _, err) = link(&db, &config, &["--mode", "batch"]);
+    assert_eq!(code, Some(0), "{err}");
+    let shared_uri = format!("file://{}", db.uri);
+    let host = |name: &str| {
+        let home = db.dir.path().join(name);
+        std::fs::create_dir_all(&home).unwrap();
+        let mut command = crate::common::memlife_command();
+        command.env("HOME", home).args([
+            "--db",
+            &shared_uri,
+            "--json",
+            "--config",
+            &config,
+            "batches",
+            "poll",
+            "--lease-secs",
+            "1",
+        ]);
+        command
+    };
+    // Host A has claimed the batch and is applying it, slowly: three leases long.
+    let first = crate::common::Paused::spawn(&db, host("host-a"), "batches.poll.applying");
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    // Host B polls meanwhile: the claim is fresh, so it leaves the batch alone.
+    let second = host("host-b").output().unwrap();
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    let report: Value = serde_json::from_str(&stdout(&second)).unwrap();
+    assert_eq!(
+        report["counts"]["applied"], 0,
+        "host B took over a claim whose poller was still applying: {report}"
+    );
+    assert_eq!(batch_state(&db), ("applying".into(), 0, 0));
+    let first = first.finish();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let report: Value = serde_json::from_str(&stdout(&first)).unwrap();
+    assert_eq!(report["counts"]["applied"], 1, "{report}");
+    let links = report["counts"]["links_supersedes"].as_i64().unwrap_or(0);
+    assert_eq!(batch_state(&db), ("applied".into(), 3, links));
+}
+
+/// A claim that fails for a reason other than a lost race (here the table's folder has
+/// become unwritable under the poller) is an error the operator sees, not "claimed by
+/// another poller" and a clean exit.
+#[test]
+fn a_claim_that_fails_on_io_is_reported_not_taken_for_a_lost_race() {
+    let db = db_with_memories(3);
+    let mock = Mock::start(&[]);
+    let config = single_mock_config(&db, &mock);
+    let (code, _, err) = link(&db, &config, &["--mode", "batch"]);
+    assert_eq!(code, Some(0), "{err}");
+    // One poll moves the batch to ready; the next is held just before it claims.
+    let (code, report) = poll(
+        &db,
+        &config,
+        &[],
+        Some(("MEMLIFE_FAULT", "batches.poll.before-claim")),
+    );
+    assert_eq!(code, None, "{report}");
+    let paused = crate::common::Paused::start(
+        &db,
+        &["--json", "--config", &config, "batches", "poll"],
+        "batches.poll.before-claim",
+    );
+    let table = std::path::Path::new(&db.uri).join("llm_batches.lance");
+    let aside = std::path::Path::new(&db.uri).join("llm_batches.lance.aside");
+    std::fs::rename(&table, &aside).unwrap();
+    std::fs::write(&table, "not a folder").unwrap();
+    let out = paused.finish();
+    std::fs::remove_file(&table).unwrap();
+    std::fs::rename(&aside, &table).unwrap();
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null);
+    assert_ne!(out.status.code(), Some(0), "{report} {}", stderr(&out));
+    assert_eq!(
+        report["counts"]["skipped_claimed_elsewhere"], 0,
+        "an I/O error was taken for another poller's claim: {report}"
+    );
+    let errors = report["failures"].to_string() + &report["error"].to_string() + &stderr(&out);
+    assert!(
+        errors.contains("llm_batches"),
+        "the error names the table: {errors}"
+    );
+    // Nothing was applied, and the next poll applies the batch.
+    assert_eq!(batch_state(&db), ("ready".into(), 0, 0));
+    let (code, report) = poll(&db, &config, &[], None);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["counts"]["applied"], 1, "{report}");
+}
+
 #[test]
 fn keys_and_prompts_stay_out_of_logs() {
     let db = db_with_memories(2);

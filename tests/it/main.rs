@@ -9,6 +9,7 @@ mod concurrency;
 mod crash;
 mod embed;
 mod import;
+mod index;
 mod llm;
 mod local_model;
 mod loopback;

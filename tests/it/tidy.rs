@@ -224,3 +224,34 @@ fn the_schedule_check_sees_a_missing_job() {
         "{scheduled:?}"
     );
 }
+
+/// The named crash points in `src` (`crash::point("...")`), each once.
+fn crash_points() -> Vec<String> {
+    let mut points: Vec<String> = sources("src")
+        .iter()
+        .flat_map(|(_, text)| {
+            text.split("crash::point(\"")
+                .skip(1)
+                .filter_map(|rest| rest.split('"').next().map(str::to_string))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    points.sort();
+    points.dedup();
+    points
+}
+
+/// Every crash point a job names is one the crash harness kills at (the per-job
+/// `<job>.started` and `<job>.finishing` points are listed per scenario there too): a new
+/// write step cannot slip in unproven.
+#[test]
+fn every_named_crash_point_is_in_the_crash_harness() {
+    let points = crash_points();
+    assert!(points.len() >= 10, "found only {points:?}");
+    let harness = std::fs::read_to_string(root().join("tests/it/crash.rs")).unwrap();
+    let missing: Vec<&String> = points
+        .iter()
+        .filter(|p| !harness.contains(&format!("\"{p}\"")))
+        .collect();
+    assert!(missing.is_empty(), "crash points no harness scenario kills at: {missing:?}");
+}

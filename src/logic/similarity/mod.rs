@@ -255,9 +255,39 @@ pub fn top_k_naive(
         .collect()
 }
 
+/// How many of a query's exact neighbours an indexed search found, for recall@k: the query
+/// itself is no neighbour of its own, on either side (an index finds every stored query
+/// first, and counting that as a hit would lift recall by one in k for nothing).
+pub fn recall_hits(query: &str, exact: &[&str], found: &[&str], k: usize) -> usize {
+    let found: std::collections::HashSet<&str> = found
+        .iter()
+        .copied()
+        .filter(|id| *id != query)
+        .take(k)
+        .collect();
+    exact
+        .iter()
+        .filter(|id| **id != query)
+        .take(k)
+        .filter(|id| found.contains(**id))
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_query_finding_itself_is_no_hit() {
+        // The index returns the query first, then one true neighbour and one stranger.
+        assert_eq!(recall_hits("q", &["a", "b"], &["q", "a", "x"], 2), 1);
+        // The query found first does not push a true neighbour out of the k.
+        assert_eq!(recall_hits("q", &["a", "b"], &["q", "a", "b"], 2), 2);
+        // Self in the exact list too (a search that did not exclude it) counts nothing.
+        assert_eq!(recall_hits("q", &["q", "a"], &["q", "a"], 2), 1);
+        // Only the first k found count.
+        assert_eq!(recall_hits("q", &["a", "b"], &["x", "y", "a", "b"], 2), 0);
+    }
     use crate::logic::synth::Rng;
 
     fn random_unit_rows(rows: usize, dim: usize, seed: u64) -> Vec<f32> {
