@@ -42,6 +42,8 @@ pub enum Command {
     Stats,
     Index(commands::index::IndexArgs),
     Bench(commands::bench::BenchArgs),
+    /// Measurements of the judge on labelled pairs.
+    Eval(commands::eval::EvalArgs),
     Batches(commands::batches::BatchesArgs),
     MockLlm(mock::MockOptions),
     Similar(commands::similar::SimilarArgs),
@@ -60,6 +62,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
         Command::Stats => commands::stats::command(&app, out).await,
         Command::Index(args) => commands::index::run(&app, args, out).await,
         Command::Bench(args) => commands::bench::run(&app, args, out).await,
+        Command::Eval(args) => commands::eval::run(&app, args, out).await,
         Command::Batches(args) => commands::batches::run(&app, args, out).await,
         Command::MockLlm(options) => mock::serve(options, out)
             .await

@@ -1,12 +1,13 @@
 //! Commands outside the job registry, one file each with its clap arguments and its
 //! `run(&App, &Args, out) -> Result<ExitStatus>`: setup (`init`), data movement (`export`,
-//! `synth`), read-only views (`sql`, `stats`, `similar`), measurements (`index`, `bench`), and
+//! `synth`), read-only views (`sql`, `stats`, `similar`), measurements (`index`, `bench`, `eval`), and
 //! the Batch API cycle (`batches`). Only `batches poll|retry|cleanup` write `runs` rows (they
 //! are scheduled like jobs and change what links exist); the others change no memory.
 
 pub mod batches;
 pub mod bench;
 pub mod check;
+pub mod eval;
 pub mod export;
 pub mod index;
 pub mod init;

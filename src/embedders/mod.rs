@@ -139,7 +139,30 @@ impl Embedder {
         dim: usize,
         batch_size: usize,
     ) -> Result<Embedder> {
+        Embedder::build(args, file, Some(dim), batch_size)
+    }
+
+    /// Builds the chosen embedder with the width it makes by itself (no database to match:
+    /// evaluations). An OpenAI-compatible model is taken at `--embed-dimensions`, else 1536.
+    pub fn native(
+        args: &EmbedderArgs,
+        file: &EmbedderSection,
+        batch_size: usize,
+    ) -> Result<Embedder> {
+        Embedder::build(args, file, None, batch_size)
+    }
+
+    fn build(
+        args: &EmbedderArgs,
+        file: &EmbedderSection,
+        wanted: Option<usize>,
+        batch_size: usize,
+    ) -> Result<Embedder> {
         let args = args.resolve(file)?;
+        let dim = wanted.unwrap_or(match args.kind {
+            EmbedderKind::Openai => args.dimensions.unwrap_or(1536) as usize,
+            _ => 384,
+        });
         let embedder = match args.kind {
             EmbedderKind::Local => Embedder::Local(Arc::new(LocalEmbedder::load(&args.model_dir)?)),
             EmbedderKind::Openai => Embedder::OpenAi(Arc::new(OpenAiEmbedder::new(
@@ -157,7 +180,7 @@ impl Embedder {
             ))),
             EmbedderKind::Hash => Embedder::Hash { dim },
         };
-        if embedder.dim() != dim {
+        if wanted.is_some() && embedder.dim() != dim {
             bail!(
                 "embedder {} makes {}-dimensional vectors but this database stores {dim} \
                  (create a database with `memlife init --embedding-dim {}`)",

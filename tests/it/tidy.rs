@@ -253,5 +253,8 @@ fn every_named_crash_point_is_in_the_crash_harness() {
         .iter()
         .filter(|p| !harness.contains(&format!("\"{p}\"")))
         .collect();
-    assert!(missing.is_empty(), "crash points no harness scenario kills at: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "crash points no harness scenario kills at: {missing:?}"
+    );
 }
