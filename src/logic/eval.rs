@@ -37,7 +37,7 @@ pub enum Split {
 
 impl Split {
     pub fn of(first: &str, second: &str) -> Split {
-        if fnv1a(&["memlife-eval-split", first, second]) % 2 == 0 {
+        if fnv1a(&["memlife-eval-split", first, second]).is_multiple_of(2) {
             Split::Dev
         } else {
             Split::HeldOut
