@@ -26,6 +26,7 @@
 use std::collections::BTreeSet;
 
 use super::tasks::*;
+use crate::logic::reading::{Reading, first_phrase, jaccard, read, stem};
 
 const STOP_WORDS: &[&str] = &[
     "a", "an", "the", "is", "are", "was", "were", "be", "been", "to", "of", "in", "on", "at",
@@ -178,78 +179,226 @@ fn by_time<'a>(a: &'a MemoryView, b: &'a MemoryView) -> (&'a MemoryView, &'a Mem
     }
 }
 
+/// What two readings share: the same subject, the same person, the content words in common
+/// and whether their values clash (each names a value the other does not).
+struct Pairing {
+    /// The same entity, or one side the bare person and the other's possessed noun (or a
+    /// named value) in it: "User's phone is an iPhone 12" / "The user switched to a Pixel".
+    same_entity: bool,
+    same_owner: bool,
+    jaccard: f64,
+    shared: usize,
+    /// The newer side's content words are (nearly) all in the older one.
+    newer_contained: bool,
+    /// The older side's content words are mostly in the newer one.
+    older_contained: bool,
+    values_clash: bool,
+    shared_value: bool,
+    same_values: bool,
+    newer_new_values: bool,
+    new_words: usize,
+}
+
+fn pairing(old: &Reading, newer: &Reading) -> Pairing {
+    let shared = old.content.intersection(&newer.content).count();
+    let only_old = old.values.difference(&newer.values).count();
+    let only_new = newer.values.difference(&old.values).count();
+    let shared_values = old.values.intersection(&newer.values).count();
+    let same_owner = !old.owner.is_empty() && old.owner == newer.owner;
+    let mentions_head = |bare: &Reading, owned: &Reading| {
+        bare.head.is_empty()
+            && !owned.head.is_empty()
+            && (bare.content.contains(&stem(&owned.head)) || shared_values > 0)
+    };
+    Pairing {
+        same_entity: !old.entity.is_empty()
+            && (old.entity == newer.entity
+                || same_owner && (mentions_head(old, newer) || mentions_head(newer, old))),
+        same_owner,
+        jaccard: jaccard(&old.content, &newer.content),
+        shared,
+        newer_contained: newer.content.len() >= 3
+            && shared as f64 / newer.content.len() as f64 >= 0.85,
+        older_contained: !old.content.is_empty()
+            && shared as f64 / old.content.len() as f64 >= 0.6,
+        values_clash: only_old > 0 && only_new > 0,
+        shared_value: shared_values > 0,
+        same_values: shared_values >= 2 && only_old == 0 && only_new == 0,
+        newer_new_values: only_new > 0,
+        new_words: newer.content.difference(&old.content).count(),
+    }
+}
+
+/// The newer memory reports that a value of the same entity changed: a change cue, not in a
+/// plan, about the same entity, on a shared topic (a content word or a value in common, or
+/// numbers on both sides).
+fn change_of(old: &Reading, newer: &Reading, p: &Pairing) -> Option<String> {
+    let cue = newer.change.clone()?;
+    let numbers = |r: &Reading| r.values.iter().any(|v| v.chars().any(|c| c.is_ascii_digit()));
+    let topic = p.shared > 0 || p.shared_value || (numbers(old) && numbers(newer));
+    (p.same_entity && !newer.plan && topic).then_some(cue)
+}
+
 pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
     let (old, newer) = by_time(existing, new);
-    let o = overlap(&old.text, &newer.text);
-    let (classification, confidence, reasoning) = if o.jaccard >= 0.6 {
-        (
-            Classification::Duplicate,
-            0.6 + 0.4 * o.jaccard,
-            format!("{:.0}% of content words shared", o.jaccard * 100.0),
-        )
-    } else if let Some(cue) = has_any(&newer.text, CHANGE_CUES).filter(|_| o.shared > 0) {
+    let (a, b) = (read(&old.text), read(&newer.text));
+    let p = pairing(&a, &b);
+    let same_polarity = a.negated == b.negated;
+    let (classification, confidence, reasoning) = if let Some(cue) = change_of(&a, &b, &p) {
         (
             Classification::Supersede,
-            0.75,
-            format!("same subject; the newer memory says \"{cue}\""),
+            0.8,
+            format!("same entity ({}); the newer memory says \"{cue}\"", b.entity),
         )
-    } else if o.shared > 0 && o.containment >= 0.3 && o.new_words > 0 {
+    } else if p.same_entity
+        && same_polarity
+        && !p.newer_new_values
+        && b.change.is_none()
+        && (p.jaccard >= 0.5 || p.newer_contained || p.same_values)
+    {
+        (
+            Classification::Duplicate,
+            (0.6 + 0.4 * p.jaccard).min(0.95),
+            format!(
+                "same entity, {:.0}% of content words shared, nothing new",
+                p.jaccard * 100.0
+            ),
+        )
+    } else if p.same_entity
+        && same_polarity
+        && !p.values_clash
+        && !b.plan
+        && b.change.is_none()
+        && p.older_contained
+        && p.new_words >= 2
+    {
         (
             Classification::Merge,
-            0.55 + 0.3 * o.containment.min(1.0),
-            format!("same subject; the newer memory adds {} words", o.new_words),
+            0.65,
+            "the newer memory restates the older one and adds details".to_string(),
         )
     } else {
         (
             Classification::Coexist,
             0.5,
-            "related at most: distinct facts".to_string(),
+            "not sure they are one fact: keep both".to_string(),
         )
     };
     ClassifyReply {
         classification,
-        confidence: round2(confidence.min(1.0)),
+        confidence: round2(confidence),
         reasoning: format!("offline rules: {reasoning}"),
     }
 }
 
+/// Words that mark one event (a day, a time, "again") and words that mark a habit or pattern.
+const EVENT_MARKERS: &[&str] = &[
+    "today", "yesterday", "tonight", "this morning", "last night", "last week", "last weekend",
+    "on monday", "on tuesday", "on wednesday", "on thursday", "on friday", "on saturday",
+    "on sunday", "ago", "again", "at 6 am", "on 3 may",
+];
+const PATTERN_MARKERS: &[&str] = &[
+    "often", "usually", "always", "every", "tends to", "tend to", "regularly", "prefers",
+    "prefer", "likes", "like", "enjoys", "enjoy", "loves", "love", "habit",
+];
+const BELIEF_MARKERS: &[&str] = &["thought", "believed", "assumed", "expected", "was sure"];
+const EVIDENCE_MARKERS: &[&str] = &[
+    "shows", "showed", "says", "said", "according to", "confirms", "confirmed", "proves",
+];
+const REASON_MARKERS: &[&str] = &["because", "because of", "so that", "in order to", "due to"];
+const CONSEQUENCE_MARKERS: &[&str] = &["led to", "caused", "resulted in", "which meant"];
+
+/// The words after the first of `markers` in `reading`, as content words.
+fn clause_after(reading: &Reading, markers: &[&str]) -> Option<std::collections::BTreeSet<String>> {
+    let words = &reading.words;
+    for marker in markers {
+        let parts: Vec<&str> = marker.split_whitespace().collect();
+        if let Some(at) = words
+            .windows(parts.len())
+            .position(|w| w.iter().zip(&parts).all(|(a, b)| a == b))
+        {
+            let rest = words[at + parts.len()..].join(" ");
+            return Some(read(&format!("x {rest}")).content);
+        }
+    }
+    None
+}
+
 pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
-    let o = overlap(&target.text, &source.text);
+    let (s, t) = (read(&source.text), read(&target.text));
     let newer = source.created_at >= target.created_at;
-    let negated =
-        has_any(&source.text, NEGATIONS).is_some() != has_any(&target.text, NEGATIONS).is_some();
-    let (link_type, confidence, why) =
-        if o.shared > 0 && newer && has_any(&source.text, CHANGE_CUES).is_some() {
-            (
-                LinkType::Supersedes,
-                0.75,
-                "newer memory with a change cue on the same subject",
-            )
-        } else if negated && o.jaccard >= 0.5 {
-            (LinkType::Conflicts, 0.7, "one memory negates the other")
-        } else if o.shared > 0
-            && has_any(
-                &source.text,
-                &["because", "so that", "to help", "in order to"],
-            )
-            .is_some()
-        {
-            (
-                LinkType::MotivatedBy,
-                0.6,
-                "states a reason on a shared subject",
-            )
-        } else if o.shared > 0
-            && has_any(&source.text, &["led to", "caused", "resulted in"]).is_some()
-        {
-            (
-                LinkType::Causes,
-                0.6,
-                "states a consequence on a shared subject",
-            )
-        } else {
-            (LinkType::Null, 0.6, "no typed relationship found")
-        };
+    let p = pairing(&t, &s);
+    let frame = {
+        // The content words other than values: the same frame with different values clashes.
+        jaccard(&s.content, &t.content)
+    };
+    let reason_overlap = clause_after(&s, REASON_MARKERS)
+        .map(|c| c.intersection(&t.content).count())
+        .unwrap_or(0);
+    let consequence_overlap = clause_after(&s, CONSEQUENCE_MARKERS)
+        .map(|c| c.intersection(&t.content).count())
+        .unwrap_or(0);
+    let marked = |r: &Reading, markers: &[&str]| first_phrase(&r.words, markers).is_some();
+    let (link_type, confidence, why) = if newer && let Some(cue) = change_of(&t, &s, &p) {
+        (
+            LinkType::Supersedes,
+            0.8,
+            format!("the newer memory says \"{cue}\" of the same entity"),
+        )
+    } else if p.same_entity && s.negated != t.negated && p.jaccard >= 0.5 {
+        (
+            LinkType::Conflicts,
+            0.7,
+            "one memory negates the other on the same entity".to_string(),
+        )
+    } else if p.same_entity
+        && s.change.is_none()
+        && !s.plan
+        && !t.plan
+        && p.values_clash
+        && (frame >= 0.5 || s.content.is_empty() && t.content.is_empty())
+    {
+        (
+            LinkType::Conflicts,
+            0.65,
+            "the same statement with other values".to_string(),
+        )
+    } else if p.same_owner && reason_overlap >= 2 {
+        (
+            LinkType::MotivatedBy,
+            0.7,
+            "the stated reason is the other memory".to_string(),
+        )
+    } else if p.same_owner && consequence_overlap >= 2 {
+        (
+            LinkType::Causes,
+            0.7,
+            "the stated consequence is the other memory".to_string(),
+        )
+    } else if marked(&s, BELIEF_MARKERS) && marked(&t, EVIDENCE_MARKERS) && p.shared >= 2 {
+        (
+            LinkType::InvalidatedBy,
+            0.7,
+            "a belief, and evidence on the same subject".to_string(),
+        )
+    } else if p.same_entity
+        && marked(&s, EVENT_MARKERS)
+        && marked(&t, PATTERN_MARKERS)
+        && !marked(&s, PATTERN_MARKERS)
+        && p.shared >= 1
+    {
+        (
+            LinkType::InstanceOf,
+            0.7,
+            "one event of the habit the other states".to_string(),
+        )
+    } else {
+        (
+            LinkType::Null,
+            0.6,
+            "no typed relationship the rules are sure of".to_string(),
+        )
+    };
     LinkReply {
         link_type,
         confidence,

@@ -5,6 +5,7 @@
 
 pub mod eval;
 pub mod hash;
+pub mod reading;
 pub mod scores;
 pub mod similarity;
 pub mod synth;

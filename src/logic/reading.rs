@@ -1,0 +1,374 @@
+//! Reading one memory sentence the way the offline judge needs it: who it is about (the
+//! entity: a name or "user", with a possessive chain such as "Lena's brother"), the values it
+//! names (numbers, proper nouns), its content words (stemmed, synonyms folded), whether it
+//! negates, plans or reports a change, and whether it tells of one event or of a habit. Cues
+//! are matched as whole words or phrases, never inside other words ("know" holds no "now").
+//! Pure and deterministic; the rules it feeds are in `llm::offline`.
+
+use std::collections::BTreeSet;
+
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "the", "is", "are", "was", "were", "be", "been", "being", "to", "of", "in", "on",
+    "at", "for", "with", "and", "or", "but", "it", "its", "their", "they", "them", "has", "have",
+    "had", "as", "by", "from", "that", "this", "these", "those", "about", "into", "very",
+    "really", "also", "there", "her", "his", "she", "he", "him", "i", "my", "me", "you", "your",
+    "our", "we", "who", "which", "so", "than", "then", "just", "too", "all", "some", "any",
+    "more", "most", "other", "does", "did", "do", "will", "would", "can", "could", "should",
+    "up", "out", "over", "after", "before", "since", "own", "one", "s", "user", "users",
+];
+
+/// Words folded to one form, so paraphrases of common memory facts overlap.
+const SYNONYMS: &[(&str, &str)] = &[
+    ("job", "work"),
+    ("employer", "work"),
+    ("employ", "work"),
+    ("love", "like"),
+    ("enjoy", "like"),
+    ("prefer", "like"),
+    ("favourite", "like"),
+    ("favorite", "like"),
+    ("fond", "like"),
+    ("base", "live"),
+    ("call", "name"),
+    ("ran", "run"),
+    ("went", "go"),
+    ("made", "make"),
+    ("took", "take"),
+    ("flew", "fly"),
+    ("bought", "buy"),
+    ("sold", "sell"),
+    ("left", "leave"),
+    ("kid", "child"),
+    ("children", "child"),
+    ("son", "child"),
+    ("daughter", "child"),
+    ("hate", "dislike"),
+    ("coriander", "cilantro"),
+    ("afraid", "fear"),
+    ("scared", "fear"),
+];
+
+/// Phrases that say a value changed (whole words; matched in the newer memory).
+const CHANGE_CUES: &[&str] = &[
+    "now",
+    "no longer",
+    "not anymore",
+    "anymore",
+    "any more",
+    "switched",
+    "moved to",
+    "moved from",
+    "has moved",
+    "migrated",
+    "replaced",
+    "instead",
+    "instead of",
+    "gave up",
+    "quit",
+    "stopped",
+    "cancelled",
+    "canceled",
+    "sold",
+    "left",
+    "promoted",
+    "pushed back",
+    "postponed",
+    "changed",
+    "turned",
+    "raised",
+    "grown to",
+    "has grown",
+    "these days",
+    "from now on",
+    "lost",
+    "update on",
+    "updated",
+    "is now",
+];
+
+/// "new" counts as a change only before a slot that holds one value at a time.
+const NEW_SLOTS: &[&str] = &[
+    "address", "manager", "boss", "dentist", "doctor", "phone", "number", "email", "employer",
+    "job", "role", "title", "car", "flat", "apartment", "house", "home", "team", "partner",
+    "name", "password", "deadline", "salary", "rent", "school", "office",
+];
+
+/// Words that put a sentence in the future or the hypothetical: no change has happened.
+const PLAN_CUES: &[&str] = &[
+    "plans",
+    "planning",
+    "plan to",
+    "wants to",
+    "want to",
+    "would like",
+    "thinking about",
+    "considering",
+    "open to",
+    "hopes",
+    "hoping",
+    "going to",
+    "might",
+    "may",
+    "will",
+    "keen to",
+    "looking into",
+    "dream",
+];
+
+const NEGATIONS: &[&str] = &["not", "no longer", "never", "n't"];
+
+/// One memory sentence, read.
+#[derive(Clone, Debug, Default)]
+pub struct Reading {
+    /// Lower-case words, apostrophes kept ("lena's").
+    pub words: Vec<String>,
+    /// The person or thing it is about: "lena", "user", "lena's brother", "user's car".
+    pub entity: String,
+    /// The first part of the entity: the person ("lena", "user").
+    pub owner: String,
+    /// The head noun of a possessive entity ("brother" of "Lena's older brother"), if any.
+    pub head: String,
+    /// Numbers and proper nouns other than the owner, lower-case.
+    pub values: BTreeSet<String>,
+    /// Content words: stop words, entity and values removed, stemmed, synonyms folded.
+    pub content: BTreeSet<String>,
+    pub negated: bool,
+    pub plan: bool,
+    /// The change cue it holds, if any.
+    pub change: Option<String>,
+}
+
+/// The words of a text, lower-case, apostrophes normalised.
+pub fn words(text: &str) -> Vec<String> {
+    text.replace('\u{2019}', "'")
+        .to_lowercase()
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .map(|w| w.trim_matches('\'').to_string())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Whether `phrase` (one or more words; "n't" matches a word ending) occurs in `words`.
+pub fn has_phrase(words: &[String], phrase: &str) -> bool {
+    if phrase == "n't" {
+        return words.iter().any(|w| w.ends_with("n't"));
+    }
+    let parts: Vec<&str> = phrase.split_whitespace().collect();
+    !parts.is_empty()
+        && words
+            .windows(parts.len())
+            .any(|w| w.iter().zip(&parts).all(|(a, b)| a == b))
+}
+
+/// The first of `phrases` found in `words`.
+pub fn first_phrase(words: &[String], phrases: &[&str]) -> Option<String> {
+    phrases
+        .iter()
+        .find(|p| has_phrase(words, p))
+        .map(|p| p.to_string())
+}
+
+/// A crude stem: possessive, plural and tense endings off; synonyms folded.
+pub fn stem(word: &str) -> String {
+    let w = word.trim_end_matches("'s").trim_end_matches('\'');
+    let folded = |w: &str| {
+        SYNONYMS
+            .iter()
+            .find(|(from, _)| *from == w)
+            .map_or(w.to_string(), |(_, to)| to.to_string())
+    };
+    if SYNONYMS.iter().any(|(from, _)| *from == w) {
+        return folded(w);
+    }
+    let mut s = w.to_string();
+    if s.len() > 5 && s.ends_with("ing") {
+        s.truncate(s.len() - 3);
+    } else if s.len() > 4 && s.ends_with("ied") {
+        s.truncate(s.len() - 3);
+        s.push('y');
+    } else if s.len() > 4 && s.ends_with("ed") {
+        s.truncate(s.len() - 2);
+        if s.ends_with('e') {
+            s.pop();
+        }
+    } else if s.len() > 4 && s.ends_with("ies") {
+        s.truncate(s.len() - 3);
+        s.push('y');
+    } else if s.len() > 3 && s.ends_with('s') && !s.ends_with("ss") && !s.ends_with("us") {
+        s.pop();
+    }
+    // A doubled final consonant left by -ing/-ed ("runn", "stopp").
+    let b = s.as_bytes();
+    if b.len() > 3 && b[b.len() - 1] == b[b.len() - 2] && !b"aeiouls".contains(&b[b.len() - 1]) {
+        s.pop();
+    }
+    if SYNONYMS.iter().any(|(from, _)| *from == s) {
+        return folded(&s);
+    }
+    let with_e = format!("{s}e");
+    if SYNONYMS.iter().any(|(from, _)| *from == with_e) {
+        return folded(&with_e);
+    }
+    if s.len() > 3 && s.ends_with('e') {
+        s.pop();
+    }
+    folded(&s)
+}
+
+fn is_number(word: &str) -> bool {
+    word.chars().any(|c| c.is_ascii_digit())
+}
+
+/// Reads one memory text.
+pub fn read(text: &str) -> Reading {
+    let lower = words(text);
+    // Raw tokens with their case, for proper nouns.
+    let raw: Vec<String> = text
+        .replace('\u{2019}', "'")
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .map(|w| w.trim_matches('\'').to_string())
+        .filter(|w| !w.is_empty())
+        .collect();
+    // The entity: leading "the", then a name or "user", then any possessive chain
+    // ("Lena's brother", "The user's team").
+    let mut i = 0;
+    if lower.first().is_some_and(|w| w == "the") {
+        i = 1;
+    }
+    let mut entity_words: Vec<String> = Vec::new();
+    let mut owner = String::new();
+    let mut head = String::new();
+    if let Some(first) = lower.get(i) {
+        owner = first.trim_end_matches("'s").to_string();
+        entity_words.push(first.clone());
+        let mut j = i;
+        // "Lena's brother works": the possessed noun phrase runs to its head noun, and ends
+        // at a stop word, a name, or a word that reads as a verb (-s, -ed), three words at most.
+        if first.ends_with("'s") {
+            while j + 1 < lower.len() && entity_words.len() < 4 {
+                let next = &lower[j + 1];
+                let capital = raw
+                    .get(j + 1)
+                    .and_then(|w| w.chars().next())
+                    .is_some_and(char::is_uppercase);
+                let verb = entity_words.len() > 1
+                    && ((next.ends_with('s') && !next.ends_with("ss")) || next.ends_with("ed"));
+                if STOP_WORDS.contains(&next.as_str()) || capital || verb || is_number(next) {
+                    break;
+                }
+                j += 1;
+                entity_words.push(next.clone());
+                head = next.trim_end_matches("'s").to_string();
+            }
+        }
+        i = j + 1;
+    }
+    let entity = if head.is_empty() {
+        owner.clone()
+    } else {
+        format!("{owner}'s {head}")
+    };
+    let mut values = BTreeSet::new();
+    for (k, w) in raw.iter().enumerate() {
+        let l = w.to_lowercase();
+        let l = l.trim_end_matches("'s").to_string();
+        if l == owner || k < i && k == 0 {
+            continue;
+        }
+        let capital = w.chars().next().is_some_and(char::is_uppercase);
+        if is_number(w) || (capital && k > 0 && !STOP_WORDS.contains(&l.as_str())) {
+            values.insert(l);
+        }
+    }
+    let entity_set: BTreeSet<&str> = entity_words
+        .iter()
+        .map(|w| w.trim_end_matches("'s"))
+        .collect();
+    let content = lower
+        .iter()
+        .map(|w| w.trim_end_matches("'s").to_string())
+        .filter(|w| {
+            !STOP_WORDS.contains(&w.as_str())
+                && !entity_set.contains(w.as_str())
+                && !values.contains(w)
+                && !NEGATIONS.contains(&w.as_str())
+        })
+        .map(|w| stem(&w))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let negated = NEGATIONS.iter().any(|n| has_phrase(&lower, n));
+    let plan = PLAN_CUES.iter().any(|p| has_phrase(&lower, p));
+    let change = first_phrase(&lower, CHANGE_CUES).or_else(|| {
+        lower
+            .windows(2)
+            .find(|w| w[0] == "new" && NEW_SLOTS.contains(&w[1].as_str()))
+            .map(|w| format!("new {}", w[1]))
+    });
+    Reading {
+        words: lower,
+        entity,
+        owner,
+        head,
+        values,
+        content,
+        negated,
+        plan,
+        change,
+    }
+}
+
+/// Jaccard similarity of two sets.
+pub fn jaccard<T: Ord>(a: &BTreeSet<T>, b: &BTreeSet<T>) -> f64 {
+    let union = a.union(b).count();
+    if union == 0 {
+        return 0.0;
+    }
+    a.intersection(b).count() as f64 / union as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entity_keeps_its_possessive_chain() {
+        assert_eq!(read("Lena works as a nurse.").entity, "lena");
+        assert_eq!(read("Lena's brother works as a paramedic.").entity, "lena's brother");
+        assert_eq!(read("The user's monthly budget for food is 400 euros.").entity, "user's budget");
+        assert_eq!(read("Chen's son Leo plays the violin.").entity, "chen's son");
+        assert_eq!(read("The user's car is a Civic.").entity, "user's car");
+        assert_eq!(read("The user's car is a Civic.").head, "car");
+        assert_eq!(read("User is vegetarian.").owner, "user");
+        assert_eq!(read("The user's car is a Civic.").owner, "user");
+    }
+
+    #[test]
+    fn values_are_numbers_and_proper_nouns() {
+        let r = read("Kenji moved to Tokyo in April 2024.");
+        assert_eq!(
+            r.values,
+            ["2024", "april", "tokyo"].iter().map(|s| s.to_string()).collect()
+        );
+        assert!(!r.values.contains("kenji"));
+    }
+
+    #[test]
+    fn cues_are_whole_words_and_plans_are_not_changes() {
+        assert_eq!(read("Priya knows Rust well.").change, None);
+        assert_eq!(read("She will renew her passport.").change, None);
+        assert_eq!(read("Sam is now vegan.").change.as_deref(), Some("now"));
+        assert_eq!(read("Kai is keen to try new healthy recipes.").change, None);
+        assert!(read("Kai is keen to try new healthy recipes.").plan);
+        assert_eq!(read("The user's new address is 4 Harbour Road.").change.as_deref(), Some("new address"));
+        assert!(read("He doesn't drink.").negated);
+        assert!(!read("A notebook on the table.").negated);
+    }
+
+    #[test]
+    fn stems_fold_tense_number_and_synonyms() {
+        assert_eq!(stem("runs"), stem("running"));
+        assert_eq!(stem("ran"), "run");
+        assert_eq!(stem("lives"), stem("lived"));
+        assert_eq!(stem("loves"), "like");
+    }
+}
