@@ -235,7 +235,19 @@ fn pairing(old: &Reading, newer: &Reading) -> Pairing {
 fn change_of(old: &Reading, newer: &Reading, p: &Pairing) -> Option<String> {
     let cue = newer.change.clone()?;
     let numbers = |r: &Reading| r.values.iter().any(|v| v.chars().any(|c| c.is_ascii_digit()));
-    let topic = p.shared > 0 || p.shared_value || (numbers(old) && numbers(newer));
+    // A cue that names a replacement ("moved to Tokyo", "switched to a Pixel") is on topic
+    // when the two name different values.
+    let replaces = ["moved to", "switched", "replaced", "instead", "migrated", "no longer"]
+        .contains(&cue.as_str());
+    // A weak cue ("now", "these days") is on topic only with a content word in common: a
+    // shared name alone ("German") does not make "wants replies in German from now on" an
+    // update of "is preparing for a German exam".
+    let weak = ["now", "is now", "these days", "from now on", "turned", "updated", "update on"]
+        .contains(&cue.as_str());
+    let topic = p.shared > 0
+        || (p.shared_value && !weak)
+        || (numbers(old) && numbers(newer))
+        || (replaces && p.values_clash);
     (p.same_entity && !newer.plan && topic).then_some(cue)
 }
 
@@ -271,6 +283,7 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
         && b.change.is_none()
         && p.older_contained
         && p.new_words >= 2
+        && !(tells_event(&b) && !tells_event(&a))
     {
         (
             Classification::Merge,
@@ -294,6 +307,7 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
 /// Words that mark one event (a day, a time, "again") and words that mark a habit or pattern.
 const EVENT_MARKERS: &[&str] = &[
     "today", "yesterday", "tonight", "this morning", "last night", "last week", "last weekend",
+    "last month", "last year",
     "on monday", "on tuesday", "on wednesday", "on thursday", "on friday", "on saturday",
     "on sunday", "ago", "again", "at 6 am", "on 3 may",
 ];
@@ -301,12 +315,22 @@ const PATTERN_MARKERS: &[&str] = &[
     "often", "usually", "always", "every", "tends to", "tend to", "regularly", "prefers",
     "prefer", "likes", "like", "enjoys", "enjoy", "loves", "love", "habit",
 ];
+/// The pattern words that say "habit" outright (a liking alone is weaker evidence).
+const HABIT_MARKERS: &[&str] = &[
+    "often", "usually", "always", "every", "tends to", "tend to", "regularly", "habit",
+];
 const BELIEF_MARKERS: &[&str] = &["thought", "believed", "assumed", "expected", "was sure"];
 const EVIDENCE_MARKERS: &[&str] = &[
     "shows", "showed", "says", "said", "according to", "confirms", "confirmed", "proves",
 ];
 const REASON_MARKERS: &[&str] = &["because", "because of", "so that", "in order to", "due to"];
 const CONSEQUENCE_MARKERS: &[&str] = &["led to", "caused", "resulted in", "which meant"];
+
+/// Whether a memory tells of one event (a day, a time, "again") rather than a lasting fact:
+/// an event and a trait are two memories, not one to merge.
+fn tells_event(r: &Reading) -> bool {
+    first_phrase(&r.words, EVENT_MARKERS).is_some()
+}
 
 /// The words after the first of `markers` in `reading`, as content words.
 fn clause_after(reading: &Reading, markers: &[&str]) -> Option<std::collections::BTreeSet<String>> {
@@ -385,7 +409,7 @@ pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
         && marked(&s, EVENT_MARKERS)
         && marked(&t, PATTERN_MARKERS)
         && !marked(&s, PATTERN_MARKERS)
-        && p.shared >= 1
+        && (p.shared >= 2 || p.shared >= 1 && marked(&t, HABIT_MARKERS))
     {
         (
             LinkType::InstanceOf,

@@ -80,7 +80,6 @@ const CHANGE_CUES: &[&str] = &[
     "has grown",
     "these days",
     "from now on",
-    "lost",
     "update on",
     "updated",
     "is now",
@@ -108,11 +107,25 @@ const PLAN_CUES: &[&str] = &[
     "hoping",
     "going to",
     "might",
-    "may",
     "will",
     "keen to",
     "looking into",
     "dream",
+];
+
+/// Verbs that end a sentence's subject.
+const AUXILIARIES: &[&str] = &[
+    "is", "are", "was", "were", "has", "have", "had", "does", "did", "will", "can", "would",
+    "should", "could", "might",
+];
+
+/// Capitalised words that open a sentence without being its subject.
+const OPENERS: &[&str] = &[
+    "these", "from", "on", "in", "at", "during", "because", "after", "before", "when", "since",
+    "last", "every", "today", "yesterday", "now", "recently", "update", "lately", "since",
+    "besides", "also", "for", "as", "once", "while", "despite", "monday", "mondays", "tuesday",
+    "tuesdays", "wednesday", "wednesdays", "thursday", "thursdays", "friday", "fridays",
+    "saturday", "saturdays", "sunday", "sundays",
 ];
 
 const NEGATIONS: &[&str] = &["not", "no longer", "never", "n't"];
@@ -178,7 +191,11 @@ pub fn stem(word: &str) -> String {
             .map_or(w.to_string(), |(_, to)| to.to_string())
     };
     if SYNONYMS.iter().any(|(from, _)| *from == w) {
-        return folded(w);
+        let mut f = folded(w);
+        if f.len() > 3 && f.ends_with('e') {
+            f.pop();
+        }
+        return f;
     }
     let mut s = w.to_string();
     if s.len() > 5 && s.ends_with("ing") {
@@ -202,17 +219,19 @@ pub fn stem(word: &str) -> String {
     if b.len() > 3 && b[b.len() - 1] == b[b.len() - 2] && !b"aeiouls".contains(&b[b.len() - 1]) {
         s.pop();
     }
-    if SYNONYMS.iter().any(|(from, _)| *from == s) {
-        return folded(&s);
-    }
     let with_e = format!("{s}e");
-    if SYNONYMS.iter().any(|(from, _)| *from == with_e) {
-        return folded(&with_e);
+    if SYNONYMS.iter().any(|(from, _)| *from == s) {
+        s = folded(&s);
+    } else if SYNONYMS.iter().any(|(from, _)| *from == with_e) {
+        s = folded(&with_e);
+    } else {
+        s = folded(&s);
     }
+    // One form with or without a final e ("name" and "nam" from "named").
     if s.len() > 3 && s.ends_with('e') {
         s.pop();
     }
-    folded(&s)
+    s
 }
 
 fn is_number(word: &str) -> bool {
@@ -231,8 +250,27 @@ pub fn read(text: &str) -> Reading {
         .collect();
     // The entity: leading "the", then a name or "user", then any possessive chain
     // ("Lena's brother", "The user's team").
-    let mut i = 0;
-    if lower.first().is_some_and(|w| w == "the") {
+    // The entity starts at the first "user" or name, past an opening phrase ("These days
+    // the user ...", "On Saturdays Aisha ..."); else at the first word.
+    // The subject comes before the verb: names after the first auxiliary are objects.
+    let before_verb = lower
+        .iter()
+        .position(|w| AUXILIARIES.contains(&w.as_str()))
+        .unwrap_or(lower.len())
+        .min(6);
+    let mut i = lower
+        .iter()
+        .zip(&raw)
+        .take(before_verb)
+        .position(|(l, r)| {
+            let bare = l.trim_end_matches("'s");
+            bare == "user"
+                || (r.chars().next().is_some_and(char::is_uppercase)
+                    && !STOP_WORDS.contains(&bare)
+                    && !OPENERS.contains(&bare))
+        })
+        .unwrap_or(0);
+    if i == 0 && lower.first().is_some_and(|w| w == "the") && lower.len() > 1 {
         i = 1;
     }
     let mut entity_words: Vec<String> = Vec::new();
@@ -272,10 +310,11 @@ pub fn read(text: &str) -> Reading {
     for (k, w) in raw.iter().enumerate() {
         let l = w.to_lowercase();
         let l = l.trim_end_matches("'s").to_string();
-        if l == owner || k < i && k == 0 {
+        if l == owner || k <= i && OPENERS.contains(&l.as_str()) || k == 0 {
             continue;
         }
-        let capital = w.chars().next().is_some_and(char::is_uppercase);
+        // A capital anywhere marks a name ("Radiohead", "iPhone", "LGBTQ").
+        let capital = w.chars().any(char::is_uppercase);
         if is_number(w) || (capital && k > 0 && !STOP_WORDS.contains(&l.as_str())) {
             values.insert(l);
         }
@@ -339,6 +378,9 @@ mod tests {
         assert_eq!(read("The user's car is a Civic.").entity, "user's car");
         assert_eq!(read("The user's car is a Civic.").head, "car");
         assert_eq!(read("User is vegetarian.").owner, "user");
+        assert_eq!(read("These days the user codes in Rust.").entity, "user");
+        assert_eq!(read("On Saturdays Aisha helps at the food bank.").entity, "aisha");
+        assert_eq!(read("The project deadline is 30 June.").entity, "project");
         assert_eq!(read("The user's car is a Civic.").owner, "user");
     }
 
@@ -369,6 +411,8 @@ mod tests {
         assert_eq!(stem("runs"), stem("running"));
         assert_eq!(stem("ran"), "run");
         assert_eq!(stem("lives"), stem("lived"));
-        assert_eq!(stem("loves"), "like");
+        assert_eq!(stem("loves"), "lik");
+        assert_eq!(stem("named"), stem("called"));
+        assert_eq!(stem("based"), stem("lives"));
     }
 }
