@@ -10,11 +10,11 @@ use std::collections::BTreeSet;
 const STOP_WORDS: &[&str] = &[
     "a", "an", "the", "is", "are", "was", "were", "be", "been", "being", "to", "of", "in", "on",
     "at", "for", "with", "and", "or", "but", "it", "its", "their", "they", "them", "has", "have",
-    "had", "as", "by", "from", "that", "this", "these", "those", "about", "into", "very",
-    "really", "also", "there", "her", "his", "she", "he", "him", "i", "my", "me", "you", "your",
-    "our", "we", "who", "which", "so", "than", "then", "just", "too", "all", "some", "any",
-    "more", "most", "other", "does", "did", "do", "will", "would", "can", "could", "should",
-    "up", "out", "over", "after", "before", "since", "own", "one", "s", "user", "users",
+    "had", "as", "by", "from", "that", "this", "these", "those", "about", "into", "very", "really",
+    "also", "there", "her", "his", "she", "he", "him", "i", "my", "me", "you", "your", "our", "we",
+    "who", "which", "so", "than", "then", "just", "too", "all", "some", "any", "more", "most",
+    "other", "does", "did", "do", "will", "would", "can", "could", "should", "up", "out", "over",
+    "after", "before", "since", "own", "one", "s", "user", "users",
 ];
 
 /// Words folded to one form, so paraphrases of common memory facts overlap.
@@ -50,7 +50,7 @@ const SYNONYMS: &[(&str, &str)] = &[
 
 /// Phrases that say a value changed (whole words; matched in the newer memory).
 const CHANGE_CUES: &[&str] = &[
-    "now",
+    // Strong cues first: a sentence with "sold ... and now ..." reports a sale.
     "no longer",
     "not anymore",
     "anymore",
@@ -74,22 +74,58 @@ const CHANGE_CUES: &[&str] = &[
     "pushed back",
     "postponed",
     "changed",
-    "turned",
     "raised",
     "grown to",
     "has grown",
+    // Weak cues (`WEAK_CUES`): need a content word in common to count.
+    "is now",
+    "now",
     "these days",
     "from now on",
-    "update on",
+    "turned",
     "updated",
+    "update on",
+];
+
+/// Change cues that say little of what changed.
+pub const WEAK_CUES: &[&str] = &[
+    "now",
     "is now",
+    "these days",
+    "from now on",
+    "turned",
+    "updated",
+    "update on",
 ];
 
 /// "new" counts as a change only before a slot that holds one value at a time.
 const NEW_SLOTS: &[&str] = &[
-    "address", "manager", "boss", "dentist", "doctor", "phone", "number", "email", "employer",
-    "job", "role", "title", "car", "flat", "apartment", "house", "home", "team", "partner",
-    "name", "password", "deadline", "salary", "rent", "school", "office",
+    "address",
+    "manager",
+    "boss",
+    "dentist",
+    "doctor",
+    "phone",
+    "number",
+    "email",
+    "employer",
+    "job",
+    "role",
+    "title",
+    "car",
+    "flat",
+    "apartment",
+    "house",
+    "home",
+    "team",
+    "partner",
+    "name",
+    "password",
+    "deadline",
+    "salary",
+    "rent",
+    "school",
+    "office",
 ];
 
 /// Words that put a sentence in the future or the hypothetical: no change has happened.
@@ -121,11 +157,47 @@ const AUXILIARIES: &[&str] = &[
 
 /// Capitalised words that open a sentence without being its subject.
 const OPENERS: &[&str] = &[
-    "these", "from", "on", "in", "at", "during", "because", "after", "before", "when", "since",
-    "last", "every", "today", "yesterday", "now", "recently", "update", "lately", "since",
-    "besides", "also", "for", "as", "once", "while", "despite", "monday", "mondays", "tuesday",
-    "tuesdays", "wednesday", "wednesdays", "thursday", "thursdays", "friday", "fridays",
-    "saturday", "saturdays", "sunday", "sundays",
+    "these",
+    "from",
+    "on",
+    "in",
+    "at",
+    "during",
+    "because",
+    "after",
+    "before",
+    "when",
+    "since",
+    "last",
+    "every",
+    "today",
+    "yesterday",
+    "now",
+    "recently",
+    "update",
+    "lately",
+    "since",
+    "besides",
+    "also",
+    "for",
+    "as",
+    "once",
+    "while",
+    "despite",
+    "monday",
+    "mondays",
+    "tuesday",
+    "tuesdays",
+    "wednesday",
+    "wednesdays",
+    "thursday",
+    "thursdays",
+    "friday",
+    "fridays",
+    "saturday",
+    "saturdays",
+    "sunday",
+    "sundays",
 ];
 
 const NEGATIONS: &[&str] = &["not", "no longer", "never", "n't"];
@@ -372,14 +444,26 @@ mod tests {
     #[test]
     fn the_entity_keeps_its_possessive_chain() {
         assert_eq!(read("Lena works as a nurse.").entity, "lena");
-        assert_eq!(read("Lena's brother works as a paramedic.").entity, "lena's brother");
-        assert_eq!(read("The user's monthly budget for food is 400 euros.").entity, "user's budget");
-        assert_eq!(read("Chen's son Leo plays the violin.").entity, "chen's son");
+        assert_eq!(
+            read("Lena's brother works as a paramedic.").entity,
+            "lena's brother"
+        );
+        assert_eq!(
+            read("The user's monthly budget for food is 400 euros.").entity,
+            "user's budget"
+        );
+        assert_eq!(
+            read("Chen's son Leo plays the violin.").entity,
+            "chen's son"
+        );
         assert_eq!(read("The user's car is a Civic.").entity, "user's car");
         assert_eq!(read("The user's car is a Civic.").head, "car");
         assert_eq!(read("User is vegetarian.").owner, "user");
         assert_eq!(read("These days the user codes in Rust.").entity, "user");
-        assert_eq!(read("On Saturdays Aisha helps at the food bank.").entity, "aisha");
+        assert_eq!(
+            read("On Saturdays Aisha helps at the food bank.").entity,
+            "aisha"
+        );
         assert_eq!(read("The project deadline is 30 June.").entity, "project");
         assert_eq!(read("The user's car is a Civic.").owner, "user");
     }
@@ -389,7 +473,10 @@ mod tests {
         let r = read("Kenji moved to Tokyo in April 2024.");
         assert_eq!(
             r.values,
-            ["2024", "april", "tokyo"].iter().map(|s| s.to_string()).collect()
+            ["2024", "april", "tokyo"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
         );
         assert!(!r.values.contains("kenji"));
     }
@@ -398,10 +485,21 @@ mod tests {
     fn cues_are_whole_words_and_plans_are_not_changes() {
         assert_eq!(read("Priya knows Rust well.").change, None);
         assert_eq!(read("She will renew her passport.").change, None);
-        assert_eq!(read("Sam is now vegan.").change.as_deref(), Some("now"));
+        assert_eq!(read("Sam is now vegan.").change.as_deref(), Some("is now"));
+        assert_eq!(
+            read("Omar sold the Skoda and now cycles.")
+                .change
+                .as_deref(),
+            Some("sold")
+        );
         assert_eq!(read("Kai is keen to try new healthy recipes.").change, None);
         assert!(read("Kai is keen to try new healthy recipes.").plan);
-        assert_eq!(read("The user's new address is 4 Harbour Road.").change.as_deref(), Some("new address"));
+        assert_eq!(
+            read("The user's new address is 4 Harbour Road.")
+                .change
+                .as_deref(),
+            Some("new address")
+        );
         assert!(read("He doesn't drink.").negated);
         assert!(!read("A notebook on the table.").negated);
     }
