@@ -8,6 +8,7 @@ mod common;
 mod concurrency;
 mod crash;
 mod embed;
+mod eval;
 mod import;
 mod index;
 mod llm;
