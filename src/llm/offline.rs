@@ -190,7 +190,7 @@ fn change_of(old: &Reading, newer: &Reading, p: &Pairing) -> Option<String> {
     // shared name alone ("German") does not make "wants replies in German from now on" an
     // update of "is preparing for a German exam".
     let weak = WEAK_CUES.contains(&cue.as_str());
-    let topic = p.shared > 0
+    let topic = p.shared > usize::from(weak)
         || (p.shared_value && !weak)
         || (numbers(old) && numbers(newer))
         || (replaces && p.values_clash);
@@ -349,12 +349,16 @@ pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
         // The content words other than values: the same frame with different values clashes.
         jaccard(&s.content, &t.content)
     };
-    let reason_overlap = clause_after(&s, REASON_MARKERS)
-        .map(|c| c.intersection(&t.content).count())
-        .unwrap_or(0);
-    let consequence_overlap = clause_after(&s, CONSEQUENCE_MARKERS)
-        .map(|c| c.intersection(&t.content).count())
-        .unwrap_or(0);
+    // A stated reason (or consequence) points at the other memory when it shares at least two
+    // words with it and covers half of what the other memory says.
+    let points_at = |clause: Option<std::collections::BTreeSet<String>>| {
+        clause.is_some_and(|c| {
+            let n = c.intersection(&t.content).count();
+            n >= 2 && n as f64 >= 0.5 * t.content.len() as f64
+        })
+    };
+    let reason = points_at(clause_after(&s, REASON_MARKERS));
+    let consequence = points_at(clause_after(&s, CONSEQUENCE_MARKERS));
     let marked = |r: &Reading, markers: &[&str]| first_phrase(&r.words, markers).is_some();
     let (link_type, confidence, why) = if newer && let Some(cue) = change_of(&t, &s, &p) {
         (
@@ -380,13 +384,13 @@ pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
             0.65,
             "the same statement with other values".to_string(),
         )
-    } else if p.same_owner && reason_overlap >= 2 {
+    } else if p.same_owner && reason {
         (
             LinkType::MotivatedBy,
             0.7,
             "the stated reason is the other memory".to_string(),
         )
-    } else if p.same_owner && consequence_overlap >= 2 {
+    } else if p.same_owner && consequence {
         (
             LinkType::Causes,
             0.7,
