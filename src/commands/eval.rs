@@ -275,7 +275,7 @@ async fn judge(app: &App, args: &JudgeEvalArgs, out: &mut dyn Write) -> Result<E
     ] {
         let name = task.name();
         let mut judged: Vec<(usize, String, Option<f64>, String, bool)> = Vec::new();
-        for (i, pair) in pairs.iter().enumerate().filter(|(_, p)| p.task == task) {
+        for (i, _) in pairs.iter().enumerate().filter(|(_, p)| p.task == task) {
             let outcome = &outcomes[i];
             let (label, confidence, reasoning) = match &outcome.reply {
                 Some(Reply::Classify(r)) => (
@@ -303,7 +303,6 @@ async fn judge(app: &App, args: &JudgeEvalArgs, out: &mut dyn Write) -> Result<E
                 Some(f) => format!("failed ({f}); safe default"),
                 None => reasoning,
             };
-            let _ = pair;
             judged.push((i, label, confidence, reasoning, outcome.failure.is_some()));
         }
         if judged.is_empty() {
@@ -392,7 +391,7 @@ async fn pair_similarities(embedder: &Embedder, pairs: &[Pair]) -> Result<Vec<f3
     Ok(vectors.chunks(2).map(|v| dot(&v[0], &v[1])).collect())
 }
 
-fn percent(x: Option<f64>) -> String {
+fn two_places(x: Option<f64>) -> String {
     x.map_or_else(|| "-".into(), |x| format!("{:.2}", x))
 }
 
@@ -418,8 +417,8 @@ fn write_scores(name: &str, labels: &[&str], s: &Scores, out: &mut dyn Write) ->
         writeln!(
             out,
             "{:>8}{:>8}",
-            percent(class.precision),
-            percent(class.recall)
+            two_places(class.precision),
+            two_places(class.recall)
         )?;
     }
     Ok(())
@@ -475,7 +474,7 @@ fn write_text(report: &EvalReport, all_errors: bool, out: &mut dyn Write) -> Res
                 if e.destructive { " DESTRUCTIVE" } else { "" },
                 e.gold,
                 e.judged,
-                percent(e.confidence),
+                two_places(e.confidence),
                 e.first,
                 e.second,
                 e.reasoning

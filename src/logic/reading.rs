@@ -233,16 +233,36 @@ pub fn words(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Where `phrase` (one or more whole words) starts in `words`, and how many words it spans.
+pub fn find_phrase(words: &[String], phrase: &str) -> Option<(usize, usize)> {
+    let parts: Vec<&str> = phrase.split_whitespace().collect();
+    if parts.is_empty() {
+        return None;
+    }
+    words
+        .windows(parts.len())
+        .position(|w| w.iter().zip(&parts).all(|(a, b)| a == b))
+        .map(|at| (at, parts.len()))
+}
+
 /// Whether `phrase` (one or more words; "n't" matches a word ending) occurs in `words`.
 pub fn has_phrase(words: &[String], phrase: &str) -> bool {
     if phrase == "n't" {
         return words.iter().any(|w| w.ends_with("n't"));
     }
-    let parts: Vec<&str> = phrase.split_whitespace().collect();
-    !parts.is_empty()
-        && words
-            .windows(parts.len())
-            .any(|w| w.iter().zip(&parts).all(|(a, b)| a == b))
+    find_phrase(words, phrase).is_some()
+}
+
+/// A text's content words: stop words dropped, stemmed, synonyms folded; names, numbers and
+/// negations kept (a merge or a verification must not lose "not" or "Omar").
+pub fn content_words(text: &str) -> BTreeSet<String> {
+    words(text)
+        .iter()
+        .map(|w| w.trim_end_matches("'s"))
+        .filter(|w| !w.is_empty() && !STOP_WORDS.contains(w))
+        .map(stem)
+        .filter(|w| !w.is_empty())
+        .collect()
 }
 
 /// The first of `phrases` found in `words`.
