@@ -41,6 +41,11 @@ pub struct Config {
     /// Parameters of the daily score recalculation (`memlife scores`).
     #[serde(default)]
     pub scores: crate::logic::scores::ScoreParams,
+    /// Similarity thresholds per embedding model (`[thresholds."all-MiniLM-L6-v2"]`): cosine
+    /// similarities depend on the model, so each model gets its own. Keys given here override
+    /// the built-in calibration (`BUILT_IN_THRESHOLDS`) key by key.
+    #[serde(default)]
+    pub thresholds: BTreeMap<String, ThresholdsSection>,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -174,7 +179,91 @@ pub struct EmbedderSection {
     pub timeout_secs: Option<u64>,
 }
 
+/// One model's similarity thresholds as the file gives them; a key left out comes from the
+/// built-in calibration of that model, else from the seeds.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ThresholdsSection {
+    pub link: Option<f32>,
+    pub integrate: Option<f32>,
+    pub cluster: Option<f32>,
+}
+
+/// The similarity a pair of memories needs before a job looks at it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Thresholds {
+    /// `memlife link`: a neighbour pair is judged (`link.classify`) at this cosine similarity.
+    pub link: f32,
+    /// `memlife integrate`: existing memories this similar to a new fact are its candidates.
+    pub integrate: f32,
+    /// `memlife cluster`: a memory joins a hub's cluster at this similarity.
+    pub cluster: f32,
+}
+
+/// The seeds' thresholds (seed 003: 0.75 to link, 0.85 for candidates; seed 000: 0.85 to
+/// cluster), chosen for other embedding models: used for a model with no calibration.
+pub const SEED_THRESHOLDS: Thresholds = Thresholds {
+    link: 0.75,
+    integrate: 0.85,
+    cluster: 0.85,
+};
+
+/// Thresholds calibrated on the labelled pairs of `data/eval` and LoCoMo (EVALUATION.md,
+/// "Similarity of labelled pairs"). all-MiniLM-L6-v2: at 0.6, 94% of supersessions, 82% of
+/// `supersedes` links and 66% of complementary facts (MERGE) reach the judge, against 3% of
+/// each at the seeds' 0.85; clustering at 0.75 gathers restatements (every duplicate pair
+/// scores above 0.7) and leaves most merely related memories (COEXIST) out.
+pub const BUILT_IN_THRESHOLDS: &[(&str, Thresholds)] = &[(
+    crate::embedders::local::LOCAL_MODEL_NAME,
+    Thresholds {
+        link: 0.6,
+        integrate: 0.6,
+        cluster: 0.75,
+    },
+)];
+
+/// Where a model's thresholds came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThresholdSource {
+    /// `[thresholds."MODEL"]` in the config file (at least one key).
+    Config,
+    /// memlife's own calibration of this model.
+    Calibrated,
+    /// No calibration for this model: the seeds' values.
+    Seed,
+}
+
 impl Config {
+    /// The similarity thresholds for vectors made by `model`: the file's keys, else the
+    /// built-in calibration of the model, else the seeds' values.
+    pub fn thresholds_for(&self, model: &str) -> (Thresholds, ThresholdSource) {
+        let built_in = BUILT_IN_THRESHOLDS
+            .iter()
+            .find(|(name, _)| *name == model)
+            .map(|(_, t)| *t);
+        let base = built_in.unwrap_or(SEED_THRESHOLDS);
+        let mut source = if built_in.is_some() {
+            ThresholdSource::Calibrated
+        } else {
+            ThresholdSource::Seed
+        };
+        let Some(file) = self.thresholds.get(model) else {
+            return (base, source);
+        };
+        if file != &ThresholdsSection::default() {
+            source = ThresholdSource::Config;
+        }
+        (
+            Thresholds {
+                link: file.link.unwrap_or(base.link),
+                integrate: file.integrate.unwrap_or(base.integrate),
+                cluster: file.cluster.unwrap_or(base.cluster),
+            },
+            source,
+        )
+    }
+
     /// Reads the file named by `--config`, else `$MEMLIFE_CONFIG` (clap passes either as
     /// `explicit`), else `./memlife.toml` if present, else the defaults.
     pub fn load(explicit: Option<&Path>) -> Result<Config> {
@@ -202,6 +291,21 @@ impl Config {
 
     fn validate(&self) -> Result<()> {
         self.scores.validate().map_err(anyhow::Error::msg)?;
+        for (model, t) in &self.thresholds {
+            for (key, value) in [
+                ("link", t.link),
+                ("integrate", t.integrate),
+                ("cluster", t.cluster),
+            ] {
+                if let Some(v) = value
+                    && !(-1.0..=1.0).contains(&v)
+                {
+                    bail!(
+                        "thresholds.\"{model}\".{key} = {v}: a cosine similarity is between -1 and 1"
+                    );
+                }
+            }
+        }
         if !["offline", "providers"].contains(&self.llm.judge.as_str()) {
             bail!(
                 "llm.judge = {:?}: expected \"offline\" or \"providers\"",
@@ -338,6 +442,28 @@ reasoning = ["nano"]
     }
 
     #[test]
+    fn thresholds_come_from_the_file_then_the_calibration_then_the_seeds() {
+        let config = Config::parse(
+            "[thresholds.\"all-MiniLM-L6-v2\"]\nlink = 0.5\n[thresholds.\"my-model\"]\ncluster = 0.9",
+        )
+        .unwrap();
+        let (mini, source) = config.thresholds_for("all-MiniLM-L6-v2");
+        assert_eq!(source, ThresholdSource::Config);
+        assert_eq!((mini.link, mini.integrate, mini.cluster), (0.5, 0.6, 0.75));
+        let (mine, _) = config.thresholds_for("my-model");
+        assert_eq!((mine.link, mine.integrate, mine.cluster), (0.75, 0.85, 0.9));
+        let defaults = Config::default();
+        assert_eq!(
+            defaults.thresholds_for("all-MiniLM-L6-v2"),
+            (BUILT_IN_THRESHOLDS[0].1, ThresholdSource::Calibrated)
+        );
+        assert_eq!(
+            defaults.thresholds_for("text-embedding-3-small"),
+            (SEED_THRESHOLDS, ThresholdSource::Seed)
+        );
+    }
+
+    #[test]
     fn mistakes_are_named() {
         for (text, expected) in [
             (
@@ -351,6 +477,11 @@ reasoning = ["nano"]
                 "providers.a.base_url",
             ),
             ("[provider.a]\nmodel = \"m\"", "unknown field"),
+            (
+                "[thresholds.\"m\"]\nlink = 1.5",
+                "thresholds.\"m\".link = 1.5",
+            ),
+            ("[thresholds.\"m\"]\nlinks = 0.5", "unknown field"),
             (
                 "[providers.a]\nbase_url = \"http://x\"\nmodel = \"m\"\napi_key = \"sk-1\"",
                 "unknown field",

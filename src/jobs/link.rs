@@ -31,9 +31,11 @@ pub struct LinkArgs {
     /// Neighbours per memory considered.
     #[arg(long, default_value_t = 5)]
     pub k: usize,
-    /// Cosine similarity a pair needs to be judged (seed 003: 0.75 for linking).
-    #[arg(long, default_value_t = 0.75, allow_negative_numbers = true)]
-    pub min_score: f32,
+    /// Cosine similarity a pair needs to be judged. Default: the `link` threshold of the model
+    /// that made the vectors (`[thresholds."MODEL"]`; 0.6 for all-MiniLM-L6-v2, the seeds'
+    /// 0.75 for a model with no calibration).
+    #[arg(long, allow_negative_numbers = true)]
+    pub min_score: Option<f32>,
     #[command(flatten)]
     pub scope: JobScope,
     #[command(flatten)]
@@ -53,6 +55,10 @@ impl Job for LinkArgs {
 struct UserMemories {
     views: Vec<MemoryView>,
     vectors: Vec<f32>,
+    /// The model that made the vectors (the user's most common one; memories embedded by
+    /// another model are left out, their similarities mean nothing against these).
+    model: String,
+    other_model: usize,
 }
 
 async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
@@ -72,13 +78,28 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
                 "happens_at",
                 "text",
                 "embedding",
+                "embedding_model",
             ],
         )
         .await?;
+    let mut models: BTreeMap<String, usize> = BTreeMap::new();
+    for batch in &batches {
+        let names = batch.column(6).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            *models.entry(names.value(row).to_string()).or_default() += 1;
+        }
+    }
+    let model = models
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(m, _)| m.clone())
+        .unwrap_or_default();
     let dim = ctx.store.embedding_dim();
     let mut out = UserMemories {
         views: Vec::new(),
         vectors: Vec::new(),
+        other_model: models.values().sum::<usize>() - models.get(&model).copied().unwrap_or(0),
+        model,
     };
     for batch in &batches {
         let ids = batch.column(0).as_string::<i32>();
@@ -88,7 +109,11 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
         let texts = batch.column(4).as_string::<i32>();
         let list = batch.column(5).as_fixed_size_list();
         let values = list.values().as_primitive::<Float32Type>();
+        let names = batch.column(6).as_string::<i32>();
         for row in 0..batch.num_rows() {
+            if names.value(row) != out.model {
+                continue;
+            }
             out.views.push(MemoryView {
                 id: ids.value(row).to_string(),
                 kind: kinds.value(row).to_string(),
@@ -153,13 +178,14 @@ fn candidate_items(
     memories: &UserMemories,
     dim: usize,
     args: &LinkArgs,
+    min_score: f32,
     judged: &BTreeSet<(String, String)>,
     now: &str,
 ) -> Vec<Item> {
     let (neighbours, _) = all_pairs_top_k(&memories.vectors, dim, args.k, false);
     let mut pairs: BTreeMap<(usize, usize), f32> = BTreeMap::new();
     for (row, list) in neighbours.iter().enumerate() {
-        for n in list.iter().filter(|n| n.score >= args.min_score) {
+        for n in list.iter().filter(|n| n.score >= min_score) {
             let other = n.index as usize;
             let (a, b) = (&memories.views[row], &memories.views[other]);
             let newer_first =
@@ -320,15 +346,44 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
     let mut all_outcomes = Vec::new();
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let dim = ctx.store.embedding_dim();
+    let config = ctx.app.config().await?;
+    let mut thresholds_noted = BTreeSet::new();
     for user in super::users_of(ctx, "memories").await? {
         let memories = load(ctx, &user).await?;
+        if memories.other_model > 0 {
+            *counts.entry("skipped_other_model".into()).or_default() += memories.other_model as u64;
+            report.notes.push(format!(
+                "user {user}: {} memories embedded by another model than {} were left out \
+                 (`memlife embed --all` puts them on one model)",
+                memories.other_model, memories.model
+            ));
+        }
         if memories.views.len() < 2 {
             continue;
         }
+        let min_score = match args.min_score {
+            Some(score) => score,
+            None => {
+                let (thresholds, source) = config.thresholds_for(&memories.model);
+                if thresholds_noted.insert(memories.model.clone()) {
+                    report.notes.push(format!(
+                        "pairs judged from cosine similarity {} ({} threshold of {}; --min-score overrides)",
+                        thresholds.link,
+                        match source {
+                            crate::config::ThresholdSource::Config => "the config file's",
+                            crate::config::ThresholdSource::Calibrated => "the calibrated",
+                            crate::config::ThresholdSource::Seed => "no calibration: the seeds'",
+                        },
+                        memories.model
+                    ));
+                }
+                thresholds.link
+            }
+        };
         let mut judged = judged_pairs(&ctx.store, &user).await?;
         // Pairs waiting in a submitted batch are not submitted again.
         judged.extend(pairs_in_pending_batches(&ctx.store, &user).await?);
-        let items = candidate_items(&memories, dim, args, &judged, &now);
+        let items = candidate_items(&memories, dim, args, min_score, &judged, &now);
         *counts.entry("users".into()).or_default() += 1;
         *counts.entry("pairs_to_judge".into()).or_default() += items.len() as u64;
         if items.is_empty() || (ctx.dry_run && llm.mode == Mode::Batch) {

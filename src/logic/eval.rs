@@ -24,7 +24,7 @@ pub const LINK_LABELS: &[&str] = &[
 ];
 
 /// The thresholds of the similarity table.
-pub const THRESHOLDS: &[f32] = &[0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9];
+pub const THRESHOLDS: &[f32] = &[0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9];
 
 /// Which half of the labelled pairs a pair belongs to. The split is a hash of the two texts,
 /// so it never depends on file order and a pair keeps its half when others are added.

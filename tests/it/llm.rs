@@ -628,3 +628,45 @@ fn a_second_batch_submission_before_the_poll_sends_nothing_again() {
     assert_eq!(mock.stats()["batches_created"], 1);
     assert_eq!(db.count("llm_batches"), 1);
 }
+
+#[test]
+fn links_are_looked_for_from_the_threshold_of_the_model_that_made_the_vectors() {
+    let db = db_with_memories(3);
+    let pairs = |config: Option<&str>, extra: &[&str]| {
+        let mut args = vec!["--json"];
+        if let Some(config) = config {
+            args.extend(["--config", config]);
+        }
+        args.extend(["link", "--dry-run"]);
+        args.extend_from_slice(extra);
+        let out = db.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        (
+            report["counts"]["pairs_to_judge"].as_u64().unwrap(),
+            report["notes"].to_string(),
+        )
+    };
+    // The hash embedder has no calibration: the seeds' 0.75, said in the report.
+    let (seed_pairs, notes) = pairs(None, &[]);
+    assert!(
+        notes.contains("0.75 (no calibration: the seeds' threshold of hash-lexical-v1"),
+        "{notes}"
+    );
+    // A threshold for this model in the config file applies to it, and only to it.
+    let config = db.path("thresholds.toml");
+    std::fs::write(
+        &config,
+        "[thresholds.\"hash-lexical-v1\"]\nlink = -1\n[thresholds.\"other-model\"]\nlink = 0.99\n",
+    )
+    .unwrap();
+    let (all_pairs, notes) = pairs(Some(&config), &[]);
+    assert_eq!(all_pairs, 3, "three memories make three pairs at -1");
+    assert!(seed_pairs < all_pairs);
+    assert!(
+        notes.contains("the config file's threshold of hash-lexical-v1"),
+        "{notes}"
+    );
+    // --min-score overrides every model's threshold.
+    assert_eq!(pairs(Some(&config), &["--min-score", "0.99"]).0, 0);
+}
