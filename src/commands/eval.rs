@@ -1,16 +1,25 @@
 //! `memlife eval judge --pairs FILE`: measures a judge (the offline rules, or the providers of
-//! memlife.toml) on hand-labelled pairs of memories, the way the jobs would ask it, and embeds
-//! both sides to show which pairs would ever reach it at a given candidate threshold. Reads
+//! memlife.toml) on hand-labelled cases, the way the jobs would ask it, and embeds both sides
+//! of each pair to show which pairs would ever reach it at a given candidate threshold. Reads
 //! no database and writes nothing.
 //!
-//! FILE is JSON Lines, one pair per line, of either task:
-//! `{"old": TEXT, "new": TEXT, "label": "DUPLICATE|SUPERSEDE|MERGE|COEXIST", "old_at": TS?,
-//! "new_at": TS?}` for `integrate.classify`, or `{"a": TEXT, "b": TEXT, "link_type":
-//! "conflicts|supersedes|causes|instance_of|invalidated_by|motivated_by|null", "a_at": TS?,
-//! "b_at": TS?}` for `link.classify` (a is the SOURCE, b the TARGET). Both may carry `source`
-//! (where the text comes from) and `note` (why the label). Without timestamps the newer side
-//! (`new`, `a`) is dated a day after the other. Pairs are split into a dev half and a
-//! held-out half by a hash of their texts (`logic::eval::Split`); both are reported.
+//! FILE is JSON Lines, one case per line, of any of these tasks:
+//! - `integrate.classify`: `{"old": TEXT, "new": TEXT, "label":
+//!   "DUPLICATE|SUPERSEDE|MERGE|COEXIST", "old_at": TS?, "new_at": TS?}`;
+//! - `link.classify`: `{"a": TEXT, "b": TEXT, "link_type":
+//!   "conflicts|supersedes|causes|instance_of|invalidated_by|motivated_by|null", "a_at": TS?,
+//!   "b_at": TS?}` (a is the SOURCE, b the TARGET);
+//! - `consolidate` (both passes, as the job runs them): `{"memories": [TEXT, ...], "label":
+//!   "CONSOLIDATE|KEEP", "at": [TS, ...]?}`, the hub first; judged CONSOLIDATE when one approved
+//!   proposal folds them all, PARTIAL when approved proposals fold some, KEEP otherwise;
+//! - `consolidate.verify` (the second pass alone): `{"memories": [...], "proposal": TEXT,
+//!   "label": "APPROVE|REJECT"}`;
+//! - `refine`: `{"text": TEXT, "label": "SPLIT|TRIM|KEEP", "at": TS?}`.
+//!
+//! Any case may carry `source` (where the text comes from) and `note` (why the label). Without
+//! timestamps the memories are a day apart in the order given (the newer side of a pair, `new`
+//! or `a`, is the later). Cases are split into a dev half and a held-out half by a hash of their
+//! texts (`logic::eval::Split`); both are reported.
 
 use std::io::Write;
 
@@ -22,13 +31,13 @@ use crate::app::App;
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::exit::ExitStatus;
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
-use crate::llm::{Item, LlmArgs};
+use crate::llm::{Item, LlmArgs, Outcome};
 use crate::logic::eval::{
-    INTEGRATE_LABELS, LINK_LABELS, Scores, SimilarityRow, Split, THRESHOLDS, is_destructive, score,
+    EVAL_TASKS, Scores, SimilarityRow, Split, THRESHOLDS, is_destructive, labels_of, score,
     similarity_table,
 };
 use crate::logic::similarity::dot;
-use crate::model::encoding::parse_timestamp;
+use crate::model::encoding::{format_timestamp, parse_timestamp};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct EvalArgs {
@@ -38,14 +47,15 @@ pub struct EvalArgs {
 
 #[derive(clap::Subcommand, Clone, Debug)]
 pub enum EvalCommand {
-    /// Score a judge on labelled pairs: confusion matrix, precision and recall, destructive
-    /// errors, and the embedding similarity of each class.
+    /// Score a judge on labelled cases (integrate.classify and link.classify pairs,
+    /// consolidation sets, proposals to verify, memories to refine): confusion matrix,
+    /// precision and recall, destructive errors, and the embedding similarity of each class.
     Judge(JudgeEvalArgs),
 }
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct JudgeEvalArgs {
-    /// JSON Lines of labelled pairs (see `memlife eval judge --help` and EVALUATION.md).
+    /// JSON Lines of labelled cases (see `memlife eval judge --help` and EVALUATION.md).
     #[arg(long)]
     pub pairs: Vec<std::path::PathBuf>,
     #[command(flatten)]
@@ -60,16 +70,17 @@ pub struct JudgeEvalArgs {
     pub all_errors: bool,
 }
 
-/// One labelled pair, as read.
+/// One labelled case, as read.
 #[derive(Clone, Debug)]
-struct Pair {
-    task: Task,
-    /// The older memory (integrate: EXISTING) or the TARGET (link).
-    first: String,
-    first_at: String,
-    /// The newer fact (integrate: NEW) or the SOURCE (link).
-    second: String,
-    second_at: String,
+struct Case {
+    /// The eval task (`logic::eval::EVAL_TASKS`).
+    task: &'static str,
+    /// (text, created_at). integrate.classify: the older memory, then the newer fact;
+    /// link.classify: the TARGET, then the SOURCE; consolidate and consolidate.verify: the
+    /// memories, hub first; refine: the one memory.
+    memories: Vec<(String, String)>,
+    /// consolidate.verify: the proposal to approve or reject.
+    proposal: Option<String>,
     label: String,
     split: Split,
     origin: String,
@@ -86,6 +97,13 @@ fn text_field(row: &serde_json::Map<String, Value>, name: &str, at: &str) -> Res
     }
 }
 
+fn check_time(value: &str, name: &str, at: &str) -> Result<String> {
+    if parse_timestamp(value).is_none() {
+        bail!("{at}: field {name} is not an RFC 3339 timestamp: {value}");
+    }
+    Ok(value.to_string())
+}
+
 fn time_field(
     row: &serde_json::Map<String, Value>,
     name: &str,
@@ -94,20 +112,61 @@ fn time_field(
 ) -> Result<String> {
     match row.get(name) {
         None | Some(Value::Null) => Ok(default.to_string()),
-        Some(Value::String(s)) => {
-            if parse_timestamp(s).is_none() {
-                bail!("{at}: field {name} is not an RFC 3339 timestamp: {s}");
-            }
-            Ok(s.clone())
-        }
+        Some(Value::String(s)) => check_time(s, name, at),
         Some(_) => bail!("{at}: field {name} must be an RFC 3339 timestamp"),
     }
 }
 
-fn read_pairs(path: &std::path::Path) -> Result<Vec<Pair>> {
+/// A list of texts (`memories`) or of timestamps (`at`).
+fn string_list(row: &serde_json::Map<String, Value>, name: &str, at: &str) -> Result<Vec<String>> {
+    let Some(Value::Array(values)) = row.get(name) else {
+        bail!("{at}: field {name} must be a list of text");
+    };
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+            _ => bail!("{at}: field {name}[{i}] must be non-empty text"),
+        })
+        .collect()
+}
+
+/// The shape of a case line: its task, the fields it may have, and the field holding its label.
+fn shape_of(
+    row: &serde_json::Map<String, Value>,
+) -> Option<(&'static str, &'static [&'static str], &'static str)> {
+    if row.contains_key("old") {
+        Some((
+            "integrate.classify",
+            &["old", "new", "label", "old_at", "new_at"],
+            "label",
+        ))
+    } else if row.contains_key("a") {
+        Some((
+            "link.classify",
+            &["a", "b", "link_type", "a_at", "b_at"],
+            "link_type",
+        ))
+    } else if row.contains_key("memories") && row.contains_key("proposal") {
+        Some((
+            "consolidate.verify",
+            &["memories", "proposal", "label", "at"],
+            "label",
+        ))
+    } else if row.contains_key("memories") {
+        Some(("consolidate", &["memories", "label", "at"], "label"))
+    } else if row.contains_key("text") {
+        Some(("refine", &["text", "label", "at"], "label"))
+    } else {
+        None
+    }
+}
+
+fn read_cases(path: &std::path::Path) -> Result<Vec<Case>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read pairs file {}", path.display()))?;
-    let mut pairs = Vec::new();
+    let mut cases = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let at = format!("{} line {}", path.display(), n + 1);
         if line.trim().is_empty() {
@@ -115,112 +174,263 @@ fn read_pairs(path: &std::path::Path) -> Result<Vec<Pair>> {
         }
         let row: serde_json::Map<String, Value> =
             serde_json::from_str(line).with_context(|| format!("{at}: not a JSON object"))?;
-        let (task, fields, names): (Task, &[&str], [&str; 5]) = if row.contains_key("old") {
-            (
-                Task::IntegrateClassify,
-                INTEGRATE_LABELS,
-                ["old", "new", "label", "old_at", "new_at"],
-            )
-        } else if row.contains_key("a") {
-            (
-                Task::LinkClassify,
-                LINK_LABELS,
-                ["b", "a", "link_type", "b_at", "a_at"],
-            )
-        } else {
-            bail!("{at}: a pair has either old/new/label or a/b/link_type");
+        let Some((task, names, label_field)) = shape_of(&row) else {
+            bail!(
+                "{at}: a case has old/new/label (integrate.classify), a/b/link_type \
+                 (link.classify), memories/label (consolidate), memories/proposal/label \
+                 (consolidate.verify) or text/label (refine)"
+            );
         };
         for key in row.keys() {
             if !names.contains(&key.as_str()) && key != "source" && key != "note" {
                 bail!("{at}: unknown field {key}");
             }
         }
-        let first = text_field(&row, names[0], &at)?;
-        let second = text_field(&row, names[1], &at)?;
-        let label = text_field(&row, names[2], &at)?;
-        let label = if task == Task::IntegrateClassify {
-            label.to_uppercase()
-        } else {
+        let label = text_field(&row, label_field, &at)?;
+        let label = if task == "link.classify" {
             label.to_lowercase()
+        } else {
+            label.to_uppercase()
         };
-        if !fields.contains(&label.as_str()) {
+        // A consolidation's gold is all or nothing; PARTIAL is only ever judged.
+        let allowed: Vec<&str> = labels_of(task)
+            .iter()
+            .copied()
+            .filter(|l| !(task == "consolidate" && *l == "PARTIAL"))
+            .collect();
+        if !allowed.contains(&label.as_str()) {
             bail!(
-                "{at}: field {} is {label}; expected one of {}",
-                names[2],
-                fields.join(", ")
+                "{at}: field {label_field} is {label}; expected one of {}",
+                allowed.join(", ")
             );
         }
-        let first_at = time_field(&row, names[3], &at, DEFAULT_OLDER)?;
-        let second_at = time_field(&row, names[4], &at, DEFAULT_NEWER)?;
+        let (memories, proposal) = match task {
+            "integrate.classify" => (
+                vec![
+                    (
+                        text_field(&row, "old", &at)?,
+                        time_field(&row, "old_at", &at, DEFAULT_OLDER)?,
+                    ),
+                    (
+                        text_field(&row, "new", &at)?,
+                        time_field(&row, "new_at", &at, DEFAULT_NEWER)?,
+                    ),
+                ],
+                None,
+            ),
+            "link.classify" => (
+                vec![
+                    (
+                        text_field(&row, "b", &at)?,
+                        time_field(&row, "b_at", &at, DEFAULT_OLDER)?,
+                    ),
+                    (
+                        text_field(&row, "a", &at)?,
+                        time_field(&row, "a_at", &at, DEFAULT_NEWER)?,
+                    ),
+                ],
+                None,
+            ),
+            "refine" => (
+                vec![(
+                    text_field(&row, "text", &at)?,
+                    time_field(&row, "at", &at, DEFAULT_OLDER)?,
+                )],
+                None,
+            ),
+            _ => {
+                let texts = string_list(&row, "memories", &at)?;
+                if texts.len() < 2 {
+                    bail!("{at}: field memories needs at least two memories");
+                }
+                // Without times the memories are a day apart, in the order given.
+                let times = if row.contains_key("at") {
+                    let times = string_list(&row, "at", &at)?;
+                    if times.len() != texts.len() {
+                        bail!(
+                            "{at}: field at has {} timestamps for {} memories",
+                            times.len(),
+                            texts.len()
+                        );
+                    }
+                    times
+                        .iter()
+                        .map(|t| check_time(t, "at", &at))
+                        .collect::<Result<Vec<_>>>()?
+                } else {
+                    let first = parse_timestamp(DEFAULT_OLDER).unwrap_or_default();
+                    (0..texts.len() as i64)
+                        .map(|day| format_timestamp(first + day * 86_400_000_000))
+                        .collect()
+                };
+                let proposal = match task {
+                    "consolidate.verify" => Some(text_field(&row, "proposal", &at)?),
+                    _ => None,
+                };
+                (texts.into_iter().zip(times).collect(), proposal)
+            }
+        };
+        let joined: Vec<&str> = memories.iter().map(|(t, _)| t.as_str()).collect();
+        let split = match (task, memories.as_slice()) {
+            // Pairs keep the split they always had.
+            ("integrate.classify" | "link.classify", [first, second]) => {
+                Split::of(&first.0, &second.0)
+            }
+            _ => Split::of(&joined.join("\n"), proposal.as_deref().unwrap_or("")),
+        };
         let origin = row
             .get("source")
             .and_then(Value::as_str)
             .map_or_else(|| path.display().to_string(), str::to_string);
-        pairs.push(Pair {
+        cases.push(Case {
             task,
-            split: Split::of(&first, &second),
-            first,
-            first_at,
-            second,
-            second_at,
+            memories,
+            proposal,
             label,
+            split,
             origin,
         });
     }
-    Ok(pairs)
+    Ok(cases)
 }
 
-fn item(i: usize, pair: &Pair, now: &str) -> Item {
-    let view = |id: &str, text: &str, at: &str| MemoryView {
-        id: id.to_string(),
-        kind: "fact".into(),
-        created_at: at.to_string(),
-        happens_at: None,
-        text: text.to_string(),
-    };
-    let first = view("first", &pair.first, &pair.first_at);
-    let second = view("second", &pair.second, &pair.second_at);
-    // integrate.classify: EXISTING then NEW; link.classify: SOURCE then TARGET.
-    let memories = match pair.task {
-        Task::IntegrateClassify => vec![first, second],
-        _ => vec![second, first],
+fn views(memories: &[(String, String)]) -> Vec<MemoryView> {
+    memories
+        .iter()
+        .enumerate()
+        .map(|(i, (text, at))| MemoryView {
+            id: format!("m{}", i + 1),
+            kind: "fact".into(),
+            created_at: at.clone(),
+            happens_at: None,
+            text: text.clone(),
+        })
+        .collect()
+}
+
+/// The first call a case needs.
+fn first_item(i: usize, case: &Case, now: &str) -> Item {
+    let mut memories = views(&case.memories);
+    let task = match case.task {
+        "integrate.classify" => Task::IntegrateClassify,
+        "link.classify" => {
+            // SOURCE then TARGET.
+            memories.reverse();
+            Task::LinkClassify
+        }
+        "consolidate" => Task::ConsolidatePropose,
+        "consolidate.verify" => Task::ConsolidateVerify,
+        _ => Task::Refine,
     };
     Item {
-        custom_id: format!("pair-{i}"),
+        custom_id: format!("case-{i}"),
         input: TaskInput {
-            task: pair.task,
+            task,
             memories,
-            proposal: None,
+            proposal: case.proposal.clone(),
             now: now.to_string(),
         },
     }
 }
 
+/// What the judge decided on one case.
+struct Judged {
+    label: String,
+    confidence: Option<f64>,
+    reasoning: String,
+    /// The text it would write: the approved consolidation, a refinement's parts.
+    output: Option<String>,
+    failed: bool,
+}
+
+impl Judged {
+    /// No trusted reply: the jobs would do the safe thing.
+    fn safe(task: &str, failure: &str) -> Judged {
+        Judged {
+            label: match task {
+                "integrate.classify" => "COEXIST",
+                "link.classify" => "null",
+                "consolidate.verify" => "REJECT",
+                _ => "KEEP",
+            }
+            .into(),
+            confidence: None,
+            reasoning: format!("failed ({failure}); safe default"),
+            output: None,
+            failed: true,
+        }
+    }
+}
+
+fn judged_of(task: &str, outcome: &Outcome) -> Judged {
+    let reply = match (&outcome.reply, &outcome.failure) {
+        (Some(reply), None) => reply,
+        (_, failure) => return Judged::safe(task, failure.as_deref().unwrap_or("no reply")),
+    };
+    let (label, confidence, reasoning, output) = match reply {
+        Reply::Classify(r) => (
+            format!("{:?}", r.classification).to_uppercase(),
+            r.confidence,
+            r.reasoning.clone(),
+            None,
+        ),
+        Reply::Link(r) => (
+            r.link_type.as_str().to_string(),
+            r.confidence,
+            r.reasoning.clone(),
+            None,
+        ),
+        Reply::Verify(r) => (
+            if r.approve { "APPROVE" } else { "REJECT" }.to_string(),
+            r.confidence,
+            r.reasoning.clone(),
+            None,
+        ),
+        Reply::Refine(r) => (
+            format!("{:?}", r.action).to_uppercase(),
+            r.confidence,
+            r.reasoning.clone(),
+            (!r.parts.is_empty()).then(|| r.parts.join(" | ")),
+        ),
+        _ => return Judged::safe(task, "a reply of another task"),
+    };
+    Judged {
+        label,
+        confidence: Some(confidence),
+        reasoning,
+        output,
+        failed: false,
+    }
+}
+
 #[derive(Debug, Serialize)]
-struct PairError {
+struct CaseError {
     split: Split,
     gold: String,
     judged: String,
     destructive: bool,
     confidence: Option<f64>,
     reasoning: String,
-    /// The older memory (integrate) or the TARGET (link).
-    first: String,
-    /// The newer fact (integrate) or the SOURCE (link).
-    second: String,
+    /// The memories as the case gives them (integrate: older, newer; link: TARGET, SOURCE).
+    texts: Vec<String>,
+    /// consolidate.verify: the proposal judged.
+    proposal: Option<String>,
+    /// What the judge would have written.
+    output: Option<String>,
     origin: String,
 }
 
 #[derive(Debug, Serialize)]
 struct TaskReport {
     task: String,
+    /// Cases of this task (pairs, sets of memories, or single memories).
     pairs: usize,
-    /// Items the judge could not answer (they count as the safe default).
+    /// Cases the judge could not answer (they count as the safe default).
     failed_calls: usize,
     dev: Scores,
     held_out: Scores,
     all: Scores,
-    errors: Vec<PairError>,
+    errors: Vec<CaseError>,
     similarity: Option<Vec<SimilarityRow>>,
 }
 
@@ -237,26 +447,135 @@ pub async fn run(app: &App, args: &EvalArgs, out: &mut dyn Write) -> Result<Exit
     }
 }
 
+/// The two-pass consolidation of each `consolidate` case: the proposals of pass 1 are checked
+/// by pass 2 (one verify call per proposed group), as `memlife consolidate` will.
+async fn consolidate_second_pass(
+    llm: &crate::llm::Llm,
+    cases: &[Case],
+    first: &[Outcome],
+    now: &str,
+) -> (Vec<Option<Judged>>, Vec<Outcome>) {
+    let mut items = Vec::new();
+    // (case, group memory ids, group text, propose reasoning)
+    let mut groups: Vec<(usize, Vec<String>, String, String)> = Vec::new();
+    for (i, case) in cases
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.task == "consolidate")
+    {
+        let Some(Reply::Propose(reply)) = &first[i].reply else {
+            continue;
+        };
+        let all = views(&case.memories);
+        for group in &reply.groups {
+            let members: Vec<MemoryView> = all
+                .iter()
+                .filter(|m| group.memory_ids.contains(&m.id))
+                .cloned()
+                .collect();
+            items.push(Item {
+                custom_id: format!("case-{i}-group-{}", groups.len()),
+                input: TaskInput {
+                    task: Task::ConsolidateVerify,
+                    memories: members,
+                    proposal: Some(group.text.clone()),
+                    now: now.to_string(),
+                },
+            });
+            groups.push((
+                i,
+                group.memory_ids.clone(),
+                group.text.clone(),
+                group.reasoning.clone(),
+            ));
+        }
+    }
+    let second = if items.is_empty() {
+        Vec::new()
+    } else {
+        llm.run(items).await
+    };
+    let mut judged: Vec<Option<Judged>> = cases.iter().map(|_| None).collect();
+    for (i, case) in cases
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.task == "consolidate")
+    {
+        if let Some(failure) = &first[i].failure {
+            judged[i] = Some(Judged::safe(case.task, failure));
+            continue;
+        }
+        let mut covered = std::collections::BTreeSet::new();
+        let mut one_covers_all = false;
+        let mut reasons = Vec::new();
+        let mut output = None;
+        for ((_, ids, text, why), outcome) in
+            groups.iter().zip(&second).filter(|((c, ..), _)| *c == i)
+        {
+            let approved = matches!(&outcome.reply, Some(Reply::Verify(v)) if v.approve);
+            let verdict = match &outcome.reply {
+                Some(Reply::Verify(v)) => v.reasoning.clone(),
+                _ => format!(
+                    "verify failed ({})",
+                    outcome.failure.as_deref().unwrap_or("no reply")
+                ),
+            };
+            reasons.push(format!(
+                "{} proposed [{}]: {why}; {}",
+                if approved { "approved" } else { "rejected" },
+                ids.join(", "),
+                verdict
+            ));
+            if approved {
+                covered.extend(ids.iter().cloned());
+                one_covers_all |= ids.len() >= case.memories.len();
+                output = Some(text.clone());
+            }
+        }
+        let label = if one_covers_all {
+            "CONSOLIDATE"
+        } else if covered.is_empty() {
+            "KEEP"
+        } else {
+            "PARTIAL"
+        };
+        judged[i] = Some(Judged {
+            label: label.into(),
+            confidence: None,
+            reasoning: if reasons.is_empty() {
+                "nothing proposed".into()
+            } else {
+                reasons.join(" / ")
+            },
+            output,
+            failed: false,
+        });
+    }
+    (judged, second)
+}
+
 async fn judge(app: &App, args: &JudgeEvalArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     if args.pairs.is_empty() {
-        bail!("--pairs FILE is required (JSON Lines of labelled pairs)");
+        bail!("--pairs FILE is required (JSON Lines of labelled cases)");
     }
-    let mut pairs = Vec::new();
+    let mut cases = Vec::new();
     for path in &args.pairs {
-        pairs.extend(read_pairs(path)?);
+        cases.extend(read_cases(path)?);
     }
-    if pairs.is_empty() {
-        bail!("no pairs in {:?}", args.pairs);
+    if cases.is_empty() {
+        bail!("no cases in {:?}", args.pairs);
     }
     let llm = app.llm(&args.llm).await?;
     let now = "2026-01-01T00:00:00Z";
-    let items: Vec<Item> = pairs
+    let items: Vec<Item> = cases
         .iter()
         .enumerate()
-        .map(|(i, p)| item(i, p, now))
+        .map(|(i, c)| first_item(i, c, now))
         .collect();
     let outcomes = llm.run(items).await;
-    let usage = llm.usage(&outcomes);
+    let (mut second_pass, second_outcomes) =
+        consolidate_second_pass(&llm, &cases, &outcomes, now).await;
+    let usage = llm.usage(&[outcomes.as_slice(), second_outcomes.as_slice()].concat());
     let embedder = if args.no_similarity {
         None
     } else {
@@ -265,72 +584,49 @@ async fn judge(app: &App, args: &JudgeEvalArgs, out: &mut dyn Write) -> Result<E
     };
     let similarities = match &embedder {
         None => None,
-        Some(embedder) => Some(pair_similarities(embedder, &pairs).await?),
+        Some(embedder) => Some(pair_similarities(embedder, &cases).await?),
     };
 
     let mut tasks = Vec::new();
-    for (task, labels) in [
-        (Task::IntegrateClassify, INTEGRATE_LABELS),
-        (Task::LinkClassify, LINK_LABELS),
-    ] {
-        let name = task.name();
-        let mut judged: Vec<(usize, String, Option<f64>, String, bool)> = Vec::new();
-        for (i, _) in pairs.iter().enumerate().filter(|(_, p)| p.task == task) {
-            let outcome = &outcomes[i];
-            let (label, confidence, reasoning) = match &outcome.reply {
-                Some(Reply::Classify(r)) => (
-                    format!("{:?}", r.classification).to_uppercase(),
-                    Some(r.confidence),
-                    r.reasoning.clone(),
-                ),
-                Some(Reply::Link(r)) => (
-                    r.link_type.as_str().to_string(),
-                    Some(r.confidence),
-                    r.reasoning.clone(),
-                ),
-                // No trusted reply: the jobs would do the safe thing.
-                _ => (
-                    if task == Task::IntegrateClassify {
-                        "COEXIST".into()
-                    } else {
-                        "null".into()
-                    },
-                    None,
-                    String::new(),
-                ),
-            };
-            let reasoning = match &outcome.failure {
-                Some(f) => format!("failed ({f}); safe default"),
-                None => reasoning,
-            };
-            judged.push((i, label, confidence, reasoning, outcome.failure.is_some()));
-        }
+    for (task, labels) in EVAL_TASKS {
+        let judged: Vec<(usize, Judged)> = cases
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.task == *task)
+            .map(|(i, c)| {
+                let j = second_pass[i]
+                    .take()
+                    .unwrap_or_else(|| judged_of(c.task, &outcomes[i]));
+                (i, j)
+            })
+            .collect();
         if judged.is_empty() {
             continue;
         }
         let scores_of = |split: Option<Split>| {
             let outcomes: Vec<(&str, &str)> = judged
                 .iter()
-                .filter(|(i, ..)| split.is_none_or(|s| pairs[*i].split == s))
-                .map(|(i, label, ..)| (pairs[*i].label.as_str(), label.as_str()))
+                .filter(|(i, _)| split.is_none_or(|s| cases[*i].split == s))
+                .map(|(i, j)| (cases[*i].label.as_str(), j.label.as_str()))
                 .collect();
-            score(name, labels, &outcomes)
+            score(task, labels, &outcomes)
         };
-        let mut errors: Vec<PairError> = judged
+        let mut errors: Vec<CaseError> = judged
             .iter()
-            .filter(|(i, label, ..)| pairs[*i].label != *label)
-            .map(|(i, label, confidence, reasoning, _)| {
-                let p = &pairs[*i];
-                PairError {
-                    split: p.split,
-                    gold: p.label.clone(),
-                    judged: label.clone(),
-                    destructive: is_destructive(name, &p.label, label),
-                    confidence: *confidence,
-                    reasoning: reasoning.clone(),
-                    first: p.first.clone(),
-                    second: p.second.clone(),
-                    origin: p.origin.clone(),
+            .filter(|(i, j)| cases[*i].label != j.label)
+            .map(|(i, j)| {
+                let c = &cases[*i];
+                CaseError {
+                    split: c.split,
+                    gold: c.label.clone(),
+                    judged: j.label.clone(),
+                    destructive: is_destructive(task, &c.label, &j.label),
+                    confidence: j.confidence,
+                    reasoning: j.reasoning.clone(),
+                    texts: c.memories.iter().map(|(t, _)| t.clone()).collect(),
+                    proposal: c.proposal.clone(),
+                    output: j.output.clone(),
+                    origin: c.origin.clone(),
                 }
             })
             .collect();
@@ -341,17 +637,17 @@ async fn judge(app: &App, args: &JudgeEvalArgs, out: &mut dyn Write) -> Result<E
                 .then(a.split.cmp(&b.split))
                 .then(a.gold.cmp(&b.gold))
         });
-        let similarity = similarities.as_ref().map(|s| {
+        let similarity = similarities.as_ref().and_then(|s| {
             let rows: Vec<(&str, f32)> = judged
                 .iter()
-                .map(|(i, ..)| (pairs[*i].label.as_str(), s[*i]))
+                .filter_map(|(i, _)| Some((cases[*i].label.as_str(), s[*i]?)))
                 .collect();
-            similarity_table(labels, &rows)
+            (!rows.is_empty()).then(|| similarity_table(labels, &rows))
         });
         tasks.push(TaskReport {
-            task: name.to_string(),
+            task: task.to_string(),
             pairs: judged.len(),
-            failed_calls: judged.iter().filter(|j| j.4).count(),
+            failed_calls: judged.iter().filter(|(_, j)| j.failed).count(),
             dev: scores_of(Some(Split::Dev)),
             held_out: scores_of(Some(Split::HeldOut)),
             all: scores_of(None),
@@ -373,11 +669,14 @@ async fn judge(app: &App, args: &JudgeEvalArgs, out: &mut dyn Write) -> Result<E
     Ok(ExitStatus::Success)
 }
 
-/// The cosine similarity of each pair's two texts (vectors are unit length).
-async fn pair_similarities(embedder: &Embedder, pairs: &[Pair]) -> Result<Vec<f32>> {
-    let texts: Vec<&str> = pairs
+/// The cosine similarity of each pair's two texts (vectors are unit length); None for the
+/// cases that are not pairs.
+async fn pair_similarities(embedder: &Embedder, cases: &[Case]) -> Result<Vec<Option<f32>>> {
+    let is_pair = |c: &Case| matches!(c.task, "integrate.classify" | "link.classify");
+    let texts: Vec<&str> = cases
         .iter()
-        .flat_map(|p| [p.first.as_str(), p.second.as_str()])
+        .filter(|c| is_pair(c))
+        .flat_map(|c| c.memories.iter().map(|(t, _)| t.as_str()))
         .collect();
     let mut vectors = Vec::with_capacity(texts.len());
     for chunk in texts.chunks(64) {
@@ -388,7 +687,11 @@ async fn pair_similarities(embedder: &Embedder, pairs: &[Pair]) -> Result<Vec<f3
             }
         }
     }
-    Ok(vectors.chunks(2).map(|v| dot(&v[0], &v[1])).collect())
+    let mut scores = vectors.chunks(2).map(|v| dot(&v[0], &v[1]));
+    Ok(cases
+        .iter()
+        .map(|c| if is_pair(c) { scores.next() } else { None })
+        .collect())
 }
 
 fn two_places(x: Option<f64>) -> String {
@@ -427,11 +730,7 @@ fn write_scores(name: &str, labels: &[&str], s: &Scores, out: &mut dyn Write) ->
 fn write_text(report: &EvalReport, all_errors: bool, out: &mut dyn Write) -> Result<()> {
     writeln!(out, "judge: {}", report.judge)?;
     for task in &report.tasks {
-        let labels = if task.task == "link.classify" {
-            LINK_LABELS
-        } else {
-            INTEGRATE_LABELS
-        };
+        let labels = labels_of(&task.task);
         writeln!(
             out,
             "\n{}: {} pairs ({} calls failed, judged the safe way)",
@@ -447,7 +746,7 @@ fn write_text(report: &EvalReport, all_errors: bool, out: &mut dyn Write) -> Res
             )?;
             write!(out, "    {:<15}{:>6}{:>8}", "class", "pairs", "median")?;
             for t in THRESHOLDS {
-                write!(out, "{:>7.1}", t)?;
+                write!(out, "{:>6}", format!("{t}"))?;
             }
             writeln!(out)?;
             for row in rows {
@@ -459,7 +758,7 @@ fn write_text(report: &EvalReport, all_errors: bool, out: &mut dyn Write) -> Res
                     row.median.map_or("-".into(), |m| format!("{m:.2}"))
                 )?;
                 for (_, share) in &row.reaching {
-                    write!(out, "{:>7.2}", share)?;
+                    write!(out, "{:>6.2}", share)?;
                 }
                 writeln!(out)?;
             }
@@ -469,15 +768,26 @@ fn write_text(report: &EvalReport, all_errors: bool, out: &mut dyn Write) -> Res
         for e in task.errors.iter().take(shown) {
             writeln!(
                 out,
-                "    [{}]{} gold {} judged {} ({}): {:?} -> {:?}; {}",
+                "    [{}]{} gold {} judged {} ({}): {}{}; {}{}",
                 e.split.as_str(),
                 if e.destructive { " DESTRUCTIVE" } else { "" },
                 e.gold,
                 e.judged,
                 two_places(e.confidence),
-                e.first,
-                e.second,
-                e.reasoning
+                e.texts
+                    .iter()
+                    .map(|t| format!("{t:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" -> "),
+                e.proposal
+                    .as_ref()
+                    .map(|p| format!(" proposal {p:?}"))
+                    .unwrap_or_default(),
+                e.reasoning,
+                e.output
+                    .as_ref()
+                    .map(|o| format!(" => {o:?}"))
+                    .unwrap_or_default()
             )?;
         }
         if task.errors.len() > shown {

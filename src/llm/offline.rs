@@ -21,12 +21,18 @@
 //!   `instance_of`; otherwise `null`. Measured on labelled real text in EVALUATION.md.
 //! - integrate.merge: the union of clauses (sentences and comma-separated parts), in time
 //!   order, dropping a clause whose content words another kept clause already holds.
-//! - refine: two or more sentences that share few words (topics) split at sentence
-//!   boundaries, with connective openers ("Besides that,", "On another note,") removed;
-//!   filler phrases are trimmed; otherwise keep.
-//! - consolidate.propose: the hub groups with neighbours it would call DUPLICATE or MERGE;
-//!   consolidate.verify approves when every source's content words are in the proposal and
-//!   the proposal adds at most 20% new words.
+//! - refine: splits at sentence boundaries (a period after "St." or an initial ends none) only
+//!   when every later sentence stands alone: no word that refers back ("he", "this", "also",
+//!   "then"), a subject known to be a name (the user, an earlier subject, a possessive, or a
+//!   word written with a capital inside a sentence: a capital at a sentence's start proves
+//!   nothing), no name another sentence is about unless both are about it, and a topic of its
+//!   own (Jaccard < 0.3); a framing first sentence ("shared several things") is left out and
+//!   connective openers ("Besides that,") removed. Trims only filler without meaning
+//!   ("basically,", "as mentioned before,"; never "just", "I think", "actually"). Else keep.
+//! - consolidate.propose: the hub groups with neighbours it would call DUPLICATE or MERGE
+//!   against the hub and against every member already taken; consolidate.verify approves only
+//!   when every source's content words are in the proposal, its negation matches theirs, and
+//!   it adds at most 20% new words.
 //! - summarize: the first sentence of up to five memories, newest first.
 
 use std::collections::BTreeSet;
@@ -35,17 +41,6 @@ use super::tasks::*;
 use crate::logic::reading::{
     Reading, WEAK_CUES, content_words, find_phrase, first_phrase, jaccard, read, stem,
 };
-
-const FILLERS: &[&str] = &[
-    "basically, ",
-    "basically ",
-    "you know, ",
-    "i think that ",
-    "it is worth noting that ",
-    "as mentioned before, ",
-    "actually, ",
-    "just ",
-];
 
 const CONNECTIVES: &[&str] = &[
     "besides that, ",
@@ -56,11 +51,6 @@ const CONNECTIVES: &[&str] = &[
     "additionally, ",
     "separately, ",
 ];
-
-/// Jaccard similarity of two texts' content words (refine: do two sentences share a topic).
-fn word_jaccard(a: &str, b: &str) -> f64 {
-    jaccard(&content_words(a), &content_words(b))
-}
 
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
@@ -375,16 +365,42 @@ pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
     }
 }
 
-/// Sentences of a text, with their end punctuation.
+/// Abbreviations whose period ends no sentence ("St. Mary's", "Dr. Smith", "e.g. this").
+const ABBREVIATIONS: &[&str] = &[
+    "st", "dr", "mr", "mrs", "ms", "prof", "jr", "sr", "vs", "etc", "e.g", "i.e", "no", "inc",
+    "ltd", "co", "mt", "ave", "approx", "dept", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
+    "sep", "sept", "oct", "nov", "dec",
+];
+
+/// Sentences of a text, with their end punctuation. A period ends a sentence only before a
+/// capital letter or a digit, and not after an abbreviation or an initial ("J. K. Rowling").
 fn sentences(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut current = String::new();
     let chars: Vec<char> = text.chars().collect();
     for (i, &c) in chars.iter().enumerate() {
         current.push(c);
-        let boundary =
-            matches!(c, '.' | '!' | '?') && chars.get(i + 1).is_none_or(|n| n.is_whitespace());
-        if boundary {
+        if !matches!(c, '.' | '!' | '?') {
+            continue;
+        }
+        let followed_by_space = chars.get(i + 1).is_none_or(|n| n.is_whitespace());
+        let next_word_starts = chars[i + 1..]
+            .iter()
+            .find(|n| !n.is_whitespace())
+            .is_none_or(|n| {
+                n.is_uppercase() || n.is_ascii_digit() || matches!(n, '"' | '\'' | '(')
+            });
+        let word_before: String = current[..current.len() - 1]
+            .rsplit(char::is_whitespace)
+            .next()
+            .unwrap_or("")
+            .trim_start_matches(['(', '"'])
+            .to_lowercase();
+        let abbreviation = c == '.'
+            && (ABBREVIATIONS.contains(&word_before.as_str())
+                || (word_before.chars().count() == 1
+                    && word_before.chars().all(char::is_alphabetic)));
+        if followed_by_space && next_word_starts && !abbreviation {
             let s = current.trim().to_string();
             if !s.is_empty() {
                 out.push(s);
@@ -395,6 +411,132 @@ fn sentences(text: &str) -> Vec<String> {
     let rest = current.trim();
     if !rest.is_empty() {
         out.push(rest.to_string());
+    }
+    out
+}
+
+/// Words that, in a later sentence, point back at an earlier one ("He walks her", "This made
+/// her late", "Gina also lost her job", "Then she ..."): such a sentence cannot stand alone.
+const BACK_REFERENCES: &[&str] = &[
+    "he",
+    "him",
+    "his",
+    "she",
+    "her",
+    "hers",
+    "it",
+    "its",
+    "they",
+    "them",
+    "their",
+    "theirs",
+    "this",
+    "that",
+    "these",
+    "those",
+    "there",
+    "also",
+    "too",
+    "as well",
+    "again",
+    "then",
+    "both",
+    "such",
+    "the same",
+    "as a result",
+    "that is why",
+    "however",
+    "but",
+    "still",
+    "instead",
+    "otherwise",
+    "meanwhile",
+    "afterwards",
+    "later",
+];
+
+/// Words saying a sentence only announces several things (a frame, no fact of its own):
+/// a quantity before a generic noun, "shared several things", "covered a few topics".
+const FRAME_QUANTITIES: &[&str] = &["several", "a few", "a lot of", "many", "various", "some"];
+const FRAME_NOUNS: &[&str] = &[
+    "things",
+    "topics",
+    "background",
+    "details",
+    "matters",
+    "subjects",
+    "updates",
+    "points",
+];
+
+/// Whether a sentence only frames what follows ("During a long conversation, the user shared
+/// several things."): a quantity word right before a generic noun.
+fn is_frame(sentence: &str) -> bool {
+    let w = crate::logic::reading::words(sentence);
+    FRAME_QUANTITIES.iter().any(|q| {
+        find_phrase(&w, q).is_some_and(|(at, len)| {
+            w.get(at + len)
+                .into_iter()
+                .chain(w.get(at + len + 1))
+                .any(|n| FRAME_NOUNS.contains(&n.as_str()))
+        })
+    })
+}
+
+/// Why a sentence that follows others cannot be a memory of its own, if it cannot: it refers
+/// back, is too short to say much, or its subject is not known to be a name. A capital at the
+/// start of a sentence proves nothing ("Deploys never happen on Fridays"); a subject is a
+/// name when it is the user, the subject of an earlier sentence, possessive ("Rosa's son"), or
+/// written with a capital inside a sentence somewhere in the memory.
+fn leans_on_context(
+    sentence: &str,
+    earlier_owners: &[String],
+    mid_capitals: &BTreeSet<String>,
+) -> Option<String> {
+    let r = read(sentence);
+    if let Some(word) = first_phrase(&r.words, BACK_REFERENCES) {
+        return Some(format!("\"{word}\" refers back"));
+    }
+    if r.words.len() < 4 {
+        return Some("too short to stand alone".into());
+    }
+    let first = r.words.first().map(String::as_str).unwrap_or("");
+    let subject = if first == "the" {
+        r.words.get(1).map(String::as_str).unwrap_or("")
+    } else {
+        first
+    };
+    let bare = subject.trim_end_matches("'s");
+    let named = bare == "user"
+        || (first != "the"
+            && sentence.chars().next().is_some_and(char::is_uppercase)
+            && (earlier_owners.iter().any(|o| o == bare)
+                || subject.ends_with("'s")
+                || mid_capitals.contains(bare)));
+    if !named {
+        return Some(format!("\"{subject}\" is not known to be a name"));
+    }
+    None
+}
+
+/// Words written with a capital letter inside a sentence (not first), lower-cased: names.
+fn mid_sentence_capitals(parts: &[String]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for part in parts {
+        let raw: Vec<&str> = part
+            .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '\u{2019}'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for w in raw.iter().skip(1) {
+            if w.chars().next().is_some_and(char::is_uppercase) {
+                out.insert(
+                    w.replace('\u{2019}', "'")
+                        .to_lowercase()
+                        .trim_end_matches("'s")
+                        .to_string(),
+                );
+            }
+        }
     }
     out
 }
@@ -444,64 +586,141 @@ pub fn merge(memories: &[MemoryView]) -> MergeReply {
     }
 }
 
+/// Phrases with no meaning of their own, trimmed from a memory. Words that change meaning
+/// are not here: "just" (recently), "I think" (a hedge), "actually" (a correction).
+const FILLERS: &[&str] = &[
+    "basically, ",
+    "you know, ",
+    ", you know,",
+    "it is worth noting that ",
+    "it's worth noting that ",
+    "as mentioned before, ",
+    "as i said, ",
+    "needless to say, ",
+];
+
+/// refine: split only into sentences that each stand alone (a named subject, nothing that
+/// refers back, no name that another part is about unless both are about it) on distinct
+/// topics; trim only meaningless filler; otherwise keep.
 pub fn refine(memory: &MemoryView) -> RefineReply {
-    let parts: Vec<String> = sentences(&memory.text);
-    // Drop a framing sentence with no facts of its own ("During a long conversation, ...").
-    let factual: Vec<String> = parts
-        .iter()
-        .filter(|s| {
-            let l = s.to_lowercase();
-            !(l.contains("shared several things") || l.contains("talked about a few things"))
-        })
-        .map(|s| strip_connective(s))
-        .collect();
-    if factual.len() >= 2 {
-        let distinct = factual.windows(2).all(|w| word_jaccard(&w[0], &w[1]) < 0.3);
-        if distinct {
-            return RefineReply {
-                action: RefineAction::Split,
-                confidence: 0.7,
-                reasoning: format!(
-                    "offline rules: {} sentences on distinct topics",
-                    factual.len()
-                ),
-                parts: factual,
-            };
-        }
-    }
-    let mut trimmed = memory.text.clone();
-    for filler in FILLERS {
-        while let Some(at) = trimmed.to_lowercase().find(filler) {
-            trimmed.replace_range(at..at + filler.len(), "");
-        }
-    }
-    let trimmed = trimmed.split_whitespace().collect::<Vec<_>>().join(" ");
-    if trimmed != memory.text.split_whitespace().collect::<Vec<_>>().join(" ")
-        && !trimmed.is_empty()
-    {
-        return RefineReply {
-            action: RefineAction::Trim,
-            parts: vec![trimmed],
-            confidence: 0.6,
-            reasoning: "offline rules: filler words removed".into(),
-        };
-    }
-    RefineReply {
+    let keep = |why: String| RefineReply {
         action: RefineAction::Keep,
         parts: Vec::new(),
         confidence: 0.6,
-        reasoning: "offline rules: one topic, no filler".into(),
+        reasoning: format!("offline rules: {why}"),
+    };
+    let all = sentences(&memory.text);
+    // A framing first sentence carries no fact: it is left out of the parts.
+    let framed = all.len() > 2 && is_frame(&all[0]);
+    let parts: Vec<String> = all
+        .iter()
+        .skip(usize::from(framed))
+        .map(|s| strip_connective(s))
+        .collect();
+    if parts.len() >= 2 {
+        match split_blocker(&parts) {
+            None => {
+                return RefineReply {
+                    action: RefineAction::Split,
+                    confidence: 0.7,
+                    reasoning: format!(
+                        "offline rules: {} sentences that each stand alone, on distinct topics",
+                        parts.len()
+                    ),
+                    parts,
+                };
+            }
+            Some(why) => {
+                if trimmed(&memory.text).is_none() {
+                    return keep(format!("not split: {why}"));
+                }
+            }
+        }
     }
+    if let Some(text) = trimmed(&memory.text) {
+        return RefineReply {
+            action: RefineAction::Trim,
+            parts: vec![text],
+            confidence: 0.6,
+            reasoning: "offline rules: filler phrases removed".into(),
+        };
+    }
+    keep("one sentence, no filler".into())
 }
 
+/// Why these sentences must stay one memory, if they must.
+fn split_blocker(parts: &[String]) -> Option<String> {
+    let readings: Vec<Reading> = parts.iter().map(|p| read(p)).collect();
+    let capitals = mid_sentence_capitals(parts);
+    for (k, part) in parts.iter().enumerate() {
+        let owners: Vec<String> = readings[..k].iter().map(|r| r.owner.clone()).collect();
+        if k > 0
+            && let Some(why) = leans_on_context(part, &owners, &capitals)
+        {
+            return Some(format!("\"{part}\": {why}"));
+        }
+        let names = |r: &Reading| {
+            let mut n = r.values.clone();
+            n.insert(r.owner.clone());
+            n
+        };
+        for earlier in &readings[..k] {
+            let shared: Vec<String> = names(&readings[k])
+                .intersection(&names(earlier))
+                .cloned()
+                .collect();
+            let about_both = shared
+                .iter()
+                .all(|n| *n == readings[k].owner && *n == earlier.owner);
+            if !about_both {
+                return Some(format!(
+                    "\"{part}\" is about {} named in another sentence",
+                    shared.join(", ")
+                ));
+            }
+            if jaccard(&readings[k].content, &earlier.content) >= 0.3 {
+                return Some(format!("\"{part}\" shares its topic with another sentence"));
+            }
+        }
+    }
+    None
+}
+
+/// The text without filler phrases, if it had any.
+fn trimmed(text: &str) -> Option<String> {
+    let mut out = text.to_string();
+    for filler in FILLERS {
+        while let Some(at) = out.to_lowercase().find(filler) {
+            let replacement = if filler.starts_with(',') { "," } else { "" };
+            out.replace_range(at..at + filler.len(), replacement);
+        }
+    }
+    let mut out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    // The first letter stays a capital when the filler opened the text.
+    if let Some(first) = out.chars().next()
+        && text.chars().next().is_some_and(char::is_uppercase)
+    {
+        out = first.to_uppercase().collect::<String>() + &out[first.len_utf8()..];
+    }
+    (out != text.split_whitespace().collect::<Vec<_>>().join(" ") && !out.is_empty()).then_some(out)
+}
+
+/// consolidate.propose: the hub and the neighbours that restate or complete it (DUPLICATE or
+/// MERGE against the hub and against every member taken before them: two members that
+/// contradict each other are not folded together), merged clause by clause.
 pub fn propose(memories: &[MemoryView]) -> ProposeReply {
     let Some((hub, rest)) = memories.split_first() else {
         return ProposeReply { groups: Vec::new() };
     };
+    let folds = |a: &MemoryView, b: &MemoryView| {
+        matches!(
+            classify(a, b).classification,
+            Classification::Duplicate | Classification::Merge
+        )
+    };
     let mut group = vec![hub.clone()];
     for candidate in rest {
-        let c = classify(hub, candidate).classification;
-        if matches!(c, Classification::Duplicate | Classification::Merge) {
+        if group.iter().all(|member| folds(member, candidate)) {
             group.push(candidate.clone());
         }
     }
@@ -515,28 +734,57 @@ pub fn propose(memories: &[MemoryView]) -> ProposeReply {
             text: merged.text,
             confidence: 0.65,
             reasoning: format!(
-                "offline rules: {} memories on the hub's subject",
+                "offline rules: {} memories restate or complete one another",
                 group.len()
             ),
         }],
     }
 }
 
+/// consolidate.verify: approves a proposal that keeps every content word, name and number of
+/// its sources, negates what they negate and nothing else, and adds at most 20% new words;
+/// anything else is rejected. Dropping even a light verb ("is called") is a rejection: a
+/// word count cannot tell "Pixel is a grey tabby" from "both cats are grey tabbies" once a
+/// word may go missing.
 pub fn verify(memories: &[MemoryView], proposal: &str) -> VerifyReply {
     let proposed = content_words(proposal);
     let mut sources = BTreeSet::new();
-    let mut missing = 0usize;
+    let mut missing = BTreeSet::new();
     for m in memories {
         let words = content_words(&m.text);
-        missing += words.difference(&proposed).count();
+        missing.extend(words.difference(&proposed).cloned());
         sources.extend(words);
     }
     let added = proposed.difference(&sources).count();
-    let approve = missing == 0 && added as f64 <= 0.2 * proposed.len().max(1) as f64;
+    let negated_sources = memories.iter().any(|m| read(&m.text).negated);
+    let negated_proposal = read(proposal).negated;
+    let (approve, why) = if !missing.is_empty() {
+        (
+            false,
+            format!(
+                "{} source words missing ({})",
+                missing.len(),
+                missing.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        )
+    } else if negated_proposal != negated_sources {
+        (
+            false,
+            if negated_proposal {
+                "the proposal negates what no source negates".to_string()
+            } else {
+                "the proposal drops a negation".to_string()
+            },
+        )
+    } else if added as f64 > 0.2 * proposed.len().max(1) as f64 {
+        (false, format!("{added} words added that no source has"))
+    } else {
+        (true, format!("every source word kept, {added} words added"))
+    };
     VerifyReply {
         approve,
         confidence: if approve { 0.7 } else { 0.8 },
-        reasoning: format!("offline rules: {missing} source words missing, {added} words added"),
+        reasoning: format!("offline rules: {why}"),
     }
 }
 
@@ -744,6 +992,82 @@ mod tests {
         ];
         assert!(verify(&sources, &proposal).approve);
         assert!(!verify(&sources, "Omar is a pilot.").approve);
+    }
+
+    #[test]
+    fn refine_splits_only_sentences_that_stand_alone() {
+        let action = |text: &str| refine(&memory("r", "01-01", text));
+        // Each part names its subject, refers to nothing before it, and has its own topic.
+        let split = action("Kenji lives in Osaka. Kenji is learning to play the guitar.");
+        assert_eq!(split.action, RefineAction::Split);
+        assert_eq!(split.parts.len(), 2);
+        for dependent in [
+            "Tom adopted a beagle called Biscuit. He walks her every morning before work.",
+            "Rosa's train was cancelled because of the strike. This made her miss the meeting.",
+            "Jon lost his job as a banker. Gina also lost her job at the call centre.",
+            // A sentence-initial capital is no name.
+            "The team deploys on Thursdays. Deploys never happen on Fridays.",
+            // Attributes of something the first sentence named.
+            "Hugo has two cats, Pixel and Byte. Pixel is a grey tabby and Byte is black.",
+        ] {
+            assert_eq!(action(dependent).action, RefineAction::Keep, "{dependent}");
+        }
+        // "St." ends no sentence.
+        assert_eq!(
+            action("As mentioned before, Lena works night shifts at St. Mary's Hospital.").parts,
+            ["Lena works night shifts at St. Mary's Hospital."]
+        );
+        // Words that change the meaning are not filler.
+        for text in [
+            "The user just moved to Munich.",
+            "I think that the meeting is on Friday.",
+            "Actually, the dentist appointment moved to Monday.",
+        ] {
+            assert_eq!(action(text).action, RefineAction::Keep, "{text}");
+        }
+    }
+
+    #[test]
+    fn verification_and_proposals_refuse_what_they_cannot_check() {
+        let sources = [
+            memory("a", "01-01", "The team deploys on Thursdays."),
+            memory("b", "02-01", "The team never deploys on Fridays."),
+        ];
+        assert!(
+            verify(
+                &sources,
+                "The team deploys on Thursdays and never on Fridays."
+            )
+            .approve
+        );
+        let flipped = verify(&sources, "The team deploys on Thursdays and on Fridays.");
+        assert!(!flipped.approve, "{}", flipped.reasoning);
+        let invented = verify(
+            &[memory("a", "01-01", "Tom drinks his coffee black.")],
+            "Tom never drinks his coffee black.",
+        );
+        assert!(
+            invented.reasoning.contains("negates"),
+            "{}",
+            invented.reasoning
+        );
+        // A member that contradicts another member is not folded in with them.
+        // Each completes the hub, but they name two hospitals.
+        let group = propose(&[
+            memory("h", "01-01", "Lena works as a nurse."),
+            memory(
+                "d",
+                "02-01",
+                "Lena works as a nurse on night shifts at St. Mary's Hospital.",
+            ),
+            memory(
+                "c",
+                "03-01",
+                "Lena works as a nurse on night shifts at City Hospital.",
+            ),
+        ]);
+        assert_eq!(group.groups.len(), 1, "{group:?}");
+        assert_eq!(group.groups[0].memory_ids, ["h", "d"]);
     }
 
     #[test]

@@ -23,6 +23,35 @@ pub const LINK_LABELS: &[&str] = &[
     "null",
 ];
 
+/// The outcomes of the two-pass consolidation (`consolidate.propose` then
+/// `consolidate.verify`) of a set of memories: all of them folded into one approved memory,
+/// some of them, or none. Gold labels are CONSOLIDATE or KEEP.
+pub const CONSOLIDATE_LABELS: &[&str] = &["CONSOLIDATE", "PARTIAL", "KEEP"];
+
+/// The answers of `consolidate.verify` to a given proposal.
+pub const VERIFY_LABELS: &[&str] = &["APPROVE", "REJECT"];
+
+/// The actions of `refine` on one memory.
+pub const REFINE_LABELS: &[&str] = &["SPLIT", "TRIM", "KEEP"];
+
+/// The task names `memlife eval judge` scores, with their labels; `consolidate` is the
+/// two-pass pipeline, `consolidate.verify` the second pass alone on a given proposal.
+pub const EVAL_TASKS: &[(&str, &[&str])] = &[
+    ("integrate.classify", INTEGRATE_LABELS),
+    ("link.classify", LINK_LABELS),
+    ("consolidate", CONSOLIDATE_LABELS),
+    ("consolidate.verify", VERIFY_LABELS),
+    ("refine", REFINE_LABELS),
+];
+
+/// The labels of an eval task.
+pub fn labels_of(task: &str) -> &'static [&'static str] {
+    EVAL_TASKS
+        .iter()
+        .find(|(t, _)| *t == task)
+        .map_or(&[], |(_, labels)| labels)
+}
+
 /// The thresholds of the similarity table.
 pub const THRESHOLDS: &[f32] = &[0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9];
 
@@ -55,12 +84,17 @@ impl Split {
 /// A mistake that loses information: for `integrate.classify`, a distinct or an outdated fact
 /// judged the same as, or folded into, the other (COEXIST or SUPERSEDE judged DUPLICATE or
 /// MERGE); for `link.classify`, any link whose type is not the gold one (a wrong link is
-/// worse than none; a missed link, judged null, is not destructive).
+/// worse than none; a missed link, judged null, is not destructive); for `consolidate`, any
+/// memory folded into another when the gold says keep them apart; for `consolidate.verify`,
+/// approving a proposal that should be rejected; for `refine`, changing a memory that should be
+/// kept, or splitting one that only needed a trim.
 pub fn is_destructive(task: &str, gold: &str, judged: &str) -> bool {
-    if task == "link.classify" {
-        judged != "null" && judged != gold
-    } else {
-        matches!(gold, "COEXIST" | "SUPERSEDE") && matches!(judged, "DUPLICATE" | "MERGE")
+    match task {
+        "link.classify" => judged != "null" && judged != gold,
+        "consolidate" => gold == "KEEP" && judged != "KEEP",
+        "consolidate.verify" => gold == "REJECT" && judged == "APPROVE",
+        "refine" => (gold == "KEEP" && judged != "KEEP") || (gold == "TRIM" && judged == "SPLIT"),
+        _ => matches!(gold, "COEXIST" | "SUPERSEDE") && matches!(judged, "DUPLICATE" | "MERGE"),
     }
 }
 
@@ -206,6 +240,16 @@ mod tests {
             "a missed link loses nothing"
         );
         assert!(!is_destructive(l, "causes", "causes"));
+        assert!(is_destructive("consolidate", "KEEP", "PARTIAL"));
+        assert!(
+            !is_destructive("consolidate", "CONSOLIDATE", "PARTIAL"),
+            "folding fewer memories than asked loses nothing"
+        );
+        assert!(is_destructive("consolidate.verify", "REJECT", "APPROVE"));
+        assert!(!is_destructive("consolidate.verify", "APPROVE", "REJECT"));
+        assert!(is_destructive("refine", "KEEP", "TRIM"));
+        assert!(is_destructive("refine", "TRIM", "SPLIT"));
+        assert!(!is_destructive("refine", "SPLIT", "KEEP"));
     }
 
     #[test]

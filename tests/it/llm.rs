@@ -46,7 +46,7 @@ impl Mock {
         Mock::start(&["--script", &path])
     }
 
-    fn stats(&self) -> Value {
+    pub fn stats(&self) -> Value {
         let address = self
             .url
             .trim_start_matches("http://")
