@@ -201,14 +201,17 @@ pub enum Kernel {
     ExactF32,
     /// AVX-512 VNNI int8 candidates, re-ranked exactly (see `int8`).
     Int8Rerank,
+    /// AVX2 int8 candidates (7-bit levels), re-ranked exactly (see `int8`).
+    Int8RerankAvx2,
 }
 
 /// Below this many rows the exact kernel is as fast as quantising.
 const INT8_MIN_ROWS: usize = 2048;
 
 /// The `k` nearest other rows of every row of one set (all pairs), best first, with exact
-/// scores. Large sets on CPUs with AVX-512 VNNI take the int8 pass with `2k + 8` candidates
-/// re-ranked exactly; the rest the exact f32 kernel. `exact` forces the f32 kernel.
+/// scores. Large sets on CPUs with AVX-512 VNNI or AVX2 take the int8 pass, its candidates
+/// re-ranked exactly (`int8::candidates_for`); the rest the exact f32 kernel. `exact` forces
+/// the f32 kernel.
 pub fn all_pairs_top_k(
     vectors: &[f32],
     dim: usize,
@@ -216,9 +219,16 @@ pub fn all_pairs_top_k(
     exact: bool,
 ) -> (Vec<Vec<Neighbour>>, Kernel) {
     check_shapes(vectors, vectors, dim);
-    if !exact && vectors.len() / dim >= INT8_MIN_ROWS && int8::available() {
-        let found = int8::all_pairs_top_k(vectors, dim, k, 2 * k + 8);
-        return (found, Kernel::Int8Rerank);
+    if !exact
+        && vectors.len() / dim >= INT8_MIN_ROWS
+        && let Some(isa) = int8::isa()
+    {
+        let found = int8::all_pairs_top_k(vectors, dim, k, int8::candidates_for(isa, k), isa);
+        let kernel = match isa {
+            int8::Isa::Avx512Vnni => Kernel::Int8Rerank,
+            int8::Isa::Avx2 => Kernel::Int8RerankAvx2,
+        };
+        return (found, kernel);
     }
     let found = top_k(vectors, vectors, dim, k, SelfMatch::SameRows);
     (found, Kernel::ExactF32)
