@@ -46,6 +46,9 @@ pub struct Config {
     /// the built-in calibration (`BUILT_IN_THRESHOLDS`) key by key.
     #[serde(default)]
     pub thresholds: BTreeMap<String, ThresholdsSection>,
+    /// Hubs and cluster sizes of `memlife cluster`.
+    #[serde(default)]
+    pub cluster: crate::logic::cluster::ClusterParams,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -291,6 +294,7 @@ impl Config {
 
     fn validate(&self) -> Result<()> {
         self.scores.validate().map_err(anyhow::Error::msg)?;
+        self.cluster.validate().map_err(anyhow::Error::msg)?;
         for (model, t) in &self.thresholds {
             for (key, value) in [
                 ("link", t.link),

@@ -6,6 +6,7 @@
 //! applier lookup `batches poll` uses. Every run leaves a row in `runs`; its `JobReport`
 //! prints as a table for people or as JSON for schedulers and gives the exit status.
 
+pub mod cluster;
 pub mod embed;
 pub mod import;
 pub mod link;
@@ -121,6 +122,7 @@ register_jobs! {
     Embed => embed::EmbedArgs, "embed";
     Scores => scores::ScoresArgs, "scores";
     Link => link::LinkArgs, "link";
+    Cluster => cluster::ClusterArgs, "cluster";
 }
 
 impl std::fmt::Display for JobName {

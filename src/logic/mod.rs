@@ -3,6 +3,7 @@
 //! HTTP, no files (a tidy test enforces it), so every rule is unit-tested and benchmarked
 //! without a database, and its tests compile without linking lancedb.
 
+pub mod cluster;
 pub mod eval;
 pub mod hash;
 pub mod reading;

@@ -10,13 +10,15 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
+/// 4: table `clusters`.
 pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (2, "llm_batches table; runs.llm_usage column"),
     (3, "memories.salience_anchor column"),
+    (4, "clusters table"),
 ];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
@@ -434,6 +436,34 @@ pub static AUDIT_LOG: TableSpec = TableSpec {
     ],
 };
 
+pub const CLUSTER_MODES: &[&str] = &["hubs", "full"];
+
+/// The clusters a `memlife cluster` run found: candidates for `memlife consolidate`, which
+/// reads those of each user's latest finished cluster run.
+pub static CLUSTERS: TableSpec = TableSpec {
+    name: "clusters",
+    key: &["cluster_id"],
+    id_basis: &["run_id", "seed_id"],
+    fields: &[
+        field("cluster_id", K::Str, R::NonEmpty, D::DerivedId),
+        field("run_id", K::Str, R::NonEmpty, D::Required),
+        field("user_id", K::Str, R::NonEmpty, D::Required),
+        field("mode", K::Str, R::OneOf(CLUSTER_MODES), D::Str("hubs")),
+        // The hub (or full-mode seed) the cluster grew from; first of `member_ids`.
+        field("seed_id", K::Str, R::NonEmpty, D::Required),
+        field("member_ids", K::StrList, R::Free, D::EmptyList),
+        // Pairwise cosine similarities of the members, upper triangle row by row (JSON).
+        field("similarities", K::Str, R::Free, D::Str("[]")),
+        // Mean pairwise similarity: how tight the cluster is.
+        field("confidence", K::F64, R::Free, D::Null),
+        field("threshold", K::F64, R::Free, D::Null),
+        // Hash of the members' ids and texts: a rejected proposal is not asked again until
+        // it changes.
+        field("signature", K::Str, R::NonEmpty, D::Required),
+        field("created_at", K::Timestamp, R::Free, D::Now),
+    ],
+};
+
 /// Database-level facts: schema version, embedding width, creation time.
 pub static META: TableSpec = TableSpec {
     name: "memlife_meta",
@@ -455,6 +485,7 @@ pub static ALL_TABLES: &[&TableSpec] = &[
     &RUNS,
     &AUDIT_LOG,
     &LLM_BATCHES,
+    &CLUSTERS,
 ];
 
 /// Tables a user may load with `memlife import --table`.

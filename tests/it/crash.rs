@@ -89,6 +89,17 @@ const SCENARIOS: &[Scenario] = &[
         points: &["link.started", "link.after-links", "link.finishing"],
         witness: "SELECT COUNT(*) AS n FROM links",
     },
+    Scenario {
+        name: "cluster (full mode)",
+        setup: &[IMPORT, EMBED],
+        job: &["cluster", "--mode", "full", "--threshold", "0.2"],
+        points: &[
+            "cluster.started",
+            "cluster.before-write",
+            "cluster.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM clusters",
+    },
 ];
 
 const BATCH_SUBMIT: &[&str] = &[
@@ -231,6 +242,11 @@ fn state(db: &TestDb) -> String {
          AS target, classification, COUNT(*) AS copies FROM audit_log \
          GROUP BY operation, target, classification ORDER BY operation, target, classification",
         "SELECT status, request_count, attempts FROM llm_batches ORDER BY status, request_count",
+        // Clusters of the latest finished cluster run (what consolidate reads); a killed
+        // run's rows stay behind under its abandoned run id.
+        "SELECT user_id, seed_id, member_ids, confidence FROM clusters WHERE run_id = \
+         (SELECT run_id FROM runs WHERE job = 'cluster' AND status = 'done' \
+         ORDER BY started_at DESC LIMIT 1) ORDER BY user_id, seed_id",
     ]
     .iter()
     .map(|sql| query(db, sql))

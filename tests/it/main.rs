@@ -4,6 +4,7 @@
 
 mod check;
 mod cli;
+mod cluster;
 mod common;
 mod concurrency;
 mod crash;

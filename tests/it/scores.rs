@@ -189,8 +189,9 @@ async fn an_older_database_is_migrated_in_place() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         db.scalar("SELECT value FROM memlife_meta WHERE key = 'schema_version'"),
-        "\"3\""
+        format!("\"{}\"", memlife::model::schema::SCHEMA_VERSION)
     );
+    assert_eq!(db.count("clusters"), 0, "tables added since are created");
     assert_eq!(db.count("llm_batches"), 0);
     assert_eq!(db.count("memories"), 7, "no row lost");
     assert_eq!(memory(&db, "sure", "salience_anchor"), "0.5");

@@ -1,0 +1,262 @@
+//! `memlife cluster`: finds each user's groups of memories that may be one memory (seed 000
+//! hub clustering; seed 001 full clustering), for `memlife consolidate` to judge. Rules in
+//! `logic::cluster`; the similarity threshold is the embedding model's `cluster` threshold
+//! (`[thresholds."MODEL"]`, 0.75 for all-MiniLM-L6-v2) unless `--threshold` says otherwise.
+//! Writes one `clusters` row per cluster, all of a user's in one Lance commit; reads nothing
+//! it writes, so a rerun simply finds the clusters again under a new run id (consolidate
+//! reads each user's latest finished run).
+
+use std::collections::BTreeMap;
+
+use anyhow::{Result, anyhow};
+use arrow::array::AsArray;
+use arrow::datatypes::{Float32Type, Float64Type, Int64Type};
+
+use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::logic::cluster::{Member, assign, describe, full_seeds, hubs, signature};
+use crate::logic::similarity::{SelfMatch, all_pairs_top_k, top_k};
+use crate::model::schema::{CLUSTERS, LINKS, SHARES_ENTITY_PREFIX};
+use crate::store::{batch_from_json, sql_string};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterMode {
+    /// Clusters grow from hub memories (important and used, or well linked).
+    Hubs,
+    /// Every active memory may seed a cluster (a store with no access history yet).
+    Full,
+}
+
+impl ClusterMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            ClusterMode::Hubs => "hubs",
+            ClusterMode::Full => "full",
+        }
+    }
+}
+
+/// Groups of similar memories around hubs (or all memories with `--mode full`), the
+/// candidates of `memlife consolidate`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterArgs {
+    #[arg(long, value_enum, default_value = "hubs")]
+    pub mode: ClusterMode,
+    /// Cosine similarity a memory needs to the cluster's seed. Default: the `cluster`
+    /// threshold of the model that made the vectors (0.75 for all-MiniLM-L6-v2).
+    #[arg(long, allow_negative_numbers = true)]
+    pub threshold: Option<f32>,
+    #[command(flatten)]
+    pub scope: JobScope,
+}
+
+impl Job for ClusterArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+}
+
+/// One user's live, embedded memories of their main embedding model.
+struct UserMemories {
+    members: Vec<Member>,
+    texts: Vec<String>,
+    vectors: Vec<f32>,
+    model: String,
+}
+
+async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
+    let filter = format!(
+        "user_id = {} AND state != 'archived' AND archived_at IS NULL AND embedding IS NOT NULL",
+        sql_string(user)
+    );
+    let batches = ctx
+        .store
+        .scan_columns(
+            "memories",
+            Some(&filter),
+            &[
+                "id",
+                "text",
+                "importance",
+                "access_count",
+                "embedding",
+                "embedding_model",
+            ],
+        )
+        .await?;
+    let mut models: BTreeMap<String, usize> = BTreeMap::new();
+    for batch in &batches {
+        let names = batch.column(5).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            *models.entry(names.value(row).to_string()).or_default() += 1;
+        }
+    }
+    let model = models
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(m, _)| m.clone())
+        .unwrap_or_default();
+    let inbound = inbound_links(ctx, user).await?;
+    let dim = ctx.store.embedding_dim();
+    let mut out = UserMemories {
+        members: Vec::new(),
+        texts: Vec::new(),
+        vectors: Vec::new(),
+        model,
+    };
+    for batch in &batches {
+        let ids = batch.column(0).as_string::<i32>();
+        let texts = batch.column(1).as_string::<i32>();
+        let importance = batch.column(2).as_primitive::<Float64Type>();
+        let access = batch.column(3).as_primitive::<Int64Type>();
+        let list = batch.column(4).as_fixed_size_list();
+        let values = list.values().as_primitive::<Float32Type>();
+        let names = batch.column(5).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            if names.value(row) != out.model {
+                continue;
+            }
+            let id = ids.value(row).to_string();
+            out.members.push(Member {
+                inbound_links: inbound.get(&id).copied().unwrap_or(0),
+                id,
+                importance: importance.value(row),
+                access_count: access.value(row),
+            });
+            out.texts.push(texts.value(row).to_string());
+            let start = list.value_offset(row) as usize;
+            out.vectors
+                .extend_from_slice(&values.values()[start..start + dim]);
+        }
+    }
+    Ok(out)
+}
+
+/// Inbound links per memory of a user, entity links (`shares_entity:*`) excluded.
+async fn inbound_links(ctx: &JobCtx<'_>, user: &str) -> Result<BTreeMap<String, i64>> {
+    let filter = format!(
+        "user_id = {} AND link_type NOT LIKE '{}%'",
+        sql_string(user),
+        SHARES_ENTITY_PREFIX
+    );
+    let mut counts = BTreeMap::new();
+    for batch in ctx
+        .store
+        .scan_columns(LINKS.name, Some(&filter), &["target_id"])
+        .await?
+    {
+        let targets = batch.column(0).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            *counts.entry(targets.value(row).to_string()).or_default() += 1;
+        }
+    }
+    Ok(counts)
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
+    let config = ctx.app.config().await?;
+    let params = &config.cluster;
+    let log_params = serde_json::json!({
+        "mode": args.mode.as_str(), "threshold": args.threshold, "cluster": params,
+    });
+    let log = RunLog::start(ctx, JobName::Cluster.as_str(), &log_params).await?;
+    let mut report = JobReport::new(JobName::Cluster.as_str(), ctx);
+    let dim = ctx.store.embedding_dim();
+    let now = ctx.now.timestamp_micros();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut noted = std::collections::BTreeSet::new();
+    let neighbours_k = 2 * params.max_size;
+    for user in super::users_of(ctx, "memories").await? {
+        let memories = load(ctx, &user).await?;
+        *counts.entry("users".into()).or_default() += 1;
+        *counts.entry("memories".into()).or_default() += memories.members.len() as u64;
+        if memories.members.len() < params.min_size {
+            continue;
+        }
+        let threshold = match args.threshold {
+            Some(t) => t,
+            None => {
+                let (t, source) = config.thresholds_for(&memories.model);
+                if noted.insert(memories.model.clone()) {
+                    report.notes.push(format!(
+                        "cluster threshold {} for {} ({:?}; --threshold overrides)",
+                        t.cluster, memories.model, source
+                    ));
+                }
+                t.cluster
+            }
+        };
+        let (seeds, neighbours) = match args.mode {
+            ClusterMode::Hubs => {
+                let hub_rows = hubs(&memories.members, params);
+                *counts.entry("hubs".into()).or_default() += hub_rows.len() as u64;
+                let queries: Vec<f32> = hub_rows
+                    .iter()
+                    .flat_map(|&r| memories.vectors[r * dim..(r + 1) * dim].iter().copied())
+                    .collect();
+                let self_rows: Vec<u32> = hub_rows.iter().map(|&r| r as u32).collect();
+                let found = top_k(
+                    &queries,
+                    &memories.vectors,
+                    dim,
+                    neighbours_k,
+                    SelfMatch::Rows(&self_rows),
+                );
+                let mut neighbours = vec![Vec::new(); memories.members.len()];
+                for (&row, list) in hub_rows.iter().zip(found) {
+                    neighbours[row] = list;
+                }
+                (hub_rows, neighbours)
+            }
+            ClusterMode::Full => {
+                let (neighbours, _) = all_pairs_top_k(&memories.vectors, dim, neighbours_k, false);
+                let seeds = full_seeds(&memories.members, &neighbours, threshold);
+                (seeds, neighbours)
+            }
+        };
+        let clusters = describe(
+            assign(&seeds, &neighbours, threshold, params),
+            &memories.vectors,
+            dim,
+        );
+        *counts.entry("clusters".into()).or_default() += clusters.len() as u64;
+        *counts.entry("clustered_memories".into()).or_default() +=
+            clusters.iter().map(|c| c.members.len() as u64).sum::<u64>();
+        if clusters.is_empty() || ctx.dry_run {
+            continue;
+        }
+        let rows: Vec<serde_json::Value> = clusters
+            .iter()
+            .map(|c| {
+                let ids: Vec<&str> = c
+                    .members
+                    .iter()
+                    .map(|&m| memories.members[m].id.as_str())
+                    .collect();
+                let keyed: Vec<(&str, &str)> = c
+                    .members
+                    .iter()
+                    .map(|&m| (memories.members[m].id.as_str(), memories.texts[m].as_str()))
+                    .collect();
+                serde_json::json!({
+                    "run_id": log.run_id(),
+                    "user_id": user,
+                    "mode": args.mode.as_str(),
+                    "seed_id": ids[0],
+                    "member_ids": ids,
+                    "similarities": serde_json::to_string(
+                        &c.pairwise.iter().map(|s| (*s * 1e4).round() / 1e4).collect::<Vec<f32>>()
+                    ).unwrap_or_default(),
+                    "confidence": (c.confidence as f64 * 1e4).round() / 1e4,
+                    "threshold": threshold,
+                    "signature": signature(&keyed),
+                })
+            })
+            .collect();
+        let batch = batch_from_json(&CLUSTERS, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        crate::crash::point("cluster.before-write");
+        ctx.store.upsert_batch(&CLUSTERS, batch).await?;
+    }
+    report.counts = counts;
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}

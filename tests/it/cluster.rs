@@ -1,0 +1,133 @@
+//! `memlife cluster` on real Lance tables: hub clusters, full mode, one cluster per memory,
+//! size limits, thresholds per embedding model, the same clusters from the same input.
+
+use serde_json::Value;
+
+use crate::common::{TestDb, fixture, stderr, stdout};
+
+/// The fixture (three paraphrase groups, unrelated memories, a second user), embedded with
+/// the lexical hash embedder.
+fn clustered_db() -> TestDb {
+    let db = TestDb::new();
+    let file = fixture("clusters.jsonl");
+    let out = db.run(&["import", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = db.run(&["embed", "--embedder", "hash"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    db
+}
+
+fn cluster(db: &TestDb, args: &[&str]) -> Value {
+    let mut all = vec!["--json", "cluster"];
+    all.extend_from_slice(args);
+    let out = db.run(&all);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+/// The member lists of one run's clusters, sorted by seed.
+fn clusters_of(db: &TestDb, run_id: &str) -> Vec<Vec<String>> {
+    let out = db.run(&[
+        "sql",
+        &format!("SELECT member_ids FROM clusters WHERE run_id = '{run_id}' ORDER BY seed_id"),
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|line| {
+            let row: Value = serde_json::from_str(line).unwrap();
+            row["member_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn hubs_gather_their_paraphrases_once_and_full_mode_finds_groups_without_hubs() {
+    let db = clustered_db();
+    let report = cluster(&db, &["--threshold", "0.6"]);
+    // u1's hubs: c1 and x1 (important, used), x2, d1; u2 has too few memories.
+    assert_eq!(report["counts"]["hubs"], 4, "{report}");
+    let run = report["run_id"].as_str().unwrap();
+    let hubs = clusters_of(&db, run);
+    assert_eq!(
+        hubs,
+        [vec!["c1", "c3", "c4", "c2"], vec!["d1", "d3", "d2"]],
+        "a hub first, its neighbours best first; the chess group has no hub"
+    );
+    // The same input gives the same clusters.
+    let again = cluster(&db, &["--threshold", "0.6"]);
+    assert_eq!(clusters_of(&db, again["run_id"].as_str().unwrap()), hubs);
+    // Full mode: every memory may seed; the chess group is found; no memory twice.
+    let full = cluster(&db, &["--mode", "full", "--threshold", "0.6"]);
+    let found = clusters_of(&db, full["run_id"].as_str().unwrap());
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found.iter().any(|c| c.contains(&"p1".to_string())));
+    let mut all: Vec<&String> = found.iter().flatten().collect();
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), total, "a memory joins at most one cluster");
+    // Every cluster records its pairwise similarities and a confidence within them.
+    let row: Value = serde_json::from_str(
+        stdout(&db.run(&[
+            "sql",
+            &format!("SELECT similarities, confidence FROM clusters WHERE run_id = '{run}' AND seed_id = 'c1'"),
+            "--format",
+            "jsonl",
+        ]))
+        .trim(),
+    )
+    .unwrap();
+    let pairs: Vec<f64> = serde_json::from_str(row["similarities"].as_str().unwrap()).unwrap();
+    assert_eq!(pairs.len(), 6, "4 members, 6 pairs");
+    let confidence = row["confidence"].as_f64().unwrap();
+    let mean = pairs.iter().sum::<f64>() / 6.0;
+    assert!((confidence - mean).abs() < 1e-3, "{confidence} vs {mean}");
+}
+
+#[test]
+fn the_threshold_is_the_models_and_sizes_come_from_the_config() {
+    let db = clustered_db();
+    // The hash embedder has no calibration: the seeds' 0.85 leaves d2 (0.72) out, and the
+    // dog group, two memories, is below the minimum of three.
+    let report = cluster(&db, &["--dry-run"]);
+    assert_eq!(report["counts"]["clusters"], 1, "{report}");
+    assert!(
+        report["notes"]
+            .to_string()
+            .contains("cluster threshold 0.85 for hash-lexical-v1"),
+        "{report}"
+    );
+    assert_eq!(db.count("clusters"), 0, "a dry run writes nothing");
+    let config = db.path("memlife.toml");
+    std::fs::write(
+        &config,
+        "[cluster]\nmin_size = 2\nmax_size = 3\n[thresholds.\"hash-lexical-v1\"]\ncluster = 0.6\n",
+    )
+    .unwrap();
+    let out = db.run(&["--json", "--config", &config, "cluster"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let found = clusters_of(&db, report["run_id"].as_str().unwrap());
+    assert_eq!(
+        found,
+        [vec!["c1", "c3", "c4"], vec!["d1", "d3", "d2"]],
+        "max_size caps the coffee group at its three best"
+    );
+    // A bad size is refused before anything runs, naming the key.
+    std::fs::write(&config, "[cluster]\nmin_size = 1\n").unwrap();
+    let out = db.run(&["--config", &config, "cluster"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cluster.min_size"),
+        "{}",
+        stderr(&out)
+    );
+}
