@@ -7,6 +7,7 @@
 //! prints as a table for people or as JSON for schedulers and gives the exit status.
 
 pub mod cluster;
+pub mod consolidate;
 pub mod embed;
 pub mod import;
 pub mod link;
@@ -123,6 +124,7 @@ register_jobs! {
     Scores => scores::ScoresArgs, "scores";
     Link => link::LinkArgs, "link";
     Cluster => cluster::ClusterArgs, "cluster";
+    Consolidate => consolidate::ConsolidateArgs, "consolidate";
 }
 
 impl std::fmt::Display for JobName {

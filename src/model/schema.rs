@@ -60,6 +60,7 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "LINK",
     "IMPORT",
     "BATCH_CLEANUP",
+    "CONSOLIDATE",
 ];
 /// The life of a Batch API submission (see `llm::batch`).
 pub const BATCH_STATUSES: &[&str] = &[

@@ -1,0 +1,662 @@
+//! `memlife consolidate`: two-pass consolidation of the clusters `memlife cluster` found (seed
+//! 000 "Memory Consolidation"). Pass 1 (`consolidate.propose`, the reasoning role) proposes
+//! groups of a cluster's memories and their consolidated text; pass 2 (`consolidate.verify`,
+//! the fast role) approves or rejects each proposal. Only approved proposals are applied.
+//!
+//! Applying one approved group, in this order (each step one Lance commit, each idempotent):
+//! 1. the `CONSOLIDATE` audit row: the members' rows and links before, the new memory after
+//!    (logged before anything changes, so a killed run is finished by the next one);
+//! 2. the consolidated memory: the proposal's text, importance the median of the members',
+//!    the earliest `created_at`, tags united, access counts summed, `consolidates_memory_ids`,
+//!    a fresh embedding;
+//! 3. the links: every link touching a member moves to the new memory (links between members
+//!    dropped, duplicates keep the highest confidence), plus a `consolidates` link from the
+//!    new memory to each member; then the members' old links are deleted;
+//! 4. the members' entity rows move the same way;
+//! 5. the members are archived (`archived_at`; still queryable, out of active retrieval).
+//!
+//! A run first finishes any approved consolidation a killed run left half-applied (step 1
+//! written, step 5 not). A proposal that pass 1 declines or pass 2 rejects is remembered (an
+//! audit row keyed by the cluster's signature) and not asked again until the cluster changes;
+//! a failed call is not remembered (the next run asks again).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Result, anyhow, bail};
+use arrow::array::AsArray;
+use serde_json::{Value, json};
+
+use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::embedders::{Embedded, EmbedderArgs};
+use crate::llm::tasks::{MemoryView, ProposedGroup, Reply, Task, TaskInput};
+use crate::llm::{Item, LlmArgs, Mode};
+use crate::logic::cluster::signature;
+use crate::model::encoding::format_timestamp;
+use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, MEMORY_ENTITIES};
+use crate::store::audit::{AuditRow, derived_id};
+use crate::store::{Store, batch_from_json, json_rows, sql_string, sql_timestamp};
+
+/// Two-pass LLM consolidation of the latest clusters (`memlife cluster`): propose, verify,
+/// then apply each approved group as a new memory that takes over the members' links.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConsolidateArgs {
+    #[command(flatten)]
+    pub scope: JobScope,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+}
+
+impl Job for ConsolidateArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+}
+
+/// A cluster as `clusters` recorded it.
+struct ClusterRow {
+    user: String,
+    member_ids: Vec<String>,
+    signature: String,
+}
+
+/// One approved group, ready to apply.
+struct Plan {
+    user: String,
+    new_id: String,
+    members: Vec<String>,
+    text: String,
+    signature: String,
+    confidence: f64,
+    reasoning: String,
+}
+
+/// The clusters of each user's latest finished `cluster` run that covered them.
+async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
+    let runs = json_rows(
+        &ctx.store
+            .scan_columns(
+                "runs",
+                Some("job = 'cluster' AND status = 'done' AND dry_run = false"),
+                &["run_id", "user_id", "started_at"],
+            )
+            .await?,
+    );
+    let mut runs: Vec<(String, Option<String>, String)> = runs
+        .into_iter()
+        .map(|r| {
+            (
+                r["started_at"].as_str().unwrap_or("").to_string(),
+                r["user_id"].as_str().map(str::to_string),
+                r["run_id"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    // Newest first: for each user, the first run whose scope covers them.
+    runs.sort_by(|a, b| b.0.cmp(&a.0));
+    let mut out = Vec::new();
+    for user in super::users_of(ctx, "memories").await? {
+        let Some((_, _, run_id)) = runs
+            .iter()
+            .find(|(_, scope, _)| scope.as_deref().is_none_or(|s| s == user))
+        else {
+            continue;
+        };
+        let filter = format!(
+            "run_id = {} AND user_id = {}",
+            sql_string(run_id),
+            sql_string(&user)
+        );
+        for row in json_rows(
+            &ctx.store
+                .scan_columns("clusters", Some(&filter), &["member_ids", "signature", "seed_id"])
+                .await?,
+        ) {
+            out.push(ClusterRow {
+                user: user.clone(),
+                member_ids: row["member_ids"]
+                    .as_array()
+                    .map(|ids| {
+                        ids.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                signature: row["signature"].as_str().unwrap_or("").to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn id_list(ids: &[String]) -> String {
+    ids.iter().map(|id| sql_string(id)).collect::<Vec<_>>().join(", ")
+}
+
+/// The rows of some memories as JSON objects (embedding left out), by id.
+async fn memory_rows(store: &Store, ids: &[String]) -> Result<BTreeMap<String, Value>> {
+    if ids.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let columns: Vec<&str> = MEMORIES
+        .fields
+        .iter()
+        .map(|f| f.name)
+        .filter(|n| *n != "embedding")
+        .collect();
+    let filter = format!("id IN ({})", id_list(ids));
+    Ok(json_rows(&store.scan_columns("memories", Some(&filter), &columns).await?)
+        .into_iter()
+        .map(|r| (r["id"].as_str().unwrap_or("").to_string(), Value::Object(r)))
+        .collect())
+}
+
+/// Signatures of clusters whose proposal was declined or rejected before, per user.
+async fn remembered(store: &Store) -> Result<BTreeSet<String>> {
+    let filter = "operation = 'CONSOLIDATE' AND classification IN ('REJECTED', 'NOT_PROPOSED')";
+    let mut out = BTreeSet::new();
+    for batch in store
+        .scan_columns(AUDIT_LOG.name, Some(filter), &["target_id"])
+        .await?
+    {
+        let targets = batch.column(0).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            if let Some(sig) = targets.value(row).strip_prefix("cluster:") {
+                out.insert(sig.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn view(row: &Value) -> MemoryView {
+    MemoryView {
+        id: row["id"].as_str().unwrap_or("").to_string(),
+        kind: row["kind"].as_str().unwrap_or("fact").to_string(),
+        created_at: row["created_at"].as_str().unwrap_or("").to_string(),
+        happens_at: row["happens_at"].as_str().map(str::to_string),
+        text: row["text"].as_str().unwrap_or("").to_string(),
+    }
+}
+
+fn is_live(row: &Value) -> bool {
+    row["archived_at"].is_null() && row["state"].as_str() != Some("archived")
+}
+
+/// The consolidated memory's row (without its embedding) from the members' rows.
+fn new_memory(plan: &Plan, members: &[&Value], now: &str) -> Value {
+    let mut importance: Vec<f64> = members
+        .iter()
+        .filter_map(|m| m["importance"].as_f64())
+        .collect();
+    importance.sort_by(f64::total_cmp);
+    let median = match importance.len() {
+        0 => 0.5,
+        n if n % 2 == 1 => importance[n / 2],
+        n => (importance[n / 2 - 1] + importance[n / 2]) / 2.0,
+    };
+    let earliest = |field: &str| {
+        members
+            .iter()
+            .filter_map(|m| m[field].as_str())
+            .min()
+            .map(str::to_string)
+    };
+    let tags: BTreeSet<&str> = members
+        .iter()
+        .flat_map(|m| m["tags"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    let kinds: BTreeSet<&str> = members.iter().filter_map(|m| m["kind"].as_str()).collect();
+    let max = |field: &str, default: f64| {
+        members
+            .iter()
+            .filter_map(|m| m[field].as_f64())
+            .fold(None, |acc: Option<f64>, v| Some(acc.map_or(v, |a| a.max(v))))
+            .unwrap_or(default)
+    };
+    let min = |field: &str, default: f64| {
+        members
+            .iter()
+            .filter_map(|m| m[field].as_f64())
+            .fold(None, |acc: Option<f64>, v| Some(acc.map_or(v, |a| a.min(v))))
+            .unwrap_or(default)
+    };
+    let sum = |field: &str| members.iter().filter_map(|m| m[field].as_i64()).sum::<i64>();
+    json!({
+        "id": plan.new_id,
+        "user_id": plan.user,
+        "text": plan.text,
+        "kind": if kinds.len() == 1 { kinds.iter().next().copied().unwrap_or("fact") } else { "fact" },
+        "source": "consolidate",
+        "importance": median,
+        "salience": max("salience", 0.5),
+        "confidence": min("confidence", 0.8),
+        "retention": max("retention", 1.0),
+        "state": "active",
+        "tier": "hot",
+        "access_count": sum("access_count"),
+        "recall_frequency": sum("recall_frequency"),
+        "last_accessed_at": members.iter().filter_map(|m| m["last_accessed_at"].as_str()).max(),
+        "created_at": earliest("created_at"),
+        "updated_at": now,
+        "valid_from": earliest("valid_from"),
+        "tags": tags,
+        "consolidates_memory_ids": plan.members,
+    })
+}
+
+/// Steps 2 to 5 of one plan; every step checks what is already done, so a plan written by a
+/// killed run completes here.
+async fn apply(
+    ctx: &JobCtx<'_>,
+    embedder: &crate::embedders::Embedder,
+    plan: &Plan,
+    memory: &Value,
+    archived_at: i64,
+) -> Result<BTreeMap<&'static str, u64>> {
+    let store = &ctx.store;
+    let dim = store.embedding_dim();
+    let now = ctx.now.timestamp_micros();
+    let mut counts = BTreeMap::new();
+    // 2. The consolidated memory, embedded fresh.
+    if store
+        .count_rows("memories", Some(&format!("id = {}", sql_string(&plan.new_id))))
+        .await?
+        == 0
+    {
+        let mut row = memory.clone();
+        match embedder.embed(&[plan.text.as_str()]).await?.pop() {
+            Some(Embedded::Vector { values, .. }) => {
+                row["embedding"] = json!(values);
+                row["embedding_model"] = json!(embedder.model_name());
+            }
+            Some(Embedded::Refused(why)) => bail!("the embedder refused the consolidated text: {why}"),
+            None => bail!("the embedder returned nothing"),
+        }
+        let batch = batch_from_json(&MEMORIES, dim, now, &[row]).map_err(|e| anyhow!(e))?;
+        store.upsert_batch(&MEMORIES, batch).await?;
+        counts.insert("memories_created", 1);
+    }
+    crate::crash::point("consolidate.after-memory");
+    // 3. Links: every link touching a member, moved to the new memory.
+    let members: BTreeSet<&str> = plan.members.iter().map(String::as_str).collect();
+    let list = id_list(&plan.members);
+    let touching = format!(
+        "(source_id IN ({list}) OR target_id IN ({list})) AND NOT (link_type = 'consolidates' AND source_id = {})",
+        sql_string(&plan.new_id)
+    );
+    let old_links = json_rows(&store.scan("links", Some(&touching)).await?);
+    let mut moved: BTreeMap<(String, String, String), Value> = BTreeMap::new();
+    for link in &old_links {
+        let end = |field: &str| {
+            let id = link[field].as_str().unwrap_or("");
+            if members.contains(id) {
+                plan.new_id.clone()
+            } else {
+                id.to_string()
+            }
+        };
+        let (source, target) = (end("source_id"), end("target_id"));
+        if source == target {
+            continue; // a link between members
+        }
+        let key = (
+            source.clone(),
+            target.clone(),
+            link["link_type"].as_str().unwrap_or("").to_string(),
+        );
+        let confidence = link["confidence"].as_f64().unwrap_or(0.0);
+        let keep = moved
+            .get(&key)
+            .is_none_or(|kept| kept["confidence"].as_f64().unwrap_or(0.0) < confidence);
+        if keep {
+            let mut row = link.clone();
+            row.insert("source_id".into(), json!(source));
+            row.insert("target_id".into(), json!(target));
+            moved.insert(key, Value::Object(row));
+        }
+    }
+    let mut rows: Vec<Value> = moved.into_values().collect();
+    let created = format_timestamp(now);
+    for member in &plan.members {
+        rows.push(json!({
+            "source_id": plan.new_id, "target_id": member, "user_id": plan.user,
+            "link_type": "consolidates", "confidence": plan.confidence,
+            "reasoning": "consolidated into the source", "origin": "llm", "created_at": created,
+        }));
+    }
+    let batch = batch_from_json(&LINKS, dim, now, &rows).map_err(|e| anyhow!(e))?;
+    store.upsert_batch(&LINKS, batch).await?;
+    crate::crash::point("consolidate.after-links");
+    if !old_links.is_empty() {
+        store.delete_where("links", &touching).await?;
+    }
+    counts.insert("links_moved", old_links.len() as u64);
+    // 4. Entity rows.
+    let entity_rows = json_rows(
+        &store
+            .scan("memory_entities", Some(&format!("memory_id IN ({list})")))
+            .await?,
+    );
+    if !entity_rows.is_empty() {
+        let entities: BTreeMap<String, Value> = entity_rows
+            .iter()
+            .map(|r| {
+                (
+                    r["entity_id"].as_str().unwrap_or("").to_string(),
+                    r["user_id"].clone(),
+                )
+            })
+            .collect();
+        let rows: Vec<Value> = entities
+            .into_iter()
+            .map(|(entity, user)| json!({"memory_id": plan.new_id, "entity_id": entity, "user_id": user}))
+            .collect();
+        let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
+        store
+            .delete_where("memory_entities", &format!("memory_id IN ({list})"))
+            .await?;
+    }
+    // 5. Archive the members.
+    let archived = store
+        .update_where(
+            "memories",
+            &format!("id IN ({list}) AND archived_at IS NULL"),
+            &[
+                ("state", "'archived'".to_string()),
+                ("tier", "'archived'".to_string()),
+                ("archived_at", sql_timestamp(archived_at)),
+                ("updated_at", sql_timestamp(archived_at)),
+            ],
+        )
+        .await?;
+    counts.insert("memories_archived", archived);
+    Ok(counts)
+}
+
+/// Approved consolidations whose members are not all archived yet (a killed run's).
+async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
+    let rows = json_rows(
+        &store
+            .scan(
+                AUDIT_LOG.name,
+                Some("operation = 'CONSOLIDATE' AND classification = 'APPROVED'"),
+            )
+            .await?,
+    );
+    let mut out = Vec::new();
+    for row in rows {
+        let members: Vec<String> = row["source_ids"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        let live = store
+            .count_rows(
+                "memories",
+                Some(&format!("id IN ({}) AND archived_at IS NULL", id_list(&members))),
+            )
+            .await?;
+        if live == 0 {
+            continue;
+        }
+        let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
+        let memory = after["memory"].clone();
+        let archived_at = after["archived_at"]
+            .as_str()
+            .and_then(crate::model::encoding::parse_timestamp)
+            .ok_or_else(|| anyhow!("audit row {} lacks after_state.archived_at", row["id"]))?;
+        out.push((
+            Plan {
+                user: row["user_id"].as_str().unwrap_or("").to_string(),
+                new_id: row["target_id"].as_str().unwrap_or("").to_string(),
+                text: memory["text"].as_str().unwrap_or("").to_string(),
+                members,
+                signature: String::new(),
+                confidence: row["confidence"].as_f64().unwrap_or(0.0),
+                reasoning: String::new(),
+            },
+            memory,
+            archived_at,
+        ));
+    }
+    Ok(out)
+}
+
+fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
+    *counts.entry(name.to_string()).or_default() += value;
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> {
+    let llm = ctx.app.llm(&args.llm).await?;
+    if llm.mode == Mode::Batch {
+        bail!(
+            "consolidate --mode batch is not available yet: run it online (the Batch API \
+             rounds of consolidation are an open part of issue 13)"
+        );
+    }
+    let params = json!({"mode": "online"});
+    let log = RunLog::start(ctx, JobName::Consolidate.as_str(), &params).await?;
+    let mut report = JobReport::new(JobName::Consolidate.as_str(), ctx);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let embedder = ctx
+        .app
+        .embedder(&args.embedder, ctx.store.embedding_dim(), 16)
+        .await?;
+    let now_micros = ctx.now.timestamp_micros();
+    let now = format_timestamp(now_micros);
+
+    // A killed run's approved consolidations are finished first.
+    if !ctx.dry_run {
+        for (plan, memory, archived_at) in unfinished(&ctx.store).await? {
+            if ctx.user.as_deref().is_some_and(|u| u != plan.user) {
+                continue;
+            }
+            for (k, v) in apply(ctx, &embedder, &plan, &memory, archived_at).await? {
+                add(&mut counts, k, v);
+            }
+            add(&mut counts, "resumed", 1);
+        }
+    }
+
+    // Candidates: the latest clusters whose members are all live and unchanged, and that
+    // were not declined before.
+    let declined = remembered(&ctx.store).await?;
+    let mut candidates: Vec<(ClusterRow, Vec<Value>)> = Vec::new();
+    for cluster in latest_clusters(ctx).await? {
+        add(&mut counts, "clusters", 1);
+        let rows = memory_rows(&ctx.store, &cluster.member_ids).await?;
+        let members: Vec<Value> = cluster
+            .member_ids
+            .iter()
+            .filter_map(|id| rows.get(id).cloned())
+            .collect();
+        if members.len() != cluster.member_ids.len() || !members.iter().all(is_live) {
+            add(&mut counts, "clusters_stale", 1);
+            continue;
+        }
+        let keyed: Vec<(&str, &str)> = members
+            .iter()
+            .map(|m| (m["id"].as_str().unwrap_or(""), m["text"].as_str().unwrap_or("")))
+            .collect();
+        if signature(&keyed) != cluster.signature {
+            add(&mut counts, "clusters_changed", 1);
+            continue;
+        }
+        if declined.contains(&cluster.signature) {
+            add(&mut counts, "clusters_declined_before", 1);
+            continue;
+        }
+        candidates.push((cluster, members));
+    }
+
+    // Pass 1: proposals.
+    let items: Vec<Item> = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, (_, members))| Item {
+            custom_id: format!("cluster-{i}"),
+            input: TaskInput {
+                task: Task::ConsolidatePropose,
+                memories: members.iter().map(view).collect(),
+                proposal: None,
+                now: now.clone(),
+            },
+        })
+        .collect();
+    let proposals = llm.run(items).await;
+    // Pass 2: one verification per proposed group.
+    let mut groups: Vec<(usize, ProposedGroup)> = Vec::new();
+    let mut declined_rows = Vec::new();
+    for (i, outcome) in proposals.iter().enumerate() {
+        let (cluster, _) = &candidates[i];
+        if let Some(failure) = &outcome.failure {
+            report.failures.push(ItemFailure {
+                item: format!("cluster {}", cluster.signature),
+                reason: format!("consolidate.propose: {failure}"),
+            });
+            continue;
+        }
+        match &outcome.reply {
+            Some(Reply::Propose(reply)) if !reply.groups.is_empty() => {
+                add(&mut counts, "groups_proposed", reply.groups.len() as u64);
+                groups.extend(reply.groups.iter().cloned().map(|g| (i, g)));
+            }
+            _ => {
+                add(&mut counts, "clusters_not_proposed", 1);
+                declined_rows.push(decline(
+                    log.run_id(),
+                    cluster,
+                    "NOT_PROPOSED",
+                    "pass 1 proposed no consolidation",
+                    now_micros,
+                ));
+            }
+        }
+    }
+    let items: Vec<Item> = groups
+        .iter()
+        .enumerate()
+        .map(|(g, (i, group))| {
+            let (_, members) = &candidates[*i];
+            Item {
+                custom_id: format!("group-{g}"),
+                input: TaskInput {
+                    task: Task::ConsolidateVerify,
+                    memories: members
+                        .iter()
+                        .filter(|m| group.memory_ids.iter().any(|id| m["id"] == json!(id)))
+                        .map(view)
+                        .collect(),
+                    proposal: Some(group.text.clone()),
+                    now: now.clone(),
+                },
+            }
+        })
+        .collect();
+    let verdicts = llm.run(items).await;
+    let mut plans = Vec::new();
+    for ((i, group), outcome) in groups.iter().zip(&verdicts) {
+        let (cluster, _) = &candidates[*i];
+        if let Some(failure) = &outcome.failure {
+            report.failures.push(ItemFailure {
+                item: format!("cluster {}", cluster.signature),
+                reason: format!("consolidate.verify: {failure}"),
+            });
+            continue;
+        }
+        let Some(Reply::Verify(verdict)) = &outcome.reply else {
+            continue;
+        };
+        if !verdict.approve {
+            add(&mut counts, "groups_rejected", 1);
+            declined_rows.push(decline(
+                log.run_id(),
+                cluster,
+                "REJECTED",
+                &format!("pass 2 rejected: {}; pass 1: {}", verdict.reasoning, group.reasoning),
+                now_micros,
+            ));
+            continue;
+        }
+        add(&mut counts, "groups_approved", 1);
+        let mut members = group.memory_ids.clone();
+        members.sort();
+        plans.push(Plan {
+            user: cluster.user.clone(),
+            new_id: derived_id(&format!("consolidated|{}|{}", members.join("|"), group.text)),
+            members,
+            text: group.text.clone(),
+            signature: cluster.signature.clone(),
+            confidence: verdict.confidence,
+            reasoning: format!("pass 1: {}; pass 2: {}", group.reasoning, verdict.reasoning),
+        });
+    }
+    if ctx.dry_run {
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
+    ctx.store.write_audit(&declined_rows).await?;
+
+    // Apply: the audit row first, then the changes.
+    for plan in &plans {
+        let rows = memory_rows(&ctx.store, &plan.members).await?;
+        let members: Vec<&Value> = plan.members.iter().filter_map(|id| rows.get(id)).collect();
+        if members.len() != plan.members.len() || !members.iter().all(|m| is_live(m)) {
+            add(&mut counts, "groups_stale", 1);
+            continue;
+        }
+        let memory = new_memory(plan, &members, &now);
+        let list = id_list(&plan.members);
+        let links = json_rows(
+            &ctx.store
+                .scan(
+                    "links",
+                    Some(&format!("source_id IN ({list}) OR target_id IN ({list})")),
+                )
+                .await?,
+        );
+        let mut row = AuditRow::new(log.run_id(), "CONSOLIDATE", &plan.new_id, now_micros);
+        row.user_id = Some(plan.user.clone());
+        row.source_ids = plan.members.clone();
+        row.target_id = Some(plan.new_id.clone());
+        row.classification = Some("APPROVED".into());
+        row.confidence = Some(plan.confidence.clamp(0.0, 1.0));
+        row.reasoning = Some(plan.reasoning.clone());
+        row.before_state = Some(
+            json!({"signature": plan.signature, "memories": members, "links": links}).to_string(),
+        );
+        row.after_state = Some(json!({"memory": memory, "archived_at": now}).to_string());
+        ctx.store.write_audit(&[row]).await?;
+        crate::crash::point("consolidate.after-audit");
+        for (k, v) in apply(ctx, &embedder, plan, &memory, now_micros).await? {
+            add(&mut counts, k, v);
+        }
+        add(&mut counts, "consolidated", 1);
+    }
+    report.counts = counts;
+    report.llm = Some(llm.usage(&[proposals, verdicts].concat()));
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}
+
+/// The audit row that remembers a declined cluster by its signature.
+fn decline(
+    run_id: &str,
+    cluster: &ClusterRow,
+    classification: &str,
+    reasoning: &str,
+    now: i64,
+) -> AuditRow {
+    let target = format!("cluster:{}", cluster.signature);
+    let mut row = AuditRow::new(run_id, "CONSOLIDATE", &format!("{target}|{classification}"), now);
+    row.user_id = Some(cluster.user.clone());
+    row.source_ids = cluster.member_ids.clone();
+    row.target_id = Some(target);
+    row.classification = Some(classification.to_string());
+    row.reasoning = Some(reasoning.to_string());
+    row
+}
