@@ -95,6 +95,33 @@ fn reference_queries() -> Vec<(String, String)> {
             "SELECT id, member FROM (SELECT id, unnest(consolidates_memory_ids) AS member \
              FROM memories) WHERE member NOT IN (SELECT id FROM memories)",
         ),
+        // Consolidation (`memlife consolidate`): an approved consolidation's memory exists
+        // and every member is archived and held by exactly one live consolidated memory.
+        (
+            "consolidation: no memory lost (the consolidated memory exists)",
+            "SELECT id AS audit_id, target_id FROM audit_log \
+             WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED' \
+               AND target_id NOT IN (SELECT id FROM memories)",
+        ),
+        (
+            "consolidation: every member is archived and held by exactly one consolidated memory",
+            "SELECT a.member, m.archived_at, COUNT(h.id) AS holders FROM \
+               (SELECT unnest(source_ids) AS member FROM audit_log \
+                 WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED') a \
+             LEFT JOIN memories m ON m.id = a.member \
+             LEFT JOIN (SELECT id, unnest(consolidates_memory_ids) AS member FROM memories) h \
+               ON h.member = a.member \
+             GROUP BY a.member, m.archived_at \
+             HAVING m.archived_at IS NULL OR COUNT(h.id) <> 1",
+        ),
+        (
+            "consolidation: no link points at a consolidated member but its consolidates link",
+            "SELECT l.source_id, l.target_id, l.link_type FROM links l \
+             JOIN (SELECT id, unnest(consolidates_memory_ids) AS member FROM memories) c \
+               ON l.target_id = c.member OR l.source_id = c.member \
+             WHERE NOT (l.link_type = 'consolidates' AND l.source_id = c.id \
+                        AND l.target_id = c.member)",
+        ),
     ];
     queries.extend(
         references

@@ -40,6 +40,10 @@ use crate::store::{Store, batch_from_json, json_rows, sql_string, sql_timestamp}
 /// then apply each approved group as a new memory that takes over the members' links.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConsolidateArgs {
+    /// The clock the run computes at (RFC 3339): the consolidated memory's `updated_at` and
+    /// the members' `archived_at`; default the current time.
+    #[arg(long)]
+    pub now: Option<String>,
     #[command(flatten)]
     pub scope: JobScope,
     #[command(flatten)]
@@ -51,6 +55,10 @@ pub struct ConsolidateArgs {
 impl Job for ConsolidateArgs {
     fn scope(&self) -> &JobScope {
         &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
     }
 }
 
@@ -110,7 +118,11 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
         );
         for row in json_rows(
             &ctx.store
-                .scan_columns("clusters", Some(&filter), &["member_ids", "signature", "seed_id"])
+                .scan_columns(
+                    "clusters",
+                    Some(&filter),
+                    &["member_ids", "signature", "seed_id"],
+                )
                 .await?,
         ) {
             out.push(ClusterRow {
@@ -131,7 +143,10 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
 }
 
 fn id_list(ids: &[String]) -> String {
-    ids.iter().map(|id| sql_string(id)).collect::<Vec<_>>().join(", ")
+    ids.iter()
+        .map(|id| sql_string(id))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The rows of some memories as JSON objects (embedding left out), by id.
@@ -146,10 +161,14 @@ async fn memory_rows(store: &Store, ids: &[String]) -> Result<BTreeMap<String, V
         .filter(|n| *n != "embedding")
         .collect();
     let filter = format!("id IN ({})", id_list(ids));
-    Ok(json_rows(&store.scan_columns("memories", Some(&filter), &columns).await?)
-        .into_iter()
-        .map(|r| (r["id"].as_str().unwrap_or("").to_string(), Value::Object(r)))
-        .collect())
+    Ok(json_rows(
+        &store
+            .scan_columns("memories", Some(&filter), &columns)
+            .await?,
+    )
+    .into_iter()
+    .map(|r| (r["id"].as_str().unwrap_or("").to_string(), Value::Object(r)))
+    .collect())
 }
 
 /// Signatures of clusters whose proposal was declined or rejected before, per user.
@@ -213,17 +232,26 @@ fn new_memory(plan: &Plan, members: &[&Value], now: &str) -> Value {
         members
             .iter()
             .filter_map(|m| m[field].as_f64())
-            .fold(None, |acc: Option<f64>, v| Some(acc.map_or(v, |a| a.max(v))))
+            .fold(None, |acc: Option<f64>, v| {
+                Some(acc.map_or(v, |a| a.max(v)))
+            })
             .unwrap_or(default)
     };
     let min = |field: &str, default: f64| {
         members
             .iter()
             .filter_map(|m| m[field].as_f64())
-            .fold(None, |acc: Option<f64>, v| Some(acc.map_or(v, |a| a.min(v))))
+            .fold(None, |acc: Option<f64>, v| {
+                Some(acc.map_or(v, |a| a.min(v)))
+            })
             .unwrap_or(default)
     };
-    let sum = |field: &str| members.iter().filter_map(|m| m[field].as_i64()).sum::<i64>();
+    let sum = |field: &str| {
+        members
+            .iter()
+            .filter_map(|m| m[field].as_i64())
+            .sum::<i64>()
+    };
     json!({
         "id": plan.new_id,
         "user_id": plan.user,
@@ -262,7 +290,10 @@ async fn apply(
     let mut counts = BTreeMap::new();
     // 2. The consolidated memory, embedded fresh.
     if store
-        .count_rows("memories", Some(&format!("id = {}", sql_string(&plan.new_id))))
+        .count_rows(
+            "memories",
+            Some(&format!("id = {}", sql_string(&plan.new_id))),
+        )
         .await?
         == 0
     {
@@ -272,7 +303,9 @@ async fn apply(
                 row["embedding"] = json!(values);
                 row["embedding_model"] = json!(embedder.model_name());
             }
-            Some(Embedded::Refused(why)) => bail!("the embedder refused the consolidated text: {why}"),
+            Some(Embedded::Refused(why)) => {
+                bail!("the embedder refused the consolidated text: {why}")
+            }
             None => bail!("the embedder returned nothing"),
         }
         let batch = batch_from_json(&MEMORIES, dim, now, &[row]).map_err(|e| anyhow!(e))?;
@@ -391,12 +424,19 @@ async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
     for row in rows {
         let members: Vec<String> = row["source_ids"]
             .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
         let live = store
             .count_rows(
                 "memories",
-                Some(&format!("id IN ({}) AND archived_at IS NULL", id_list(&members))),
+                Some(&format!(
+                    "id IN ({}) AND archived_at IS NULL",
+                    id_list(&members)
+                )),
             )
             .await?;
         if live == 0 {
@@ -437,7 +477,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
              rounds of consolidation are an open part of issue 13)"
         );
     }
-    let params = json!({"mode": "online"});
+    let params = json!({"mode": "online", "now": now_param(ctx)});
     let log = RunLog::start(ctx, JobName::Consolidate.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Consolidate.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -479,7 +519,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
         }
         let keyed: Vec<(&str, &str)> = members
             .iter()
-            .map(|m| (m["id"].as_str().unwrap_or(""), m["text"].as_str().unwrap_or("")))
+            .map(|m| {
+                (
+                    m["id"].as_str().unwrap_or(""),
+                    m["text"].as_str().unwrap_or(""),
+                )
+            })
             .collect();
         if signature(&keyed) != cluster.signature {
             add(&mut counts, "clusters_changed", 1);
@@ -576,7 +621,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
                 log.run_id(),
                 cluster,
                 "REJECTED",
-                &format!("pass 2 rejected: {}; pass 1: {}", verdict.reasoning, group.reasoning),
+                &format!(
+                    "pass 2 rejected: {}; pass 1: {}",
+                    verdict.reasoning, group.reasoning
+                ),
                 now_micros,
             ));
             continue;
@@ -586,7 +634,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
         members.sort();
         plans.push(Plan {
             user: cluster.user.clone(),
-            new_id: derived_id(&format!("consolidated|{}|{}", members.join("|"), group.text)),
+            new_id: derived_id(&format!(
+                "consolidated|{}|{}",
+                members.join("|"),
+                group.text
+            )),
             members,
             text: group.text.clone(),
             signature: cluster.signature.clone(),
@@ -643,6 +695,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
     Ok(report)
 }
 
+fn now_param(ctx: &JobCtx<'_>) -> String {
+    format_timestamp(ctx.now.timestamp_micros())
+}
+
 /// The audit row that remembers a declined cluster by its signature.
 fn decline(
     run_id: &str,
@@ -652,7 +708,12 @@ fn decline(
     now: i64,
 ) -> AuditRow {
     let target = format!("cluster:{}", cluster.signature);
-    let mut row = AuditRow::new(run_id, "CONSOLIDATE", &format!("{target}|{classification}"), now);
+    let mut row = AuditRow::new(
+        run_id,
+        "CONSOLIDATE",
+        &format!("{target}|{classification}"),
+        now,
+    );
     row.user_id = Some(cluster.user.clone());
     row.source_ids = cluster.member_ids.clone();
     row.target_id = Some(target);

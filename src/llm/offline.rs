@@ -10,8 +10,8 @@
 //!   single-valued slot such as "address"; "started" is no cue).
 //! - integrate.classify: the same subject with a change cue, not in a plan, on a shared topic
 //!   (a weak cue needs two shared words) is SUPERSEDE; the same subject saying nothing new
-//!   (Jaccard >= 0.5, the newer contained in the older, or the same two or more values) is
-//!   DUPLICATE; the newer restating most of the older and adding two or more words, no event
+//!   (Jaccard >= 0.5, the newer contained in the older, or the same two or more values and a
+//!   content word in common), no event told as a restatement of a trait, is DUPLICATE; the newer restating most of the older and adding two or more words, no event
 //!   folded into a trait, is MERGE; anything else COEXIST (the safe answer, confidence 0.5).
 //! - link.classify: a newer change of the same subject is `supersedes`; negation of the same
 //!   statement, or the same statement with other values, is `conflicts`; a reason ("because",
@@ -164,7 +164,8 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
         && same_polarity
         && !p.newer_new_values
         && b.change.is_none()
-        && (p.jaccard >= 0.5 || p.newer_contained || p.same_values)
+        && (p.jaccard >= 0.5 || p.newer_contained || (p.same_values && p.shared >= 1))
+        && (!tells_event(&b) || tells_event(&a))
     {
         (
             Classification::Duplicate,

@@ -6,7 +6,8 @@
 use crate::common::{TestDb, memlife_command, stderr, stdout};
 
 /// Two users' memories: near-duplicates and a change for `link`, stale low-salience ones for
-/// `scores` to archive, enough rows for `embed` to commit in several chunks.
+/// `scores` to archive, restatements for `consolidate`, enough rows for `embed` to commit in
+/// several chunks.
 fn memories() -> String {
     let mut lines = Vec::new();
     let texts = [
@@ -18,6 +19,9 @@ fn memories() -> String {
         "Noor's sister Lina lives in Utrecht",
         "Noor switched from Vim to Helix for editing code",
         "Noor edits code in Vim with a custom colour scheme",
+        // Restatements that complete one another: what `consolidate` folds.
+        "Noor's sister Lina lives in Utrecht and works as a nurse",
+        "Noor's sister Lina lives in Utrecht with her two cats",
     ];
     for (user, days) in [("noor", 0), ("omar", 40)] {
         for (i, text) in texts.iter().enumerate() {
@@ -100,7 +104,28 @@ const SCENARIOS: &[Scenario] = &[
         ],
         witness: "SELECT COUNT(*) AS n FROM clusters",
     },
+    Scenario {
+        name: "consolidate (online, offline judge)",
+        setup: &[IMPORT, EMBED, LINK, CLUSTER],
+        job: &[
+            "consolidate",
+            "--embedder",
+            "hash",
+            "--now",
+            "2025-09-01T00:00:00Z",
+        ],
+        points: &[
+            "consolidate.started",
+            "consolidate.after-audit",
+            "consolidate.after-memory",
+            "consolidate.after-links",
+            "consolidate.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE source = 'consolidate'",
+    },
 ];
+const LINK: &[&str] = &["link", "--min-score", "0.2"];
+const CLUSTER: &[&str] = &["cluster", "--mode", "full", "--threshold", "0.5"];
 
 const BATCH_SUBMIT: &[&str] = &[
     "--config",

@@ -7,6 +7,7 @@ mod cli;
 mod cluster;
 mod common;
 mod concurrency;
+mod consolidate;
 mod crash;
 mod embed;
 mod eval;

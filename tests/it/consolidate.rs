@@ -1,0 +1,232 @@
+//! `memlife consolidate` end to end on real Lance tables: the two passes, the applied change
+//! (new memory, links and entity rows moved, members archived), `memlife check`'s
+//! consolidation invariants, remembered rejections, a killed run finished by the next, and
+//! the same job through an OpenAI-compatible server.
+
+use serde_json::Value;
+
+use crate::common::{TestDb, memlife_command, stderr, stdout};
+
+const MEMORIES: &str = r#"{"id":"s1","user_id":"u1","text":"Noor's sister Lina lives in Utrecht.","importance":0.9,"access_count":6,"created_at":"2025-01-01T08:00:00Z","tags":["family"]}
+{"id":"s2","user_id":"u1","text":"Noor's sister Lina lives in Utrecht and works as a nurse.","importance":0.5,"created_at":"2025-01-05T08:00:00Z","tags":["work"]}
+{"id":"s3","user_id":"u1","text":"Noor's sister Lina lives in Utrecht with her two cats.","importance":0.4,"created_at":"2025-01-09T08:00:00Z"}
+{"id":"t1","user_id":"u1","text":"Noor visited Lina in Utrecht last weekend.","importance":0.3,"created_at":"2025-02-01T08:00:00Z"}
+{"id":"v1","user_id":"u1","text":"Noor edits code in Vim.","importance":0.9,"access_count":9,"created_at":"2025-02-02T08:00:00Z"}
+{"id":"v2","user_id":"u1","text":"Noor edits code in Emacs.","importance":0.5,"created_at":"2025-02-03T08:00:00Z"}
+{"id":"v3","user_id":"u1","text":"Noor never edits code in Vim.","importance":0.5,"created_at":"2025-02-04T08:00:00Z"}
+"#;
+
+const LINKS: &str = r#"{"source_id":"t1","target_id":"s1","user_id":"u1","link_type":"instance_of","confidence":0.7,"origin":"llm"}
+{"source_id":"t1","target_id":"s2","user_id":"u1","link_type":"instance_of","confidence":0.9,"origin":"llm"}
+{"source_id":"s3","target_id":"s1","user_id":"u1","link_type":"related_to","confidence":0.6,"origin":"llm"}
+{"source_id":"s2","target_id":"v1","user_id":"u1","link_type":"related_to","confidence":0.5,"origin":"llm"}
+"#;
+
+const ENTITIES: &str = r#"{"id":"e-lina","user_id":"u1","name":"Lina","entity_type":"person"}
+"#;
+
+const MEMORY_ENTITIES: &str = r#"{"memory_id":"s1","entity_id":"e-lina","user_id":"u1"}
+{"memory_id":"s2","entity_id":"e-lina","user_id":"u1"}
+"#;
+
+fn loaded() -> TestDb {
+    let db = TestDb::new();
+    for (table, rows) in [
+        ("memories", MEMORIES),
+        ("links", LINKS),
+        ("entities", ENTITIES),
+        ("memory_entities", MEMORY_ENTITIES),
+    ] {
+        let file = db.path(&format!("{table}.jsonl"));
+        std::fs::write(&file, rows).unwrap();
+        let out = db.run(&["import", "--table", table, &file]);
+        assert_eq!(out.status.code(), Some(0), "{table}: {}", stderr(&out));
+    }
+    for args in [
+        &["embed", "--embedder", "hash"][..],
+        &["cluster", "--threshold", "0.5"][..],
+    ] {
+        let out = db.run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    db
+}
+
+fn consolidate(db: &TestDb, extra: &[&str]) -> Value {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    args.extend(["consolidate", "--embedder", "hash"]);
+    let out = db.run(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+fn rows(db: &TestDb, sql: &str) -> Vec<Value> {
+    let out = db.run(&["sql", sql, "--format", "jsonl"]);
+    assert_eq!(out.status.code(), Some(0), "{sql}: {}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn an_approved_cluster_becomes_one_memory_that_takes_over_its_links() {
+    let db = loaded();
+    let report = consolidate(&db, &[]);
+    assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
+    // The Vim cluster (a contradiction and another editor) is declined, never folded.
+    let new = rows(
+        &db,
+        "SELECT id, text, importance, created_at, tags, consolidates_memory_ids, embedding IS NOT NULL AS embedded \
+         FROM memories WHERE source = 'consolidate'",
+    );
+    assert_eq!(new.len(), 1, "{new:?}");
+    let new = &new[0];
+    let id = new["id"].as_str().unwrap();
+    assert_eq!(
+        new["consolidates_memory_ids"],
+        serde_json::json!(["s1", "s2", "s3"])
+    );
+    assert_eq!(new["importance"], 0.5, "the median of 0.9, 0.5, 0.4");
+    assert_eq!(new["created_at"], "2025-01-01T08:00:00Z", "the earliest");
+    assert_eq!(new["tags"], serde_json::json!(["family", "work"]));
+    assert_eq!(new["embedded"], true);
+    let text = new["text"].as_str().unwrap();
+    assert!(
+        text.contains("nurse") && text.contains("two cats"),
+        "{text}"
+    );
+    // Members archived, still there.
+    let members = rows(
+        &db,
+        "SELECT id, state FROM memories WHERE id IN ('s1','s2','s3') ORDER BY id",
+    );
+    assert!(
+        members.iter().all(|m| m["state"] == "archived"),
+        "{members:?}"
+    );
+    assert_eq!(
+        db.scalar("SELECT state FROM memories WHERE id = 'v1'"),
+        "\"candidate\""
+    );
+    // Links: t1's two instance_of links become one (the higher confidence), the link between
+    // members is dropped, s2 -> v1 moves; consolidates links reach every member.
+    let links = rows(
+        &db,
+        "SELECT source_id, target_id, link_type, confidence FROM links ORDER BY link_type, source_id, target_id",
+    );
+    let expect = |s: &str, t: &str, ty: &str| {
+        links
+            .iter()
+            .any(|l| l["source_id"] == s && l["target_id"] == t && l["link_type"] == ty)
+    };
+    for member in ["s1", "s2", "s3"] {
+        assert!(expect(id, member, "consolidates"), "{links:?}");
+    }
+    assert!(
+        expect("t1", id, "instance_of") && expect(id, "v1", "related_to"),
+        "{links:?}"
+    );
+    let instance = links
+        .iter()
+        .find(|l| l["link_type"] == "instance_of")
+        .unwrap();
+    assert_eq!(instance["confidence"], 0.9);
+    assert_eq!(links.len(), 5, "{links:?}");
+    // Entity rows moved once.
+    assert_eq!(db.scalar("SELECT COUNT(*) AS n FROM memory_entities"), "1");
+    assert_eq!(
+        db.scalar("SELECT memory_id FROM memory_entities"),
+        format!("\"{id}\"")
+    );
+    // The audit row holds the before state.
+    let before: Value = serde_json::from_str(
+        serde_json::from_str::<String>(&db.scalar(
+            "SELECT before_state FROM audit_log WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED'",
+        ))
+        .unwrap()
+        .as_str(),
+    )
+    .unwrap();
+    assert_eq!(before["memories"].as_array().unwrap().len(), 3);
+    assert_eq!(before["links"].as_array().unwrap().len(), 4);
+    // A rerun changes nothing: the cluster is stale, the declined one remembered.
+    let again = consolidate(&db, &[]);
+    assert_eq!(again["counts"]["consolidated"], Value::Null, "{again:#}");
+    assert_eq!(again["counts"]["clusters_stale"], 1, "{again:#}");
+    assert_eq!(again["counts"]["clusters_declined_before"], 1, "{again:#}");
+    assert_eq!(again["llm"]["items"], 0, "nothing asked again");
+}
+
+#[test]
+fn a_run_killed_mid_apply_is_finished_by_the_next_and_check_says_so_meanwhile() {
+    let db = loaded();
+    let mut command = memlife_command();
+    command
+        .args(["--db", &db.uri, "consolidate", "--embedder", "hash"])
+        .env(memlife::crash::FAULT_VARIABLE, "consolidate.after-links");
+    let killed = command.output().unwrap();
+    assert_eq!(killed.status.code(), None, "{}", stderr(&killed));
+    // Logged, new memory written, links moved, members not archived yet: check reports it.
+    let out = db.run(&["check"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("consolidation: every member is archived"),
+        "{}",
+        stdout(&out)
+    );
+    let report = consolidate(&db, &[]);
+    assert_eq!(report["counts"]["resumed"], 1, "{report:#}");
+    assert_eq!(
+        db.count("memories"),
+        8,
+        "7 memories and 1 consolidated, none twice"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE state = 'archived'"),
+        "3"
+    );
+}
+
+#[test]
+fn the_same_consolidation_through_an_openai_compatible_server() {
+    let db = loaded();
+    let mock = crate::llm::Mock::start(&[]);
+    let config = db.path("memlife.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n",
+            crate::llm::mock_provider("mock", &mock.url, "")
+        ),
+    )
+    .unwrap();
+    // The offline judge on one copy, the server (answering with the same rules over HTTP)
+    // on another: the same consolidation.
+    consolidate(&db, &[]);
+    let offline_text = db.scalar("SELECT text FROM memories WHERE source = 'consolidate'");
+    let db2 = loaded();
+    let out = db2.run(&[
+        "--json",
+        "--config",
+        &config,
+        "consolidate",
+        "--embedder",
+        "hash",
+        "--llm",
+        "providers",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
+    assert_eq!(report["llm"]["judge"], "providers");
+    assert!(
+        mock.stats()["chat"].as_u64().unwrap() >= 3,
+        "two proposals and a verification"
+    );
+    assert_eq!(
+        db2.scalar("SELECT text FROM memories WHERE source = 'consolidate'"),
+        offline_text
+    );
+}
