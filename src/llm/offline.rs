@@ -30,9 +30,11 @@
 //!   connective openers ("Besides that,") removed. Trims only filler without meaning
 //!   ("basically,", "as mentioned before,"; never "just", "I think", "actually"). Else keep.
 //! - consolidate.propose: the hub groups with neighbours it would call DUPLICATE or MERGE
-//!   against the hub and against every member already taken; consolidate.verify approves only
-//!   when every source's content words are in the proposal, its negation matches theirs, and
-//!   it adds at most 20% new words.
+//!   against the hub and against every member already taken, never two memories written on
+//!   different days when either says a relative time ("next month"); consolidate.verify
+//!   approves only when every source's content words are in the proposal, its negation
+//!   matches theirs, it adds at most 20% new words, and it holds no relative time of sources
+//!   written on different days.
 //! - summarize: the first sentence of up to five memories, newest first.
 
 use std::collections::BTreeSet;
@@ -721,7 +723,10 @@ pub fn propose(memories: &[MemoryView]) -> ProposeReply {
     };
     let mut group = vec![hub.clone()];
     for candidate in rest {
-        if group.iter().all(|member| folds(member, candidate)) {
+        if group
+            .iter()
+            .all(|member| folds(member, candidate) && !anchors_differ(member, candidate))
+        {
             group.push(candidate.clone());
         }
     }
@@ -742,8 +747,46 @@ pub fn propose(memories: &[MemoryView]) -> ProposeReply {
     }
 }
 
+/// Words whose meaning depends on the day they were written ("next month" in July is August).
+const RELATIVE_TIME: &[&str] = &[
+    "yesterday",
+    "today",
+    "tomorrow",
+    "tonight",
+    "this morning",
+    "last night",
+    "ago",
+    "last week",
+    "last weekend",
+    "last month",
+    "last year",
+    "next week",
+    "next weekend",
+    "next month",
+    "next year",
+    "this week",
+    "this weekend",
+    "this month",
+    "this year",
+    "recently",
+    "soon",
+    "the day before",
+];
+
+fn says_relative_time(text: &str) -> bool {
+    first_phrase(&crate::logic::reading::words(text), RELATIVE_TIME).is_some()
+}
+
+/// Two memories written on different days, one of them dated relative to its own day:
+/// folded together, "next month" would read from the wrong day.
+fn anchors_differ(a: &MemoryView, b: &MemoryView) -> bool {
+    let day = |m: &MemoryView| m.created_at.get(..10).unwrap_or("").to_string();
+    day(a) != day(b) && (says_relative_time(&a.text) || says_relative_time(&b.text))
+}
+
 /// consolidate.verify: approves a proposal that keeps every content word, name and number of
-/// its sources, negates what they negate and nothing else, and adds at most 20% new words;
+/// its sources, negates what they negate and nothing else, adds at most 20% new words, and
+/// holds no relative time ("next month") when its sources were written on different days;
 /// anything else is rejected. Dropping even a light verb ("is called") is a rejection: a
 /// word count cannot tell "Pixel is a grey tabby" from "both cats are grey tabbies" once a
 /// word may go missing.
@@ -759,7 +802,18 @@ pub fn verify(memories: &[MemoryView], proposal: &str) -> VerifyReply {
     let added = proposed.difference(&sources).count();
     let negated_sources = memories.iter().any(|m| read(&m.text).negated);
     let negated_proposal = read(proposal).negated;
-    let (approve, why) = if !missing.is_empty() {
+    let days: BTreeSet<&str> = memories
+        .iter()
+        .map(|m| m.created_at.get(..10).unwrap_or(""))
+        .collect();
+    let (approve, why) = if days.len() > 1 && says_relative_time(proposal) {
+        (
+            false,
+            "the proposal keeps a relative time (\"next month\", \"yesterday\") of memories \
+             written on different days"
+                .to_string(),
+        )
+    } else if !missing.is_empty() {
         (
             false,
             format!(
@@ -1069,6 +1123,21 @@ mod tests {
         ]);
         assert_eq!(group.groups.len(), 1, "{group:?}");
         assert_eq!(group.groups[0].memory_ids, ["h", "d"]);
+        // "Next month" written in July and in August are two months (LoCoMo conv-26).
+        let shows = [
+            memory(
+                "j",
+                "07-17",
+                "Caroline is planning an LGBTQ art show with her paintings for next month.",
+            ),
+            memory(
+                "a",
+                "08-25",
+                "Caroline is planning an LGBTQ art show with her paintings for next month, to spread acceptance.",
+            ),
+        ];
+        assert!(propose(&shows).groups.is_empty());
+        assert!(!verify(&shows, &merge(&shows).text).approve);
     }
 
     #[test]
