@@ -49,6 +49,9 @@ pub struct Config {
     /// Hubs and cluster sizes of `memlife cluster`.
     #[serde(default)]
     pub cluster: crate::logic::cluster::ClusterParams,
+    /// Which memories `memlife refine` splits or trims.
+    #[serde(default)]
+    pub refine: crate::jobs::refine::RefineParams,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,

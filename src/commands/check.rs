@@ -109,17 +109,18 @@ fn reference_queries() -> Vec<(String, String)> {
                (SELECT unnest(source_ids) AS member FROM audit_log \
                  WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED') a \
              LEFT JOIN memories m ON m.id = a.member \
-             LEFT JOIN (SELECT id, unnest(consolidates_memory_ids) AS member FROM memories) h \
-               ON h.member = a.member \
+             LEFT JOIN (SELECT id, unnest(consolidates_memory_ids) AS member FROM memories \
+                         WHERE source = 'consolidate') h ON h.member = a.member \
              GROUP BY a.member, m.archived_at \
              HAVING m.archived_at IS NULL OR COUNT(h.id) <> 1",
         ),
         (
             "consolidation: no link points at a consolidated member but its consolidates link",
             "SELECT l.source_id, l.target_id, l.link_type FROM links l \
-             JOIN (SELECT id, unnest(consolidates_memory_ids) AS member FROM memories) c \
+             JOIN (SELECT target_id AS holder, unnest(source_ids) AS member FROM audit_log \
+                   WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED') c \
                ON l.target_id = c.member OR l.source_id = c.member \
-             WHERE NOT (l.link_type = 'consolidates' AND l.source_id = c.id \
+             WHERE NOT (l.link_type = 'consolidates' AND l.source_id = c.holder \
                         AND l.target_id = c.member)",
         ),
     ];

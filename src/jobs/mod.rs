@@ -12,6 +12,7 @@ pub mod embed;
 pub mod import;
 pub mod link;
 pub mod lock;
+pub mod refine;
 pub mod scores;
 
 use std::collections::BTreeMap;
@@ -125,6 +126,7 @@ register_jobs! {
     Link => link::LinkArgs, "link";
     Cluster => cluster::ClusterArgs, "cluster";
     Consolidate => consolidate::ConsolidateArgs, "consolidate";
+    Refine => refine::RefineArgs, "refine";
 }
 
 impl std::fmt::Display for JobName {

@@ -22,6 +22,8 @@ fn memories() -> String {
         // Restatements that complete one another: what `consolidate` folds.
         "Noor's sister Lina lives in Utrecht and works as a nurse",
         "Noor's sister Lina lives in Utrecht with her two cats",
+        // Two facts in one memory: what `refine` splits.
+        "Noor plays the cello in an amateur orchestra. Noor's car is a blue Volvo estate.",
     ];
     for (user, days) in [("noor", 0), ("omar", 40)] {
         for (i, text) in texts.iter().enumerate() {
@@ -122,6 +124,26 @@ const SCENARIOS: &[Scenario] = &[
             "consolidate.finishing",
         ],
         witness: "SELECT COUNT(*) AS n FROM memories WHERE source = 'consolidate'",
+    },
+    Scenario {
+        name: "refine (online, offline judge)",
+        setup: &[IMPORT, EMBED],
+        job: &[
+            "--config",
+            "{config}",
+            "refine",
+            "--embedder",
+            "hash",
+            "--now",
+            "2025-09-01T00:00:00Z",
+        ],
+        points: &[
+            "refine.started",
+            "refine.after-audit",
+            "refine.after-memories",
+            "refine.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE source = 'refine'",
     },
 ];
 const LINK: &[&str] = &["link", "--min-score", "0.2"];
@@ -231,11 +253,16 @@ fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output 
 fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     let db = TestDb::new();
     std::fs::write(db.path("memories.jsonl"), memories()).unwrap();
-    if let Some(url) = mock_url {
-        let provider = crate::llm::mock_provider("mock", url, "");
-        let config = format!("{provider}\n[roles]\nfast = [\"mock\"]\n");
-        std::fs::write(db.path("memlife.toml"), config).unwrap();
-    }
+    // Refine looks at every memory of the fixture (short, new, never accessed).
+    let refine = "[refine]\nverbose_threshold_chars = 40\nmin_access_count = 0\nmin_age_days = 0\n";
+    let config = match mock_url {
+        Some(url) => {
+            let provider = crate::llm::mock_provider("mock", url, "");
+            format!("{provider}\n[roles]\nfast = [\"mock\"]\n{refine}")
+        }
+        None => refine.to_string(),
+    };
+    std::fs::write(db.path("memlife.toml"), config).unwrap();
     for step in scenario.setup {
         let out = run(&db, step, None);
         assert_eq!(
@@ -258,8 +285,9 @@ fn query(db: &TestDb, sql: &str) -> String {
 /// not compared: a killed run is recorded as `abandoned`, which `check` verifies.)
 fn state(db: &TestDb) -> String {
     [
-        "SELECT id, state, tier, ROUND(salience, 6) AS salience, ROUND(importance, 6) AS importance, \
-         archived_at, embedding_model, embedding IS NOT NULL AS embedded FROM memories ORDER BY id",
+        "SELECT id, text, state, tier, ROUND(salience, 6) AS salience, ROUND(importance, 6) AS importance, \
+         archived_at, embedding_model, embedding IS NOT NULL AS embedded, \
+         refinement_rejection_count, last_refined_at FROM memories ORDER BY id",
         "SELECT source_id, target_id, link_type, confidence FROM links \
          ORDER BY source_id, target_id, link_type",
         // Batch keys are random per database: a cleanup row is compared by its count.

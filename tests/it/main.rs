@@ -16,6 +16,7 @@ mod index;
 mod llm;
 mod local_model;
 mod loopback;
+mod refine;
 mod reports;
 mod roundtrip;
 mod saved_sql;
