@@ -6,8 +6,9 @@
 //! LLM (`refine`, the reasoning role) answers:
 //! - TRIM: one concise replacement; the memory's text is replaced and re-embedded;
 //! - SPLIT: N focused memories, each a new memory with the original's importance, kind, tags
-//!   and created_at, `consolidates_memory_ids` = [original] and a `split_from` link to it; the
-//!   original stays active (seed 000: splits are another view of the same information);
+//!   and created_at, `consolidates_memory_ids` = [original], a `split_from` link to it and
+//!   `last_refined_at` = now (not refined again within the cooldown); the original stays
+//!   active (seed 000: splits are another view of the same information);
 //! - KEEP (DO_NOTHING): `refinement_rejection_count` goes up by one.
 //!
 //! Every TRIM and SPLIT is logged (audit `UPDATE` or `SPLIT`, before and after) before it is
@@ -229,6 +230,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
         .app
         .embedder(&args.embedder, ctx.store.embedding_dim(), 16)
         .await?;
+    // Candidates are chosen before a killed run's refinements are finished, so the memories
+    // those create wait for the next run, as they would have after an uninterrupted one.
+    let mut memories = Vec::new();
+    for user in super::users_of(ctx, "memories").await? {
+        memories.extend(candidates(ctx, &user, p).await?);
+    }
     if !ctx.dry_run {
         for (after, at) in unfinished(&ctx.store).await? {
             let user = after["memories"][0]["user_id"].as_str().unwrap_or("");
@@ -236,12 +243,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
                 continue;
             }
             apply(ctx, &embedder, &after, at).await?;
+            let original = after["original"].as_str().unwrap_or("");
+            memories.retain(|m| m["id"].as_str() != Some(original));
             add(&mut counts, "resumed", 1);
         }
-    }
-    let mut memories = Vec::new();
-    for user in super::users_of(ctx, "memories").await? {
-        memories.extend(candidates(ctx, &user, p).await?);
     }
     add(&mut counts, "candidates", memories.len() as u64);
     let items: Vec<Item> = memories
@@ -307,6 +312,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
                         "happens_at": memory["happens_at"],
                         "tags": memory["tags"],
                         "consolidates_memory_ids": [id],
+                        // Made by refinement: within the cooldown like their original.
+                        "last_refined_at": now_text,
                     }));
                     links.push(json!({
                         "source_id": new_id, "target_id": id, "user_id": memory["user_id"],
