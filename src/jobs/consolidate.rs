@@ -3,8 +3,9 @@
 //! groups of a cluster's memories and their consolidated text; pass 2 (`consolidate.verify`,
 //! the fast role) approves or rejects each proposal. Only approved proposals are applied.
 //!
-//! Applying one approved group, in this order (each step one Lance commit, each idempotent):
-//! 1. the `CONSOLIDATE` audit row: the members' rows and links before, the new memory after
+//! Applying the approved groups of a run, in this order (each step one Lance commit for all
+//! of them, each idempotent):
+//! 1. the `CONSOLIDATE` audit rows: the members' rows and links before, the new memory after
 //!    (logged before anything changes, so a killed run is finished by the next one);
 //! 2. the consolidated memory: the proposal's text, importance the median of the members',
 //!    the earliest `created_at`, tags united, access counts summed, `consolidates_memory_ids`,
@@ -149,18 +150,15 @@ fn id_list(ids: &[String]) -> String {
         .join(", ")
 }
 
-/// The rows of some memories as JSON objects (embedding left out), by id.
-async fn memory_rows(store: &Store, ids: &[String]) -> Result<BTreeMap<String, Value>> {
-    if ids.is_empty() {
-        return Ok(BTreeMap::new());
-    }
+/// A user's memories as JSON objects (embedding left out), by id: one scan per user.
+async fn user_rows(store: &Store, user: &str) -> Result<BTreeMap<String, Value>> {
     let columns: Vec<&str> = MEMORIES
         .fields
         .iter()
         .map(|f| f.name)
         .filter(|n| *n != "embedding")
         .collect();
-    let filter = format!("id IN ({})", id_list(ids));
+    let filter = format!("user_id = {}", sql_string(user));
     Ok(json_rows(
         &store
             .scan_columns("memories", Some(&filter), &columns)
@@ -275,65 +273,85 @@ fn new_memory(plan: &Plan, members: &[&Value], now: &str) -> Value {
     })
 }
 
-/// Steps 2 to 5 of one plan; every step checks what is already done, so a plan written by a
-/// killed run completes here.
+/// Steps 2 to 5 for a set of plans with disjoint members, each step one commit for all of
+/// them; every step checks what is already done, so plans written by a killed run complete
+/// here.
 async fn apply(
     ctx: &JobCtx<'_>,
     embedder: &crate::embedders::Embedder,
-    plan: &Plan,
-    memory: &Value,
-    archived_at: i64,
+    plans: &[(Plan, Value, i64)],
 ) -> Result<BTreeMap<&'static str, u64>> {
+    let mut counts = BTreeMap::new();
+    if plans.is_empty() {
+        return Ok(counts);
+    }
     let store = &ctx.store;
     let dim = store.embedding_dim();
     let now = ctx.now.timestamp_micros();
-    let mut counts = BTreeMap::new();
-    // 2. The consolidated memory, embedded fresh.
-    if store
-        .count_rows(
-            "memories",
-            Some(&format!("id = {}", sql_string(&plan.new_id))),
-        )
-        .await?
-        == 0
-    {
-        let mut row = memory.clone();
-        match embedder.embed(&[plan.text.as_str()]).await?.pop() {
-            Some(Embedded::Vector { values, .. }) => {
-                row["embedding"] = json!(values);
-                row["embedding_model"] = json!(embedder.model_name());
+    // 2. The consolidated memories, embedded fresh (those not written yet).
+    let new_ids: Vec<String> = plans.iter().map(|(p, ..)| p.new_id.clone()).collect();
+    let existing: BTreeSet<String> = json_rows(
+        &store
+            .scan_columns(
+                "memories",
+                Some(&format!("id IN ({})", id_list(&new_ids))),
+                &["id"],
+            )
+            .await?,
+    )
+    .into_iter()
+    .filter_map(|r| r["id"].as_str().map(str::to_string))
+    .collect();
+    let missing: Vec<&(Plan, Value, i64)> = plans
+        .iter()
+        .filter(|(p, ..)| !existing.contains(&p.new_id))
+        .collect();
+    if !missing.is_empty() {
+        let texts: Vec<&str> = missing.iter().map(|(p, ..)| p.text.as_str()).collect();
+        let mut rows = Vec::new();
+        for ((_, memory, _), embedded) in missing.iter().zip(embedder.embed(&texts).await?) {
+            let mut row = memory.clone();
+            match embedded {
+                Embedded::Vector { values, .. } => {
+                    row["embedding"] = json!(values);
+                    row["embedding_model"] = json!(embedder.model_name());
+                }
+                Embedded::Refused(why) => {
+                    bail!("the embedder refused a consolidated text: {why}")
+                }
             }
-            Some(Embedded::Refused(why)) => {
-                bail!("the embedder refused the consolidated text: {why}")
-            }
-            None => bail!("the embedder returned nothing"),
+            rows.push(row);
         }
-        let batch = batch_from_json(&MEMORIES, dim, now, &[row]).map_err(|e| anyhow!(e))?;
+        let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
         store.upsert_batch(&MEMORIES, batch).await?;
-        counts.insert("memories_created", 1);
+        counts.insert("memories_created", rows.len() as u64);
     }
     crate::crash::point("consolidate.after-memory");
-    // 3. Links: every link touching a member, moved to the new memory.
-    let members: BTreeSet<&str> = plan.members.iter().map(String::as_str).collect();
-    let list = id_list(&plan.members);
+    // 3. Links: every link touching a member moves to its consolidated memory.
+    let holder: BTreeMap<&str, &str> = plans
+        .iter()
+        .flat_map(|(p, ..)| {
+            p.members
+                .iter()
+                .map(move |m| (m.as_str(), p.new_id.as_str()))
+        })
+        .collect();
+    let all_members: Vec<String> = holder.keys().map(|m| m.to_string()).collect();
+    let list = id_list(&all_members);
     let touching = format!(
-        "(source_id IN ({list}) OR target_id IN ({list})) AND NOT (link_type = 'consolidates' AND source_id = {})",
-        sql_string(&plan.new_id)
+        "(source_id IN ({list}) OR target_id IN ({list})) AND NOT (link_type = 'consolidates' AND source_id IN ({}))",
+        id_list(&new_ids)
     );
     let old_links = json_rows(&store.scan("links", Some(&touching)).await?);
     let mut moved: BTreeMap<(String, String, String), Value> = BTreeMap::new();
     for link in &old_links {
         let end = |field: &str| {
             let id = link[field].as_str().unwrap_or("");
-            if members.contains(id) {
-                plan.new_id.clone()
-            } else {
-                id.to_string()
-            }
+            holder.get(id).copied().unwrap_or(id).to_string()
         };
         let (source, target) = (end("source_id"), end("target_id"));
         if source == target {
-            continue; // a link between members
+            continue; // a link between members of one consolidation
         }
         let key = (
             source.clone(),
@@ -353,12 +371,14 @@ async fn apply(
     }
     let mut rows: Vec<Value> = moved.into_values().collect();
     let created = format_timestamp(now);
-    for member in &plan.members {
-        rows.push(json!({
-            "source_id": plan.new_id, "target_id": member, "user_id": plan.user,
-            "link_type": "consolidates", "confidence": plan.confidence,
-            "reasoning": "consolidated into the source", "origin": "llm", "created_at": created,
-        }));
+    for (plan, ..) in plans {
+        for member in &plan.members {
+            rows.push(json!({
+                "source_id": plan.new_id, "target_id": member, "user_id": plan.user,
+                "link_type": "consolidates", "confidence": plan.confidence,
+                "reasoning": "consolidated into the source", "origin": "llm", "created_at": created,
+            }));
+        }
     }
     let batch = batch_from_json(&LINKS, dim, now, &rows).map_err(|e| anyhow!(e))?;
     store.upsert_batch(&LINKS, batch).await?;
@@ -374,38 +394,50 @@ async fn apply(
             .await?,
     );
     if !entity_rows.is_empty() {
-        let entities: BTreeMap<String, Value> = entity_rows
+        let moved: BTreeMap<(String, String), Value> = entity_rows
             .iter()
             .map(|r| {
+                let memory = holder
+                    .get(r["memory_id"].as_str().unwrap_or(""))
+                    .copied()
+                    .unwrap_or("");
+                let entity = r["entity_id"].as_str().unwrap_or("").to_string();
                 (
-                    r["entity_id"].as_str().unwrap_or("").to_string(),
-                    r["user_id"].clone(),
+                    (memory.to_string(), entity.clone()),
+                    json!({"memory_id": memory, "entity_id": entity, "user_id": r["user_id"]}),
                 )
             })
             .collect();
-        let rows: Vec<Value> = entities
-            .into_iter()
-            .map(|(entity, user)| json!({"memory_id": plan.new_id, "entity_id": entity, "user_id": user}))
-            .collect();
+        let rows: Vec<Value> = moved.into_values().collect();
         let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
         store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
         store
             .delete_where("memory_entities", &format!("memory_id IN ({list})"))
             .await?;
     }
-    // 5. Archive the members.
-    let archived = store
-        .update_where(
-            "memories",
-            &format!("id IN ({list}) AND archived_at IS NULL"),
-            &[
-                ("state", "'archived'".to_string()),
-                ("tier", "'archived'".to_string()),
-                ("archived_at", sql_timestamp(archived_at)),
-                ("updated_at", sql_timestamp(archived_at)),
-            ],
-        )
-        .await?;
+    // 5. Archive the members, at the time each plan's audit row recorded.
+    let mut by_time: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for (plan, _, at) in plans {
+        by_time
+            .entry(*at)
+            .or_default()
+            .extend(plan.members.iter().cloned());
+    }
+    let mut archived = 0;
+    for (at, members) in by_time {
+        archived += store
+            .update_where(
+                "memories",
+                &format!("id IN ({}) AND archived_at IS NULL", id_list(&members)),
+                &[
+                    ("state", "'archived'".to_string()),
+                    ("tier", "'archived'".to_string()),
+                    ("archived_at", sql_timestamp(at)),
+                    ("updated_at", sql_timestamp(at)),
+                ],
+            )
+            .await?;
+    }
     counts.insert("memories_archived", archived);
     Ok(counts)
 }
@@ -465,8 +497,11 @@ async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
     Ok(out)
 }
 
+/// Adds to a count; a count that stays zero is not reported.
 fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
-    *counts.entry(name.to_string()).or_default() += value;
+    if value > 0 {
+        *counts.entry(name.to_string()).or_default() += value;
+    }
 }
 
 pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> {
@@ -490,14 +525,14 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
 
     // A killed run's approved consolidations are finished first.
     if !ctx.dry_run {
-        for (plan, memory, archived_at) in unfinished(&ctx.store).await? {
-            if ctx.user.as_deref().is_some_and(|u| u != plan.user) {
-                continue;
-            }
-            for (k, v) in apply(ctx, &embedder, &plan, &memory, archived_at).await? {
-                add(&mut counts, k, v);
-            }
-            add(&mut counts, "resumed", 1);
+        let pending: Vec<(Plan, Value, i64)> = unfinished(&ctx.store)
+            .await?
+            .into_iter()
+            .filter(|(plan, ..)| ctx.user.as_deref().is_none_or(|u| u == plan.user))
+            .collect();
+        add(&mut counts, "resumed", pending.len() as u64);
+        for (k, v) in apply(ctx, &embedder, &pending).await? {
+            add(&mut counts, k, v);
         }
     }
 
@@ -505,9 +540,13 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
     // were not declined before.
     let declined = remembered(&ctx.store).await?;
     let mut candidates: Vec<(ClusterRow, Vec<Value>)> = Vec::new();
+    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
+    let mut loaded_users = BTreeSet::new();
     for cluster in latest_clusters(ctx).await? {
         add(&mut counts, "clusters", 1);
-        let rows = memory_rows(&ctx.store, &cluster.member_ids).await?;
+        if loaded_users.insert(cluster.user.clone()) {
+            rows.extend(user_rows(&ctx.store, &cluster.user).await?);
+        }
         let members: Vec<Value> = cluster
             .member_ids
             .iter()
@@ -653,24 +692,46 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
     }
     ctx.store.write_audit(&declined_rows).await?;
 
-    // Apply: the audit row first, then the changes.
-    for plan in &plans {
-        let rows = memory_rows(&ctx.store, &plan.members).await?;
-        let members: Vec<&Value> = plan.members.iter().filter_map(|id| rows.get(id)).collect();
+    // Apply: every plan's audit row first (one commit), then the changes, step by step.
+    let users: BTreeSet<&str> = plans.iter().map(|p| p.user.as_str()).collect();
+    let mut rows_by_id: BTreeMap<String, Value> = BTreeMap::new();
+    let mut links_of_user: BTreeMap<String, Vec<serde_json::Map<String, Value>>> = BTreeMap::new();
+    for user in users {
+        rows_by_id.extend(user_rows(&ctx.store, user).await?);
+        links_of_user.insert(
+            user.to_string(),
+            json_rows(
+                &ctx.store
+                    .scan("links", Some(&format!("user_id = {}", sql_string(user))))
+                    .await?,
+            ),
+        );
+    }
+    let mut ready = Vec::new();
+    let mut audit = Vec::new();
+    for plan in plans {
+        let members: Vec<&Value> = plan
+            .members
+            .iter()
+            .filter_map(|id| rows_by_id.get(id))
+            .collect();
         if members.len() != plan.members.len() || !members.iter().all(|m| is_live(m)) {
             add(&mut counts, "groups_stale", 1);
             continue;
         }
-        let memory = new_memory(plan, &members, &now);
-        let list = id_list(&plan.members);
-        let links = json_rows(
-            &ctx.store
-                .scan(
-                    "links",
-                    Some(&format!("source_id IN ({list}) OR target_id IN ({list})")),
-                )
-                .await?,
-        );
+        let memory = new_memory(&plan, &members, &now);
+        let links: Vec<&serde_json::Map<String, Value>> = links_of_user
+            .get(&plan.user)
+            .into_iter()
+            .flatten()
+            .filter(|l| {
+                [&l["source_id"], &l["target_id"]].iter().any(|end| {
+                    plan.members
+                        .iter()
+                        .any(|m| end.as_str() == Some(m.as_str()))
+                })
+            })
+            .collect();
         let mut row = AuditRow::new(log.run_id(), "CONSOLIDATE", &plan.new_id, now_micros);
         row.user_id = Some(plan.user.clone());
         row.source_ids = plan.members.clone();
@@ -682,12 +743,14 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
             json!({"signature": plan.signature, "memories": members, "links": links}).to_string(),
         );
         row.after_state = Some(json!({"memory": memory, "archived_at": now}).to_string());
-        ctx.store.write_audit(&[row]).await?;
-        crate::crash::point("consolidate.after-audit");
-        for (k, v) in apply(ctx, &embedder, plan, &memory, now_micros).await? {
-            add(&mut counts, k, v);
-        }
-        add(&mut counts, "consolidated", 1);
+        audit.push(row);
+        ready.push((plan, memory, now_micros));
+    }
+    ctx.store.write_audit(&audit).await?;
+    crate::crash::point("consolidate.after-audit");
+    add(&mut counts, "consolidated", ready.len() as u64);
+    for (k, v) in apply(ctx, &embedder, &ready).await? {
+        add(&mut counts, k, v);
     }
     report.counts = counts;
     report.llm = Some(llm.usage(&[proposals, verdicts].concat()));
