@@ -30,11 +30,11 @@
 //!   connective openers ("Besides that,") removed. Trims only filler without meaning
 //!   ("basically,", "as mentioned before,"; never "just", "I think", "actually"). Else keep.
 //! - consolidate.propose: the hub groups with neighbours it would call DUPLICATE or MERGE
-//!   against the hub and against every member already taken, never two memories written on
-//!   different days when either says a relative time ("next month"); consolidate.verify
-//!   approves only when every source's content words are in the proposal, its negation
-//!   matches theirs, it adds at most 20% new words, and it holds no relative time of sources
-//!   written on different days.
+//!   against the hub and against every member already taken, never two memories of different
+//!   days when either is an episode (one event) or says a relative time ("next month");
+//!   consolidate.verify approves only when every source's content words are in the proposal,
+//!   its negation matches theirs, it adds at most 20% new words, and its sources are of one
+//!   day when any is an episode or the proposal holds a relative time.
 //! - summarize: the first sentence of up to five memories, newest first.
 
 use std::collections::BTreeSet;
@@ -777,11 +777,29 @@ fn says_relative_time(text: &str) -> bool {
     first_phrase(&crate::logic::reading::words(text), RELATIVE_TIME).is_some()
 }
 
-/// Two memories written on different days, one of them dated relative to its own day:
-/// folded together, "next month" would read from the wrong day.
+/// The day a memory is about: its event time if it has one, else the day it was written.
+fn day_of(m: &MemoryView) -> &str {
+    m.happens_at
+        .as_deref()
+        .unwrap_or(&m.created_at)
+        .get(..10)
+        .unwrap_or("")
+}
+
+fn is_episode(m: &MemoryView) -> bool {
+    m.kind == "episode" || m.happens_at.is_some()
+}
+
+/// Two memories of different days that must stay apart: an episode (one event) and another
+/// memory of another day are two events however alike their words ("took Olive to the vet"
+/// in January and in October), and a relative time ("next month") would read from the wrong
+/// day once folded.
 fn anchors_differ(a: &MemoryView, b: &MemoryView) -> bool {
-    let day = |m: &MemoryView| m.created_at.get(..10).unwrap_or("").to_string();
-    day(a) != day(b) && (says_relative_time(&a.text) || says_relative_time(&b.text))
+    day_of(a) != day_of(b)
+        && (is_episode(a)
+            || is_episode(b)
+            || says_relative_time(&a.text)
+            || says_relative_time(&b.text))
 }
 
 /// consolidate.verify: approves a proposal that keeps every content word, name and number of
@@ -802,16 +820,18 @@ pub fn verify(memories: &[MemoryView], proposal: &str) -> VerifyReply {
     let added = proposed.difference(&sources).count();
     let negated_sources = memories.iter().any(|m| read(&m.text).negated);
     let negated_proposal = read(proposal).negated;
-    let days: BTreeSet<&str> = memories
-        .iter()
-        .map(|m| m.created_at.get(..10).unwrap_or(""))
-        .collect();
+    let days: BTreeSet<&str> = memories.iter().map(day_of).collect();
     let (approve, why) = if days.len() > 1 && says_relative_time(proposal) {
         (
             false,
             "the proposal keeps a relative time (\"next month\", \"yesterday\") of memories \
              written on different days"
                 .to_string(),
+        )
+    } else if days.len() > 1 && memories.iter().any(is_episode) {
+        (
+            false,
+            "events of different days are different events, not one memory".to_string(),
         )
     } else if !missing.is_empty() {
         (
@@ -1138,6 +1158,14 @@ mod tests {
         ];
         assert!(propose(&shows).groups.is_empty());
         assert!(!verify(&shows, &merge(&shows).text).approve);
+        // One event on two days is two events (synth: the vet in January and in October).
+        let mut visits = [
+            memory("v1", "01-11", "User took Olive to the vet for a check-up."),
+            memory("v2", "10-19", "User took Olive to the vet for a check-up."),
+        ];
+        visits.iter_mut().for_each(|m| m.kind = "episode".into());
+        assert!(propose(&visits).groups.is_empty());
+        assert!(!verify(&visits, "User took Olive to the vet for a check-up.").approve);
     }
 
     #[test]
