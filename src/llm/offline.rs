@@ -14,7 +14,8 @@
 //!   content word in common), no event told as a restatement of a trait, is DUPLICATE; the newer restating most of the older and adding two or more words, no event
 //!   folded into a trait, is MERGE; anything else COEXIST (the safe answer, confidence 0.5).
 //! - link.classify: a newer change of the same subject is `supersedes`; negation of the same
-//!   statement, or the same statement with other values, is `conflicts`; a reason ("because",
+//!   statement (not an episode against a memory of another day), or the same statement of
+//!   two facts (not episodes) with other values, is `conflicts`; a reason ("because",
 //!   "due to") or consequence ("led to") clause covering half of the other memory is
 //!   `motivated_by` or `causes`; a belief ("thought") against evidence ("shows") is
 //!   `invalidated_by`; an event ("on Monday", "ago") of a stated habit ("often", "enjoys") is
@@ -290,6 +291,10 @@ pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
     let (s, t) = (read(&source.text), read(&target.text));
     let newer = source.created_at >= target.created_at;
     let p = pairing(&t, &s);
+    // A negation between an episode and a memory of another day is two moments, not a
+    // contradiction; other values in an episode ("hiking with Tom" / "with Mei") are another
+    // event, on any day.
+    let events_apart = two_events(source, target);
     // A stated reason (or consequence) points at the other memory when it shares at least two
     // words with it and covers half of what the other memory says.
     let points_at = |clause: Option<std::collections::BTreeSet<String>>| {
@@ -307,13 +312,15 @@ pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
             0.8,
             format!("the newer memory says \"{cue}\" of the same entity"),
         )
-    } else if p.same_entity && s.negated != t.negated && p.jaccard >= 0.5 {
+    } else if !events_apart && p.same_entity && s.negated != t.negated && p.jaccard >= 0.5 {
         (
             LinkType::Conflicts,
             0.7,
             "one memory negates the other on the same entity".to_string(),
         )
-    } else if p.same_entity
+    } else if !is_episode(source)
+        && !is_episode(target)
+        && p.same_entity
         && s.change.is_none()
         && !s.plan
         && !t.plan
@@ -790,6 +797,12 @@ fn is_episode(m: &MemoryView) -> bool {
     m.kind == "episode" || m.happens_at.is_some()
 }
 
+/// An episode and another memory of another day: they tell of different moments, so other
+/// values ("hiking with Tom" / "hiking with Mei") or a negation are no contradiction.
+fn two_events(a: &MemoryView, b: &MemoryView) -> bool {
+    day_of(a) != day_of(b) && (is_episode(a) || is_episode(b))
+}
+
 /// Two memories of different days that must stay apart: an episode (one event) and another
 /// memory of another day are two events however alike their words ("took Olive to the vet"
 /// in January and in October), and a relative time ("next month") would read from the wrong
@@ -1166,6 +1179,25 @@ mod tests {
         visits.iter_mut().for_each(|m| m.kind = "episode".into());
         assert!(propose(&visits).groups.is_empty());
         assert!(!verify(&visits, "User took Olive to the vet for a check-up.").approve);
+    }
+
+    #[test]
+    fn events_of_different_days_do_not_conflict() {
+        let mut a = memory(
+            "a",
+            "03-01",
+            "User went hiking at Mount Tamalpais with Tom.",
+        );
+        let mut b = memory(
+            "b",
+            "05-01",
+            "User went hiking at Mount Tamalpais with Mei.",
+        );
+        let facts = link(&b, &a).link_type;
+        assert_eq!(facts, LinkType::Conflicts, "as facts they clash");
+        a.kind = "episode".into();
+        b.kind = "episode".into();
+        assert_eq!(link(&b, &a).link_type, LinkType::Null);
     }
 
     #[test]
