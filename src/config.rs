@@ -240,6 +240,17 @@ pub enum ThresholdSource {
     Seed,
 }
 
+impl ThresholdSource {
+    /// How a job report names the source: "the calibrated threshold of MODEL".
+    pub fn describe(self) -> &'static str {
+        match self {
+            ThresholdSource::Config => "the config file's",
+            ThresholdSource::Calibrated => "the calibrated",
+            ThresholdSource::Seed => "no calibration: the seeds'",
+        }
+    }
+}
+
 impl Config {
     /// The similarity thresholds for vectors made by `model`: the file's keys, else the
     /// built-in calibration of the model, else the seeds' values.

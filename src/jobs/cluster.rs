@@ -83,18 +83,7 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
             ],
         )
         .await?;
-    let mut models: BTreeMap<String, usize> = BTreeMap::new();
-    for batch in &batches {
-        let names = batch.column(5).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            *models.entry(names.value(row).to_string()).or_default() += 1;
-        }
-    }
-    let model = models
-        .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(m, _)| m.clone())
-        .unwrap_or_default();
+    let (model, _) = super::main_model(&batches, 5);
     let inbound = inbound_links(ctx, user).await?;
     let dim = ctx.store.embedding_dim();
     let mut out = UserMemories {
@@ -178,8 +167,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
                 let (t, source) = config.thresholds_for(&memories.model);
                 if noted.insert(memories.model.clone()) {
                     report.notes.push(format!(
-                        "cluster threshold {} for {} ({:?}; --threshold overrides)",
-                        t.cluster, memories.model, source
+                        "cluster threshold {} ({} threshold of {}; --threshold overrides)",
+                        t.cluster,
+                        source.describe(),
+                        memories.model
                     ));
                 }
                 t.cluster

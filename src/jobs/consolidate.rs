@@ -188,13 +188,9 @@ async fn remembered(store: &Store) -> Result<BTreeSet<String>> {
 }
 
 fn view(row: &Value) -> MemoryView {
-    MemoryView {
-        id: row["id"].as_str().unwrap_or("").to_string(),
-        kind: row["kind"].as_str().unwrap_or("fact").to_string(),
-        created_at: row["created_at"].as_str().unwrap_or("").to_string(),
-        happens_at: row["happens_at"].as_str().map(str::to_string),
-        text: row["text"].as_str().unwrap_or("").to_string(),
-    }
+    row.as_object()
+        .map(MemoryView::from_row)
+        .unwrap_or_else(|| MemoryView::from_row(&serde_json::Map::new()))
 }
 
 fn is_live(row: &Value) -> bool {
@@ -442,38 +438,64 @@ async fn apply(
     Ok(counts)
 }
 
-/// Approved consolidations whose members are not all archived yet (a killed run's).
-async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
-    let rows = json_rows(
-        &store
-            .scan(
-                AUDIT_LOG.name,
-                Some("operation = 'CONSOLIDATE' AND classification = 'APPROVED'"),
+/// Which of `ids` are live memories (not archived): one scan per thousand ids.
+async fn live_ids(store: &Store, ids: &[String]) -> Result<BTreeSet<String>> {
+    let mut live = BTreeSet::new();
+    for chunk in ids.chunks(1000) {
+        let filter = format!("archived_at IS NULL AND id IN ({})", id_list(chunk));
+        live.extend(
+            json_rows(
+                &store
+                    .scan_columns("memories", Some(&filter), &["id"])
+                    .await?,
             )
+            .into_iter()
+            .filter_map(|r| r["id"].as_str().map(str::to_string)),
+        );
+    }
+    Ok(live)
+}
+
+fn string_list(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Approved consolidations whose members are not all archived yet (a killed run's). Reads
+/// only the ids and members of past consolidations, then the full log rows of unfinished ones.
+async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
+    let approved = "operation = 'CONSOLIDATE' AND classification = 'APPROVED'";
+    let heads = json_rows(
+        &store
+            .scan_columns(AUDIT_LOG.name, Some(approved), &["id", "source_ids"])
             .await?,
     );
+    let members: Vec<String> = heads
+        .iter()
+        .flat_map(|r| string_list(&r["source_ids"]))
+        .collect();
+    let live = live_ids(store, &members).await?;
+    let pending: Vec<String> = heads
+        .iter()
+        .filter(|r| {
+            string_list(&r["source_ids"])
+                .iter()
+                .any(|m| live.contains(m))
+        })
+        .filter_map(|r| r["id"].as_str().map(str::to_string))
+        .collect();
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    let filter = format!("{approved} AND id IN ({})", id_list(&pending));
     let mut out = Vec::new();
-    for row in rows {
-        let members: Vec<String> = row["source_ids"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let live = store
-            .count_rows(
-                "memories",
-                Some(&format!(
-                    "id IN ({}) AND archived_at IS NULL",
-                    id_list(&members)
-                )),
-            )
-            .await?;
-        if live == 0 {
-            continue;
-        }
+    for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
         let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
         let memory = after["memory"].clone();
         let archived_at = after["archived_at"]
@@ -485,7 +507,7 @@ async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
                 user: row["user_id"].as_str().unwrap_or("").to_string(),
                 new_id: row["target_id"].as_str().unwrap_or("").to_string(),
                 text: memory["text"].as_str().unwrap_or("").to_string(),
-                members,
+                members: string_list(&row["source_ids"]),
                 signature: String::new(),
                 confidence: row["confidence"].as_f64().unwrap_or(0.0),
                 reasoning: String::new(),

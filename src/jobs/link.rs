@@ -82,23 +82,12 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
             ],
         )
         .await?;
-    let mut models: BTreeMap<String, usize> = BTreeMap::new();
-    for batch in &batches {
-        let names = batch.column(6).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            *models.entry(names.value(row).to_string()).or_default() += 1;
-        }
-    }
-    let model = models
-        .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(m, _)| m.clone())
-        .unwrap_or_default();
+    let (model, other_model) = super::main_model(&batches, 6);
     let dim = ctx.store.embedding_dim();
     let mut out = UserMemories {
         views: Vec::new(),
         vectors: Vec::new(),
-        other_model: models.values().sum::<usize>() - models.get(&model).copied().unwrap_or(0),
+        other_model,
         model,
     };
     for batch in &batches {
@@ -369,11 +358,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
                     report.notes.push(format!(
                         "pairs judged from cosine similarity {} ({} threshold of {}; --min-score overrides)",
                         thresholds.link,
-                        match source {
-                            crate::config::ThresholdSource::Config => "the config file's",
-                            crate::config::ThresholdSource::Calibrated => "the calibrated",
-                            crate::config::ThresholdSource::Seed => "no calibration: the seeds'",
-                        },
+                        source.describe(),
                         memories.model
                     ));
                 }

@@ -282,6 +282,27 @@ impl JobReport {
     }
 }
 
+/// The embedding model most of a user's vectors come from (ties by name), and how many rows
+/// another model embedded: similarities are only meaningful between vectors of one model.
+/// `column` is the index of `embedding_model` in `batches`.
+pub fn main_model(batches: &[arrow::array::RecordBatch], column: usize) -> (String, usize) {
+    use arrow::array::AsArray;
+    let mut models: BTreeMap<String, usize> = BTreeMap::new();
+    for batch in batches {
+        let names = batch.column(column).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            *models.entry(names.value(row).to_string()).or_default() += 1;
+        }
+    }
+    let model = models
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(m, _)| m.clone())
+        .unwrap_or_default();
+    let others = models.values().sum::<usize>() - models.get(&model).copied().unwrap_or(0);
+    (model, others)
+}
+
 /// Distinct users of a table (or the one in scope), sorted.
 pub async fn users_of(ctx: &JobCtx<'_>, table: &str) -> Result<Vec<String>> {
     use arrow::array::AsArray;

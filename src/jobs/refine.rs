@@ -170,37 +170,67 @@ async fn apply(
 }
 
 /// Refinements a killed run logged but did not finish: the original's `last_refined_at` is
-/// older than the log row (or unset).
+/// older than the log row (or unset). Reads the log rows' ids and targets and the originals'
+/// `last_refined_at` in one scan each, then the full rows of unfinished ones only.
 async fn unfinished(store: &Store) -> Result<Vec<(Value, i64)>> {
-    let rows = json_rows(
+    let logged = "operation IN ('SPLIT', 'UPDATE') AND classification IN ('SPLIT', 'TRIM')";
+    let heads = json_rows(
         &store
-            .scan(
+            .scan_columns(
                 AUDIT_LOG.name,
-                Some("operation IN ('SPLIT', 'UPDATE') AND classification IN ('SPLIT', 'TRIM')"),
+                Some(logged),
+                &["id", "target_id", "created_at"],
             )
             .await?,
     );
-    let mut out = Vec::new();
-    for row in rows {
-        let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
-        let at = row["created_at"]
+    let originals: Vec<String> = heads
+        .iter()
+        .filter_map(|r| r["target_id"].as_str().map(str::to_string))
+        .collect();
+    let mut refined: BTreeMap<String, i64> = BTreeMap::new();
+    for chunk in originals.chunks(1000) {
+        let list = chunk
+            .iter()
+            .map(|id| sql_string(id))
+            .collect::<Vec<_>>()
+            .join(", ");
+        for r in json_rows(
+            &store
+                .scan_columns(
+                    "memories",
+                    Some(&format!("id IN ({list})")),
+                    &["id", "last_refined_at"],
+                )
+                .await?,
+        ) {
+            let at = r["last_refined_at"].as_str().and_then(parse_timestamp);
+            if let (Some(id), Some(at)) = (r["id"].as_str(), at) {
+                refined.insert(id.to_string(), at);
+            }
+        }
+    }
+    let at_of = |r: &serde_json::Map<String, Value>| {
+        r["created_at"]
             .as_str()
             .and_then(parse_timestamp)
-            .unwrap_or(0);
-        let original = after["original"].as_str().unwrap_or("");
-        let done = store
-            .count_rows(
-                "memories",
-                Some(&format!(
-                    "id = {} AND last_refined_at >= {}",
-                    sql_string(original),
-                    sql_timestamp(at)
-                )),
-            )
-            .await?;
-        if done == 0 {
-            out.push((after, at));
-        }
+            .unwrap_or(0)
+    };
+    let pending: Vec<String> = heads
+        .iter()
+        .filter(|r| {
+            let original = r["target_id"].as_str().unwrap_or("");
+            refined.get(original).is_none_or(|done| *done < at_of(r))
+        })
+        .filter_map(|r| r["id"].as_str().map(sql_string))
+        .collect();
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    let filter = format!("{logged} AND id IN ({})", pending.join(", "));
+    let mut out = Vec::new();
+    for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
+        let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
+        out.push((after, at_of(&row)));
     }
     Ok(out)
 }
@@ -256,13 +286,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
             custom_id: format!("memory-{i}"),
             input: TaskInput {
                 task: Task::Refine,
-                memories: vec![MemoryView {
-                    id: m["id"].as_str().unwrap_or("").to_string(),
-                    kind: m["kind"].as_str().unwrap_or("fact").to_string(),
-                    created_at: m["created_at"].as_str().unwrap_or("").to_string(),
-                    happens_at: m["happens_at"].as_str().map(str::to_string),
-                    text: m["text"].as_str().unwrap_or("").to_string(),
-                }],
+                memories: vec![MemoryView::from_row(m)],
                 proposal: None,
                 now: now_text.clone(),
             },

@@ -100,9 +100,9 @@ fn the_threshold_is_the_models_and_sizes_come_from_the_config() {
     let report = cluster(&db, &["--dry-run"]);
     assert_eq!(report["counts"]["clusters"], 1, "{report}");
     assert!(
-        report["notes"]
-            .to_string()
-            .contains("cluster threshold 0.85 for hash-lexical-v1"),
+        report["notes"].to_string().contains(
+            "cluster threshold 0.85 (no calibration: the seeds' threshold of hash-lexical-v1"
+        ),
         "{report}"
     );
     assert_eq!(db.count("clusters"), 0, "a dry run writes nothing");

@@ -101,6 +101,16 @@ impl TestDb {
         object.values().next().unwrap().to_string()
     }
 
+    /// Every row of a query, as JSON objects.
+    pub fn rows(&self, sql: &str) -> Vec<serde_json::Value> {
+        let out = self.run(&["sql", sql, "--format", "jsonl"]);
+        assert_eq!(out.status.code(), Some(0), "{sql}: {}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON row"))
+            .collect()
+    }
+
     pub fn count(&self, table: &str) -> i64 {
         self.scalar(&format!("SELECT COUNT(*) AS n FROM {table}"))
             .parse()

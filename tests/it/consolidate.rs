@@ -61,23 +61,13 @@ fn consolidate(db: &TestDb, extra: &[&str]) -> Value {
     serde_json::from_str(&stdout(&out)).unwrap()
 }
 
-fn rows(db: &TestDb, sql: &str) -> Vec<Value> {
-    let out = db.run(&["sql", sql, "--format", "jsonl"]);
-    assert_eq!(out.status.code(), Some(0), "{sql}: {}", stderr(&out));
-    stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 #[test]
 fn an_approved_cluster_becomes_one_memory_that_takes_over_its_links() {
     let db = loaded();
     let report = consolidate(&db, &[]);
     assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
     // The Vim cluster (a contradiction and another editor) is declined, never folded.
-    let new = rows(
-        &db,
+    let new = db.rows(
         "SELECT id, text, importance, created_at, tags, consolidates_memory_ids, embedding IS NOT NULL AS embedded \
          FROM memories WHERE source = 'consolidate'",
     );
@@ -98,10 +88,8 @@ fn an_approved_cluster_becomes_one_memory_that_takes_over_its_links() {
         "{text}"
     );
     // Members archived, still there.
-    let members = rows(
-        &db,
-        "SELECT id, state FROM memories WHERE id IN ('s1','s2','s3') ORDER BY id",
-    );
+    let members =
+        db.rows("SELECT id, state FROM memories WHERE id IN ('s1','s2','s3') ORDER BY id");
     assert!(
         members.iter().all(|m| m["state"] == "archived"),
         "{members:?}"
@@ -112,8 +100,7 @@ fn an_approved_cluster_becomes_one_memory_that_takes_over_its_links() {
     );
     // Links: t1's two instance_of links become one (the higher confidence), the link between
     // members is dropped, s2 -> v1 moves; consolidates links reach every member.
-    let links = rows(
-        &db,
+    let links = db.rows(
         "SELECT source_id, target_id, link_type, confidence FROM links ORDER BY link_type, source_id, target_id",
     );
     let expect = |s: &str, t: &str, ty: &str| {

@@ -33,15 +33,6 @@ fn refine(db: &TestDb, now: &str) -> Value {
     serde_json::from_str(&stdout(&out)).unwrap()
 }
 
-fn rows(db: &TestDb, sql: &str) -> Vec<Value> {
-    let out = db.run(&["sql", sql, "--format", "jsonl"]);
-    assert_eq!(out.status.code(), Some(0), "{sql}: {}", stderr(&out));
-    stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 #[test]
 fn verbose_memories_are_split_or_trimmed_and_refusals_are_counted() {
     let db = loaded();
@@ -52,8 +43,7 @@ fn verbose_memories_are_split_or_trimmed_and_refusals_are_counted() {
     assert_eq!(report["counts"]["trimmed"], 1);
     assert_eq!(report["counts"]["kept"], 1);
     // SPLIT: three standalone memories that point at the original, which stays active.
-    let parts = rows(
-        &db,
+    let parts = db.rows(
         "SELECT text, importance, tags, consolidates_memory_ids, created_at, embedding IS NOT NULL AS embedded \
          FROM memories WHERE source = 'refine' ORDER BY text",
     );
