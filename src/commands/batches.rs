@@ -9,9 +9,10 @@ use anyhow::Result;
 
 use crate::app::App;
 use crate::config::Config;
+use crate::embedders::{Embedder, EmbedderArgs};
 use crate::exit::ExitStatus;
 use crate::jobs::{ItemFailure, JobName, JobReport, JobScope, RunLog};
-use crate::llm::batch::{self, Applier, PollOptions};
+use crate::llm::batch::{self, Applier, ApplyEnv, PollOptions};
 use crate::llm::{JudgeKind, Llm, LlmArgs, Mode};
 
 /// OpenAI Batch API submissions: apply finished ones, resubmit failed ones, clean up.
@@ -29,6 +30,9 @@ pub enum BatchesCommand {
         /// llm.apply_lease_secs of the config.
         #[arg(long)]
         lease_secs: Option<u64>,
+        /// The embedder of jobs whose results carry new texts (consolidate, refine).
+        #[command(flatten)]
+        embedder: EmbedderArgs,
     },
     /// Resubmit failed or expired batches, and submissions stuck before reaching the provider.
     Retry {
@@ -71,7 +75,10 @@ pub async fn run(app: &App, args: &BatchesArgs, out: &mut dyn Write) -> Result<E
     let ctx = app.job_ctx(&JobScope::default(), None).await?;
     let store = &ctx.store;
     match &args.which {
-        BatchesCommand::Poll { lease_secs } => {
+        BatchesCommand::Poll {
+            lease_secs,
+            embedder,
+        } => {
             let pending =
                 batch::load(store, "status IN ('submitted', 'ready', 'applying')").await?;
             let mut report = JobReport::new(POLL, &ctx);
@@ -88,7 +95,14 @@ pub async fn run(app: &App, args: &BatchesArgs, out: &mut dyn Write) -> Result<E
             let options = PollOptions {
                 lease_secs: lease_secs.unwrap_or(config.llm.apply_lease_secs),
             };
-            let polled = batch::poll(store, &llm, &applier_of, &options).await?;
+            let dim = store.embedding_dim();
+            let make_embedder = || Embedder::from_args(embedder, &config.embedder, dim, 16);
+            let env = ApplyEnv {
+                store,
+                llm: &llm,
+                embedder: &make_embedder,
+            };
+            let polled = batch::poll(&env, &applier_of, &options).await?;
             for (name, value) in [
                 ("checked", polled.checked),
                 ("still_running", polled.still_running),

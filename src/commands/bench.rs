@@ -33,6 +33,9 @@ pub enum BenchCommand {
     Llm(LlmBench),
     /// Sentences per second of an embedder.
     Embed(EmbedBench),
+    /// The whole consolidation (cluster, both passes, apply) over a synthetic store against
+    /// `memlife mock-llm`, online or as Batch API rounds.
+    Consolidate(super::bench_consolidate::ConsolidateBench),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +108,7 @@ pub async fn run(app: &App, args: &BenchArgs, out: &mut dyn Write) -> Result<Exi
             )
             .await?
         }
+        BenchCommand::Consolidate(bench) => super::bench_consolidate::run(bench, out)?,
         BenchCommand::Embed(bench) => {
             let embedder = app
                 .embedder(&bench.embedder, bench.dim, bench.batch_size)

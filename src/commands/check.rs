@@ -176,7 +176,7 @@ pub async fn check(store: &Store, examples: usize) -> Result<CheckReport> {
             continue;
         };
         let expected: Vec<String> = applier.result_keys(&record, &record.items()?);
-        let found = audit_ids_present(store, &expected).await?;
+        let found = store.audit_ids_present(&expected).await?;
         missing.extend(
             expected.iter().filter(|id| !found.contains(*id)).map(
                 |id| serde_json::json!({"batch_key": record.batch_key, "missing_audit_id": id}),
@@ -246,25 +246,6 @@ async fn scores_clocks(context: &datafusion::prelude::SessionContext) -> Result<
         }
     }
     Ok(clocks)
-}
-
-async fn audit_ids_present(store: &Store, ids: &[String]) -> Result<BTreeSet<String>> {
-    let mut found = BTreeSet::new();
-    for chunk in ids.chunks(500) {
-        let list: Vec<String> = chunk.iter().map(|id| sql_string(id)).collect();
-        let filter = format!("id IN ({})", list.join(", "));
-        for batch in store
-            .scan_columns("audit_log", Some(&filter), &["id"])
-            .await?
-        {
-            for value in rows_of(&[batch]) {
-                if let Some(id) = value["id"].as_str() {
-                    found.insert(id.to_string());
-                }
-            }
-        }
-    }
-    Ok(found)
 }
 
 pub async fn run(app: &App, args: &CheckArgs, out: &mut dyn Write) -> Result<ExitStatus> {

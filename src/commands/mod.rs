@@ -6,6 +6,7 @@
 
 pub mod batches;
 pub mod bench;
+pub mod bench_consolidate;
 pub mod check;
 pub mod eval;
 pub mod export;

@@ -22,15 +22,17 @@
 //! a failed call is not remembered (the next run asks again).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use anyhow::{Result, anyhow, bail};
 use arrow::array::AsArray;
 use serde_json::{Value, json};
 
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::embedders::{Embedded, EmbedderArgs};
+use crate::embedders::{Embedded, Embedder, EmbedderArgs};
+use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, ProposedGroup, Reply, Task, TaskInput};
-use crate::llm::{Item, LlmArgs, Mode};
+use crate::llm::{Item, LlmArgs, Mode, Outcome};
 use crate::logic::cluster::signature;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, MEMORY_ENTITIES};
@@ -61,6 +63,10 @@ impl Job for ConsolidateArgs {
     fn clock(&self) -> Option<&str> {
         self.now.as_deref()
     }
+
+    fn applier() -> Option<Box<dyn Applier>> {
+        Some(Box::new(ConsolidateApplier))
+    }
 }
 
 /// A cluster as `clusters` recorded it.
@@ -72,9 +78,13 @@ struct ClusterRow {
 
 /// One approved group, ready to apply.
 struct Plan {
+    /// Its audit row's key (`{origin}|{custom id}`).
+    key: String,
     user: String,
     new_id: String,
     members: Vec<String>,
+    /// The members' texts as the judge read them: a member changed since is not folded.
+    texts: BTreeMap<String, String>,
     text: String,
     signature: String,
     confidence: f64,
@@ -273,17 +283,17 @@ fn new_memory(plan: &Plan, members: &[&Value], now: &str) -> Value {
 /// them; every step checks what is already done, so plans written by a killed run complete
 /// here.
 async fn apply(
-    ctx: &JobCtx<'_>,
-    embedder: &crate::embedders::Embedder,
+    store: &Store,
+    embedder: Option<&Embedder>,
     plans: &[(Plan, Value, i64)],
+    now: i64,
+    phases: &mut BTreeMap<String, u64>,
 ) -> Result<BTreeMap<&'static str, u64>> {
     let mut counts = BTreeMap::new();
     if plans.is_empty() {
         return Ok(counts);
     }
-    let store = &ctx.store;
     let dim = store.embedding_dim();
-    let now = ctx.now.timestamp_micros();
     // 2. The consolidated memories, embedded fresh (those not written yet).
     let new_ids: Vec<String> = plans.iter().map(|(p, ..)| p.new_id.clone()).collect();
     let existing: BTreeSet<String> = json_rows(
@@ -303,9 +313,14 @@ async fn apply(
         .filter(|(p, ..)| !existing.contains(&p.new_id))
         .collect();
     if !missing.is_empty() {
+        let embedder =
+            embedder.ok_or_else(|| anyhow!("no embedder for the consolidated memories"))?;
         let texts: Vec<&str> = missing.iter().map(|(p, ..)| p.text.as_str()).collect();
         let mut rows = Vec::new();
-        for ((_, memory, _), embedded) in missing.iter().zip(embedder.embed(&texts).await?) {
+        let started = Instant::now();
+        let vectors = embedder.embed(&texts).await?;
+        phase(phases, "embed", started);
+        for ((_, memory, _), embedded) in missing.iter().zip(vectors) {
             let mut row = memory.clone();
             match embedded {
                 Embedded::Vector { values, .. } => {
@@ -504,6 +519,8 @@ async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
             .ok_or_else(|| anyhow!("audit row {} lacks after_state.archived_at", row["id"]))?;
         out.push((
             Plan {
+                key: String::new(),
+                texts: BTreeMap::new(),
                 user: row["user_id"].as_str().unwrap_or("").to_string(),
                 new_id: row["target_id"].as_str().unwrap_or("").to_string(),
                 text: memory["text"].as_str().unwrap_or("").to_string(),
@@ -519,6 +536,11 @@ async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
     Ok(out)
 }
 
+/// Adds the time since `since` to phase `name`.
+fn phase(phases: &mut BTreeMap<String, u64>, name: &str, since: Instant) {
+    *phases.entry(name.to_string()).or_default() += since.elapsed().as_millis() as u64;
+}
+
 /// Adds to a count; a count that stays zero is not reported.
 fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
     if value > 0 {
@@ -526,16 +548,386 @@ fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
     }
 }
 
-pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> {
-    let llm = ctx.app.llm(&args.llm).await?;
-    if llm.mode == Mode::Batch {
-        bail!(
-            "consolidate --mode batch is not available yet: run it online (the Batch API \
-             rounds of consolidation are an open part of issue 13)"
+/// The custom id of a cluster's pass-1 item; its groups' pass-2 items add `-group-{g}`.
+fn cluster_item_id(signature: &str) -> String {
+    format!("cluster-{signature}")
+}
+
+/// The cluster signature a pass-1 or pass-2 custom id carries.
+fn signature_of(custom_id: &str) -> &str {
+    let rest = custom_id.strip_prefix("cluster-").unwrap_or(custom_id);
+    rest.split("-group-").next().unwrap_or(rest)
+}
+
+/// Where a set of answers comes from: the run that asked, the key their audit rows derive
+/// from (the run online, the batch in batch mode), the user and the time they are applied.
+struct Origin<'a> {
+    run_id: &'a str,
+    key: &'a str,
+    user: &'a str,
+    now: i64,
+}
+
+impl Origin<'_> {
+    /// The audit row every item leaves, keyed by the origin and the item: `memlife check`
+    /// finds an applied batch's rows by it.
+    fn row(&self, custom_id: &str) -> AuditRow {
+        let mut row = AuditRow::new(
+            self.run_id,
+            "CONSOLIDATE",
+            &format!("{}|{custom_id}", self.key),
+            self.now,
+        );
+        row.user_id = Some(self.user.to_string());
+        row
+    }
+}
+
+fn propose_item(cluster: &ClusterRow, members: &[Value], now: &str) -> Item {
+    Item {
+        custom_id: cluster_item_id(&cluster.signature),
+        input: TaskInput {
+            task: Task::ConsolidatePropose,
+            memories: members.iter().map(view).collect(),
+            proposal: None,
+            now: now.to_string(),
+        },
+    }
+}
+
+/// Pass 1's answer about one cluster (its item), as its audit row: PROPOSED with the groups,
+/// NOT_PROPOSED (remembered: the cluster is not asked about again until it changes) or
+/// FAILED (asked again by the next run). Returns the groups to verify.
+fn read_proposal(
+    origin: &Origin<'_>,
+    item: &Item,
+    outcome: &Outcome,
+    counts: &mut BTreeMap<String, u64>,
+    failures: &mut Vec<ItemFailure>,
+) -> (AuditRow, Vec<ProposedGroup>) {
+    let signature = signature_of(&item.custom_id);
+    let mut row = origin.row(&item.custom_id);
+    row.source_ids = item.input.memories.iter().map(|m| m.id.clone()).collect();
+    row.target_id = Some(format!("cluster:{signature}"));
+    if let Some(failure) = &outcome.failure {
+        failures.push(ItemFailure {
+            item: format!("cluster {signature}"),
+            reason: format!("consolidate.propose: {failure}"),
+        });
+        row.classification = Some("FAILED".into());
+        row.reasoning = Some(failure.to_string());
+        return (row, Vec::new());
+    }
+    match &outcome.reply {
+        Some(Reply::Propose(reply)) if !reply.groups.is_empty() => {
+            add(counts, "groups_proposed", reply.groups.len() as u64);
+            row.classification = Some("PROPOSED".into());
+            row.reasoning = Some(
+                reply
+                    .groups
+                    .iter()
+                    .map(|g| g.reasoning.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+            row.after_state = Some(json!({ "groups": reply.groups }).to_string());
+            (row, reply.groups.clone())
+        }
+        _ => {
+            add(counts, "clusters_not_proposed", 1);
+            row.classification = Some("NOT_PROPOSED".into());
+            row.reasoning = Some("pass 1 proposed no consolidation".into());
+            (row, Vec::new())
+        }
+    }
+}
+
+/// Pass 2's items for the groups pass 1 proposed for a cluster (its pass-1 item).
+fn verify_items(cluster_item: &Item, groups: &[ProposedGroup]) -> Vec<Item> {
+    groups
+        .iter()
+        .enumerate()
+        .map(|(g, group)| Item {
+            custom_id: format!("{}-group-{g}", cluster_item.custom_id),
+            input: TaskInput {
+                task: Task::ConsolidateVerify,
+                memories: cluster_item
+                    .input
+                    .memories
+                    .iter()
+                    .filter(|m| group.memory_ids.contains(&m.id))
+                    .cloned()
+                    .collect(),
+                proposal: Some(group.text.clone()),
+                now: cluster_item.input.now.clone(),
+            },
+        })
+        .collect()
+}
+
+/// What pass 1 said about a cluster, for reading pass 2's verdicts on it.
+struct Proposal {
+    members: Vec<String>,
+    /// Pass 1's reasoning per proposed text.
+    reasoning: BTreeMap<String, String>,
+}
+
+/// Pass 2's verdict on one group: the plan to apply, or its audit row (REJECTED, remembered
+/// by the cluster's signature; FAILED, asked again later).
+fn read_verdict(
+    origin: &Origin<'_>,
+    item: &Item,
+    proposal: &Proposal,
+    outcome: &Outcome,
+    counts: &mut BTreeMap<String, u64>,
+    failures: &mut Vec<ItemFailure>,
+) -> std::result::Result<Plan, Box<AuditRow>> {
+    let signature = signature_of(&item.custom_id).to_string();
+    let text = item.input.proposal.clone().unwrap_or_default();
+    let first = proposal.reasoning.get(&text).cloned().unwrap_or_default();
+    let mut row = Box::new(origin.row(&item.custom_id));
+    row.source_ids = proposal.members.clone();
+    row.target_id = Some(format!("cluster:{signature}"));
+    if let Some(failure) = &outcome.failure {
+        failures.push(ItemFailure {
+            item: format!("cluster {signature}"),
+            reason: format!("consolidate.verify: {failure}"),
+        });
+        row.classification = Some("FAILED".into());
+        row.reasoning = Some(failure.to_string());
+        return Err(row);
+    }
+    let verdict = match &outcome.reply {
+        Some(Reply::Verify(verdict)) if verdict.approve => verdict,
+        other => {
+            add(counts, "groups_rejected", 1);
+            let why = match other {
+                Some(Reply::Verify(v)) => v.reasoning.clone(),
+                _ => "no verdict".into(),
+            };
+            row.classification = Some("REJECTED".into());
+            row.reasoning = Some(format!("pass 2 rejected: {why}; pass 1: {first}"));
+            return Err(row);
+        }
+    };
+    add(counts, "groups_approved", 1);
+    let mut members: Vec<String> = item.input.memories.iter().map(|m| m.id.clone()).collect();
+    members.sort();
+    Ok(Plan {
+        key: format!("{}|{}", origin.key, item.custom_id),
+        user: origin.user.to_string(),
+        new_id: derived_id(&format!("consolidated|{}|{text}", members.join("|"))),
+        members,
+        texts: item
+            .input
+            .memories
+            .iter()
+            .map(|m| (m.id.clone(), m.text.clone()))
+            .collect(),
+        text,
+        signature,
+        confidence: verdict.confidence,
+        reasoning: format!("pass 1: {first}; pass 2: {}", verdict.reasoning),
+    })
+}
+
+/// Writes `rows` and each plan's audit row (APPROVED with the members and links before and
+/// the new memory after, or STALE when a member was archived or changed since the judge read
+/// it) in one commit, then applies the approved ones. Rows already in the log (a batch
+/// applied again after a crash) are kept as they are, and their approved plans finished.
+#[allow(clippy::too_many_arguments)]
+async fn commit(
+    store: &Store,
+    embedder: Option<&Embedder>,
+    run_id: &str,
+    plans: Vec<Plan>,
+    mut rows: Vec<AuditRow>,
+    now_micros: i64,
+    counts: &mut BTreeMap<String, u64>,
+    phases: &mut BTreeMap<String, u64>,
+) -> Result<()> {
+    let started = Instant::now();
+    let now = format_timestamp(now_micros);
+    let keys: Vec<String> = plans
+        .iter()
+        .map(|p| item_key_id(run_id, &p.key))
+        .chain(rows.iter().map(|r| r.id.clone()))
+        .collect();
+    let logged = store.audit_ids_present(&keys).await?;
+    rows.retain(|r| !logged.contains(&r.id));
+    let (done, plans): (Vec<Plan>, Vec<Plan>) = plans
+        .into_iter()
+        .partition(|p| logged.contains(&item_key_id(run_id, &p.key)));
+    let users: BTreeSet<&str> = plans.iter().map(|p| p.user.as_str()).collect();
+    let mut rows_by_id: BTreeMap<String, Value> = BTreeMap::new();
+    let mut links_of_user: BTreeMap<String, Vec<serde_json::Map<String, Value>>> = BTreeMap::new();
+    for user in users {
+        rows_by_id.extend(user_rows(store, user).await?);
+        links_of_user.insert(
+            user.to_string(),
+            json_rows(
+                &store
+                    .scan("links", Some(&format!("user_id = {}", sql_string(user))))
+                    .await?,
+            ),
         );
     }
-    let params = json!({"mode": "online", "now": now_param(ctx)});
+    let mut ready = Vec::new();
+    for plan in plans {
+        let members: Vec<&Value> = plan
+            .members
+            .iter()
+            .filter_map(|id| rows_by_id.get(id))
+            .collect();
+        let unchanged = members.len() == plan.members.len()
+            && members.iter().all(|m| {
+                is_live(m)
+                    && plan
+                        .texts
+                        .get(m["id"].as_str().unwrap_or(""))
+                        .map(String::as_str)
+                        == m["text"].as_str()
+            });
+        let mut row = AuditRow::new(run_id, "CONSOLIDATE", &plan.key, now_micros);
+        row.user_id = Some(plan.user.clone());
+        row.source_ids = plan.members.clone();
+        row.confidence = Some(plan.confidence.clamp(0.0, 1.0));
+        row.reasoning = Some(plan.reasoning.clone());
+        if !unchanged {
+            add(counts, "groups_stale", 1);
+            row.target_id = Some(format!("cluster:{}", plan.signature));
+            row.classification = Some("STALE".into());
+            rows.push(row);
+            continue;
+        }
+        let memory = new_memory(&plan, &members, &now);
+        let links: Vec<&serde_json::Map<String, Value>> = links_of_user
+            .get(&plan.user)
+            .into_iter()
+            .flatten()
+            .filter(|l| {
+                [&l["source_id"], &l["target_id"]].iter().any(|end| {
+                    plan.members
+                        .iter()
+                        .any(|m| end.as_str() == Some(m.as_str()))
+                })
+            })
+            .collect();
+        row.target_id = Some(plan.new_id.clone());
+        row.classification = Some("APPROVED".into());
+        row.before_state = Some(
+            json!({"signature": plan.signature, "memories": members, "links": links}).to_string(),
+        );
+        row.after_state = Some(json!({"memory": memory, "archived_at": now}).to_string());
+        rows.push(row);
+        ready.push((plan, memory, now_micros));
+    }
+    store.write_audit(&rows).await?;
+    crate::crash::point("consolidate.after-audit");
+    phase(phases, "log", started);
+    if !done.is_empty() {
+        let again: BTreeSet<&str> = done.iter().map(|p| p.new_id.as_str()).collect();
+        ready.extend(
+            unfinished(store)
+                .await?
+                .into_iter()
+                .filter(|(p, ..)| again.contains(p.new_id.as_str())),
+        );
+    }
+    add(counts, "consolidated", ready.len() as u64);
+    let started = Instant::now();
+    let before = phases.get("embed").copied().unwrap_or(0);
+    for (k, v) in apply(store, embedder, &ready, now_micros, phases).await? {
+        add(counts, k, v);
+    }
+    // The apply phase is the writes; the embedding of the new memories is its own phase.
+    let embedded = phases.get("embed").copied().unwrap_or(0) - before;
+    let applied = (started.elapsed().as_millis() as u64).saturating_sub(embedded);
+    *phases.entry("apply".into()).or_default() += applied;
+    Ok(())
+}
+
+/// The id of the audit row keyed `key` (see `item_row`).
+fn item_key_id(run_id: &str, key: &str) -> String {
+    AuditRow::new(run_id, "CONSOLIDATE", key, 0).id
+}
+
+/// Memories in consolidation batches not applied yet (either round, including failed ones
+/// waiting for `batches retry`): their clusters are not proposed again meanwhile.
+async fn in_pending_batches(store: &Store) -> Result<BTreeSet<String>> {
+    let filter = format!(
+        "job = {} AND status != 'applied'",
+        sql_string(JobName::Consolidate.as_str())
+    );
+    let mut out = BTreeSet::new();
+    for record in crate::llm::batch::load(store, &filter).await? {
+        for item in record.items()? {
+            out.extend(item.input.memories.into_iter().map(|m| m.id));
+        }
+    }
+    Ok(out)
+}
+
+/// The latest clusters whose members are all live and unchanged, that were not declined
+/// before and are not waiting in a batch, with their members' rows.
+async fn candidates(
+    ctx: &JobCtx<'_>,
+    counts: &mut BTreeMap<String, u64>,
+) -> Result<Vec<(ClusterRow, Vec<Value>)>> {
+    let declined = remembered(&ctx.store).await?;
+    let pending = in_pending_batches(&ctx.store).await?;
+    let mut candidates = Vec::new();
+    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
+    let mut loaded_users = BTreeSet::new();
+    for cluster in latest_clusters(ctx).await? {
+        add(counts, "clusters", 1);
+        if loaded_users.insert(cluster.user.clone()) {
+            rows.extend(user_rows(&ctx.store, &cluster.user).await?);
+        }
+        let members: Vec<Value> = cluster
+            .member_ids
+            .iter()
+            .filter_map(|id| rows.get(id).cloned())
+            .collect();
+        if members.len() != cluster.member_ids.len() || !members.iter().all(is_live) {
+            add(counts, "clusters_stale", 1);
+            continue;
+        }
+        let keyed: Vec<(&str, &str)> = members
+            .iter()
+            .map(|m| {
+                (
+                    m["id"].as_str().unwrap_or(""),
+                    m["text"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        if signature(&keyed) != cluster.signature {
+            add(counts, "clusters_changed", 1);
+            continue;
+        }
+        if declined.contains(&cluster.signature) {
+            add(counts, "clusters_declined_before", 1);
+            continue;
+        }
+        if cluster.member_ids.iter().any(|id| pending.contains(id)) {
+            add(counts, "clusters_in_pending_batches", 1);
+            continue;
+        }
+        candidates.push((cluster, members));
+    }
+    Ok(candidates)
+}
+
+/// Largest batch submission (the Batch API takes up to 50,000 requests per file).
+const BATCH_ITEMS: usize = 50_000;
+
+pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> {
+    let llm = ctx.app.llm(&args.llm).await?;
+    let batch = llm.mode == Mode::Batch;
+    let params = json!({"mode": if batch { "batch" } else { "online" }, "now": now_param(ctx)});
     let log = RunLog::start(ctx, JobName::Consolidate.as_str(), &params).await?;
+    let run_id = log.run_id().to_string();
     let mut report = JobReport::new(JobName::Consolidate.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let embedder = ctx
@@ -553,226 +945,135 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
             .filter(|(plan, ..)| ctx.user.as_deref().is_none_or(|u| u == plan.user))
             .collect();
         add(&mut counts, "resumed", pending.len() as u64);
-        for (k, v) in apply(ctx, &embedder, &pending).await? {
+        for (k, v) in apply(
+            &ctx.store,
+            Some(&embedder),
+            &pending,
+            now_micros,
+            &mut report.phases_ms,
+        )
+        .await?
+        {
             add(&mut counts, k, v);
         }
     }
 
-    // Candidates: the latest clusters whose members are all live and unchanged, and that
-    // were not declined before.
-    let declined = remembered(&ctx.store).await?;
-    let mut candidates: Vec<(ClusterRow, Vec<Value>)> = Vec::new();
-    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
-    let mut loaded_users = BTreeSet::new();
-    for cluster in latest_clusters(ctx).await? {
-        add(&mut counts, "clusters", 1);
-        if loaded_users.insert(cluster.user.clone()) {
-            rows.extend(user_rows(&ctx.store, &cluster.user).await?);
-        }
-        let members: Vec<Value> = cluster
-            .member_ids
-            .iter()
-            .filter_map(|id| rows.get(id).cloned())
-            .collect();
-        if members.len() != cluster.member_ids.len() || !members.iter().all(is_live) {
-            add(&mut counts, "clusters_stale", 1);
-            continue;
-        }
-        let keyed: Vec<(&str, &str)> = members
-            .iter()
-            .map(|m| {
-                (
-                    m["id"].as_str().unwrap_or(""),
-                    m["text"].as_str().unwrap_or(""),
-                )
-            })
-            .collect();
-        if signature(&keyed) != cluster.signature {
-            add(&mut counts, "clusters_changed", 1);
-            continue;
-        }
-        if declined.contains(&cluster.signature) {
-            add(&mut counts, "clusters_declined_before", 1);
-            continue;
-        }
-        candidates.push((cluster, members));
-    }
-
-    // Pass 1: proposals.
+    let started = Instant::now();
+    let candidates = candidates(ctx, &mut counts).await?;
+    report.phase("select", started);
     let items: Vec<Item> = candidates
         .iter()
-        .enumerate()
-        .map(|(i, (_, members))| Item {
-            custom_id: format!("cluster-{i}"),
-            input: TaskInput {
-                task: Task::ConsolidatePropose,
-                memories: members.iter().map(view).collect(),
-                proposal: None,
-                now: now.clone(),
-            },
-        })
+        .map(|(cluster, members)| propose_item(cluster, members, &now))
         .collect();
-    let proposals = llm.run(items).await;
-    // Pass 2: one verification per proposed group.
-    let mut groups: Vec<(usize, ProposedGroup)> = Vec::new();
-    let mut declined_rows = Vec::new();
-    for (i, outcome) in proposals.iter().enumerate() {
-        let (cluster, _) = &candidates[i];
-        if let Some(failure) = &outcome.failure {
-            report.failures.push(ItemFailure {
-                item: format!("cluster {}", cluster.signature),
-                reason: format!("consolidate.propose: {failure}"),
-            });
-            continue;
-        }
-        match &outcome.reply {
-            Some(Reply::Propose(reply)) if !reply.groups.is_empty() => {
-                add(&mut counts, "groups_proposed", reply.groups.len() as u64);
-                groups.extend(reply.groups.iter().cloned().map(|g| (i, g)));
+
+    if batch {
+        // Pass 1 goes out as one Batch API request set per user; `batches poll` applies it by
+        // submitting pass 2, and the poll after that applies the approved groups.
+        add(&mut counts, "items_to_submit", items.len() as u64);
+        if !ctx.dry_run {
+            let mut by_user: BTreeMap<&str, Vec<Item>> = BTreeMap::new();
+            for ((cluster, _), item) in candidates.iter().zip(items) {
+                by_user.entry(cluster.user.as_str()).or_default().push(item);
             }
-            _ => {
-                add(&mut counts, "clusters_not_proposed", 1);
-                declined_rows.push(decline(
-                    log.run_id(),
-                    cluster,
-                    "NOT_PROPOSED",
-                    "pass 1 proposed no consolidation",
-                    now_micros,
-                ));
+            for (user, items) in by_user {
+                for chunk in items.chunks(BATCH_ITEMS) {
+                    let record = crate::llm::batch::submit(
+                        &ctx.store,
+                        &llm,
+                        JobName::Consolidate.as_str(),
+                        &run_id,
+                        Some(user),
+                        Task::ConsolidatePropose,
+                        chunk,
+                    )
+                    .await?;
+                    add(&mut counts, "batches_submitted", 1);
+                    add(&mut counts, "items_submitted", chunk.len() as u64);
+                    report.notes.push(format!(
+                        "user {user}: {} clusters submitted for pass 1 as batch {} ({}); \
+                         `memlife batches poll` submits pass 2, the next poll applies",
+                        chunk.len(),
+                        record.batch_key,
+                        record.remote_batch_id.as_deref().unwrap_or("?")
+                    ));
+                }
             }
         }
-    }
-    let items: Vec<Item> = groups
-        .iter()
-        .enumerate()
-        .map(|(g, (i, group))| {
-            let (_, members) = &candidates[*i];
-            Item {
-                custom_id: format!("group-{g}"),
-                input: TaskInput {
-                    task: Task::ConsolidateVerify,
-                    memories: members
-                        .iter()
-                        .filter(|m| group.memory_ids.iter().any(|id| m["id"] == json!(id)))
-                        .map(view)
-                        .collect(),
-                    proposal: Some(group.text.clone()),
-                    now: now.clone(),
-                },
-            }
-        })
-        .collect();
-    let verdicts = llm.run(items).await;
-    let mut plans = Vec::new();
-    for ((i, group), outcome) in groups.iter().zip(&verdicts) {
-        let (cluster, _) = &candidates[*i];
-        if let Some(failure) = &outcome.failure {
-            report.failures.push(ItemFailure {
-                item: format!("cluster {}", cluster.signature),
-                reason: format!("consolidate.verify: {failure}"),
-            });
-            continue;
-        }
-        let Some(Reply::Verify(verdict)) = &outcome.reply else {
-            continue;
-        };
-        if !verdict.approve {
-            add(&mut counts, "groups_rejected", 1);
-            declined_rows.push(decline(
-                log.run_id(),
-                cluster,
-                "REJECTED",
-                &format!(
-                    "pass 2 rejected: {}; pass 1: {}",
-                    verdict.reasoning, group.reasoning
-                ),
-                now_micros,
-            ));
-            continue;
-        }
-        add(&mut counts, "groups_approved", 1);
-        let mut members = group.memory_ids.clone();
-        members.sort();
-        plans.push(Plan {
-            user: cluster.user.clone(),
-            new_id: derived_id(&format!(
-                "consolidated|{}|{}",
-                members.join("|"),
-                group.text
-            )),
-            members,
-            text: group.text.clone(),
-            signature: cluster.signature.clone(),
-            confidence: verdict.confidence,
-            reasoning: format!("pass 1: {}; pass 2: {}", group.reasoning, verdict.reasoning),
-        });
-    }
-    if ctx.dry_run {
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
         return Ok(report);
     }
-    ctx.store.write_audit(&declined_rows).await?;
 
-    // Apply: every plan's audit row first (one commit), then the changes, step by step.
-    let users: BTreeSet<&str> = plans.iter().map(|p| p.user.as_str()).collect();
-    let mut rows_by_id: BTreeMap<String, Value> = BTreeMap::new();
-    let mut links_of_user: BTreeMap<String, Vec<serde_json::Map<String, Value>>> = BTreeMap::new();
-    for user in users {
-        rows_by_id.extend(user_rows(&ctx.store, user).await?);
-        links_of_user.insert(
-            user.to_string(),
-            json_rows(
-                &ctx.store
-                    .scan("links", Some(&format!("user_id = {}", sql_string(user))))
-                    .await?,
+    // Pass 1: proposals.
+    let started = Instant::now();
+    let proposals = llm.run(items.clone()).await;
+    report.phase("propose", started);
+    let mut rows = Vec::new();
+    let mut verify = Vec::new();
+    let mut proposed: BTreeMap<String, (String, Proposal)> = BTreeMap::new();
+    for (((cluster, _), item), outcome) in candidates.iter().zip(&items).zip(&proposals) {
+        let origin = Origin {
+            run_id: &run_id,
+            key: &run_id,
+            user: &cluster.user,
+            now: now_micros,
+        };
+        let (row, groups) =
+            read_proposal(&origin, item, outcome, &mut counts, &mut report.failures);
+        rows.push(row);
+        proposed.insert(
+            cluster.signature.clone(),
+            (
+                cluster.user.clone(),
+                Proposal {
+                    members: cluster.member_ids.clone(),
+                    reasoning: groups
+                        .iter()
+                        .map(|g| (g.text.clone(), g.reasoning.clone()))
+                        .collect(),
+                },
             ),
         );
+        verify.extend(verify_items(item, &groups));
     }
-    let mut ready = Vec::new();
-    let mut audit = Vec::new();
-    for plan in plans {
-        let members: Vec<&Value> = plan
-            .members
-            .iter()
-            .filter_map(|id| rows_by_id.get(id))
-            .collect();
-        if members.len() != plan.members.len() || !members.iter().all(|m| is_live(m)) {
-            add(&mut counts, "groups_stale", 1);
-            continue;
+    // Pass 2: one verification per proposed group.
+    let started = Instant::now();
+    let verdicts = llm.run(verify.clone()).await;
+    report.phase("verify", started);
+    let mut plans = Vec::new();
+    for (item, outcome) in verify.iter().zip(&verdicts) {
+        let (user, proposal) = &proposed[signature_of(&item.custom_id)];
+        let origin = Origin {
+            run_id: &run_id,
+            key: &run_id,
+            user,
+            now: now_micros,
+        };
+        match read_verdict(
+            &origin,
+            item,
+            proposal,
+            outcome,
+            &mut counts,
+            &mut report.failures,
+        ) {
+            Ok(plan) => plans.push(plan),
+            Err(row) => rows.push(*row),
         }
-        let memory = new_memory(&plan, &members, &now);
-        let links: Vec<&serde_json::Map<String, Value>> = links_of_user
-            .get(&plan.user)
-            .into_iter()
-            .flatten()
-            .filter(|l| {
-                [&l["source_id"], &l["target_id"]].iter().any(|end| {
-                    plan.members
-                        .iter()
-                        .any(|m| end.as_str() == Some(m.as_str()))
-                })
-            })
-            .collect();
-        let mut row = AuditRow::new(log.run_id(), "CONSOLIDATE", &plan.new_id, now_micros);
-        row.user_id = Some(plan.user.clone());
-        row.source_ids = plan.members.clone();
-        row.target_id = Some(plan.new_id.clone());
-        row.classification = Some("APPROVED".into());
-        row.confidence = Some(plan.confidence.clamp(0.0, 1.0));
-        row.reasoning = Some(plan.reasoning.clone());
-        row.before_state = Some(
-            json!({"signature": plan.signature, "memories": members, "links": links}).to_string(),
-        );
-        row.after_state = Some(json!({"memory": memory, "archived_at": now}).to_string());
-        audit.push(row);
-        ready.push((plan, memory, now_micros));
     }
-    ctx.store.write_audit(&audit).await?;
-    crate::crash::point("consolidate.after-audit");
-    add(&mut counts, "consolidated", ready.len() as u64);
-    for (k, v) in apply(ctx, &embedder, &ready).await? {
-        add(&mut counts, k, v);
+    if !ctx.dry_run {
+        // Every answer and plan is on record (one commit) before anything changes.
+        commit(
+            &ctx.store,
+            Some(&embedder),
+            &run_id,
+            plans,
+            rows,
+            now_micros,
+            &mut counts,
+            &mut report.phases_ms,
+        )
+        .await?;
     }
     report.counts = counts;
     report.llm = Some(llm.usage(&[proposals, verdicts].concat()));
@@ -784,25 +1085,199 @@ fn now_param(ctx: &JobCtx<'_>) -> String {
     format_timestamp(ctx.now.timestamp_micros())
 }
 
-/// The audit row that remembers a declined cluster by its signature.
-fn decline(
-    run_id: &str,
-    cluster: &ClusterRow,
-    classification: &str,
-    reasoning: &str,
-    now: i64,
-) -> AuditRow {
-    let target = format!("cluster:{}", cluster.signature);
-    let mut row = AuditRow::new(
-        run_id,
-        "CONSOLIDATE",
-        &format!("{target}|{classification}"),
-        now,
+/// Applies `consolidate` batches for `batches poll`: a pass-1 batch is recorded and its
+/// proposals go out as the pass-2 batch (under a key derived from the pass-1 batch, so a
+/// poll applying it twice submits pass 2 once); a pass-2 batch is applied like the verdicts
+/// of an online run.
+pub struct ConsolidateApplier;
+
+#[async_trait::async_trait]
+impl Applier for ConsolidateApplier {
+    async fn apply(
+        &self,
+        env: &ApplyEnv<'_>,
+        record: &BatchRecord,
+        items: &[Item],
+        outcomes: &[Outcome],
+    ) -> Result<BTreeMap<String, u64>> {
+        let mut counts = BTreeMap::new();
+        let mut failures = Vec::new();
+        let user = record.user_id.clone().unwrap_or_default();
+        let now = super::batch_clock(record, items)?;
+        let origin = Origin {
+            run_id: &record.run_id,
+            key: &record.batch_key,
+            user: &user,
+            now,
+        };
+        match Task::from_name(&record.task) {
+            Some(Task::ConsolidatePropose) => {
+                let mut rows = Vec::new();
+                let mut verify = Vec::new();
+                for (item, outcome) in items.iter().zip(outcomes) {
+                    let (row, groups) =
+                        read_proposal(&origin, item, outcome, &mut counts, &mut failures);
+                    rows.push(row);
+                    verify.extend(verify_items(item, &groups));
+                }
+                // Rows already written by an earlier attempt keep their time.
+                let logged = env
+                    .store
+                    .audit_ids_present(&rows.iter().map(|r| r.id.clone()).collect::<Vec<_>>())
+                    .await?;
+                rows.retain(|r| !logged.contains(&r.id));
+                env.store.write_audit(&rows).await?;
+                crate::crash::point("consolidate.batch.after-proposals");
+                if !verify.is_empty() {
+                    let key = derived_id(&format!("consolidate.verify|{}", record.batch_key));
+                    let exists = !crate::llm::batch::load(
+                        env.store,
+                        &format!("batch_key = {}", sql_string(&key)),
+                    )
+                    .await?
+                    .is_empty();
+                    if !exists {
+                        match crate::llm::batch::submit_keyed(
+                            env.store,
+                            env.llm,
+                            key,
+                            JobName::Consolidate.as_str(),
+                            &record.run_id,
+                            record.user_id.as_deref(),
+                            Task::ConsolidateVerify,
+                            &verify,
+                        )
+                        .await
+                        {
+                            Ok(_) => {
+                                add(&mut counts, "verify_items_submitted", verify.len() as u64)
+                            }
+                            // The record is kept as failed: `batches retry` resubmits it.
+                            Err(e) => {
+                                tracing::warn!(
+                                    "submitting pass 2 of batch {}: {e:#}",
+                                    record.batch_key
+                                );
+                                add(&mut counts, "verify_submissions_failed", 1);
+                            }
+                        }
+                    }
+                }
+            }
+            Some(Task::ConsolidateVerify) => {
+                let proposals = proposals_of(env.store, items).await?;
+                let mut rows = Vec::new();
+                let mut plans = Vec::new();
+                for (item, outcome) in items.iter().zip(outcomes) {
+                    let empty = Proposal {
+                        members: Vec::new(),
+                        reasoning: BTreeMap::new(),
+                    };
+                    let proposal = proposals
+                        .get(signature_of(&item.custom_id))
+                        .unwrap_or(&empty);
+                    match read_verdict(&origin, item, proposal, outcome, &mut counts, &mut failures)
+                    {
+                        Ok(plan) => plans.push(plan),
+                        Err(row) => rows.push(*row),
+                    }
+                }
+                let embedder = if plans.is_empty() {
+                    None
+                } else {
+                    Some((env.embedder)()?)
+                };
+                let mut phases = BTreeMap::new();
+                commit(
+                    env.store,
+                    embedder.as_ref(),
+                    &record.run_id,
+                    plans,
+                    rows,
+                    now,
+                    &mut counts,
+                    &mut phases,
+                )
+                .await?;
+                for (name, ms) in phases {
+                    add(&mut counts, &format!("{name}_ms"), ms);
+                }
+            }
+            _ => bail!(
+                "batch {}: consolidate does not apply task {}",
+                record.batch_key,
+                record.task
+            ),
+        }
+        for failure in failures {
+            tracing::warn!("{}: {}", failure.item, failure.reason);
+        }
+        Ok(counts)
+    }
+
+    fn result_keys(&self, record: &BatchRecord, items: &[Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|item| {
+                item_key_id(
+                    &record.run_id,
+                    &format!("{}|{}", record.batch_key, item.custom_id),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Pass 1's record of the clusters a pass-2 batch's items belong to, by signature: the
+/// cluster's members and the reasoning of each proposed text.
+async fn proposals_of(store: &Store, items: &[Item]) -> Result<BTreeMap<String, Proposal>> {
+    let targets: BTreeSet<String> = items
+        .iter()
+        .map(|i| format!("cluster:{}", signature_of(&i.custom_id)))
+        .collect();
+    let list = targets
+        .iter()
+        .map(|t| sql_string(t))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let filter = format!(
+        "operation = 'CONSOLIDATE' AND classification = 'PROPOSED' AND target_id IN ({list})"
     );
-    row.user_id = Some(cluster.user.clone());
-    row.source_ids = cluster.member_ids.clone();
-    row.target_id = Some(target);
-    row.classification = Some(classification.to_string());
-    row.reasoning = Some(reasoning.to_string());
-    row
+    let mut out = BTreeMap::new();
+    for row in json_rows(
+        &store
+            .scan_columns(
+                AUDIT_LOG.name,
+                Some(&filter),
+                &["target_id", "source_ids", "after_state"],
+            )
+            .await?,
+    ) {
+        let signature = row["target_id"]
+            .as_str()
+            .unwrap_or("")
+            .trim_start_matches("cluster:")
+            .to_string();
+        let after: Value =
+            serde_json::from_str(row["after_state"].as_str().unwrap_or("{}")).unwrap_or_default();
+        let reasoning = after["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|g| {
+                (
+                    g["text"].as_str().unwrap_or("").to_string(),
+                    g["reasoning"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        out.insert(
+            signature,
+            Proposal {
+                members: string_list(&row["source_ids"]),
+                reasoning,
+            },
+        );
+    }
+    Ok(out)
 }

@@ -15,7 +15,7 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Float32Type, TimestampMicrosecondType};
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::llm::batch::{Applier, BatchRecord};
+use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{LinkType, MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, LlmArgs, Mode, Outcome};
 use crate::logic::similarity::all_pairs_top_k;
@@ -291,13 +291,13 @@ pub struct LinkApplier;
 impl Applier for LinkApplier {
     async fn apply(
         &self,
-        store: &Store,
+        env: &ApplyEnv<'_>,
         record: &BatchRecord,
         items: &[Item],
         outcomes: &[Outcome],
     ) -> Result<BTreeMap<String, u64>> {
         write_outcomes(
-            store,
+            env.store,
             &record.run_id,
             record.user_id.as_deref(),
             &record.batch_key,

@@ -60,6 +60,21 @@ pub trait Job {
     }
 }
 
+/// The clock a batch is applied at: the clock of the run that submitted it (its items carry
+/// it), so a batch applied late, or twice after a crash, writes the same times as an online
+/// run at that clock would.
+pub fn batch_clock(
+    record: &crate::llm::batch::BatchRecord,
+    items: &[crate::llm::Item],
+) -> Result<i64> {
+    items
+        .first()
+        .map(|i| i.input.now.as_str())
+        .and_then(crate::model::encoding::parse_timestamp)
+        .or_else(|| crate::model::encoding::parse_timestamp(&record.submitted_at))
+        .ok_or_else(|| anyhow::anyhow!("batch {}: no readable clock", record.batch_key))
+}
+
 /// Declares the jobs: each line gives the `JobName` variant, the job's module and arguments,
 /// and its name (the subcommand and the `job` column of `runs` and `llm_batches`).
 macro_rules! register_jobs {
@@ -181,6 +196,10 @@ pub struct JobReport {
     pub failures: Vec<ItemFailure>,
     pub notes: Vec<String>,
     pub duration_ms: u64,
+    /// Wall time of the run's phases, for jobs that report them (consolidate: where the time
+    /// goes besides the LLM).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub phases_ms: BTreeMap<String, u64>,
     pub error: Option<String>,
     /// Calls, tokens, retries, failures and cost per provider, for jobs that judge with an LLM.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -202,9 +221,15 @@ impl JobReport {
             failures: Vec::new(),
             notes: Vec::new(),
             duration_ms: 0,
+            phases_ms: BTreeMap::new(),
             error: None,
             llm: None,
         }
+    }
+
+    /// Adds the time since `since` to phase `name`.
+    pub fn phase(&mut self, name: &str, since: Instant) {
+        *self.phases_ms.entry(name.to_string()).or_default() += since.elapsed().as_millis() as u64;
     }
 
     pub fn count(&mut self, name: &str, value: u64) {
@@ -239,6 +264,14 @@ impl JobReport {
             writeln!(out, "  {name:<20} {value}")?;
         }
         writeln!(out, "  duration    {} ms", self.duration_ms)?;
+        if !self.phases_ms.is_empty() {
+            let phases: Vec<String> = self
+                .phases_ms
+                .iter()
+                .map(|(name, ms)| format!("{name} {ms} ms"))
+                .collect();
+            writeln!(out, "  phases      {}", phases.join(", "))?;
+        }
         if let Some(llm) = &self.llm {
             writeln!(
                 out,

@@ -23,8 +23,9 @@ use serde_json::{Value, json};
 
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
+use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, RefineAction, Reply, Task, TaskInput};
-use crate::llm::{Item, LlmArgs, Mode};
+use crate::llm::{Item, LlmArgs, Mode, Outcome};
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES};
 use crate::store::audit::{AuditRow, derived_id};
@@ -77,6 +78,10 @@ impl Job for RefineArgs {
 
     fn clock(&self) -> Option<&str> {
         self.now.as_deref()
+    }
+
+    fn applier() -> Option<Box<dyn Applier>> {
+        Some(Box::new(RefineApplier))
     }
 }
 
@@ -132,17 +137,17 @@ async fn embed_one(embedder: &Embedder, text: &str) -> Result<Vec<f32>> {
 
 /// Applies one logged refinement (its audit row's `after_state`); idempotent.
 async fn apply(
-    ctx: &JobCtx<'_>,
-    embedder: &Embedder,
+    store: &Store,
+    embedder: Option<&Embedder>,
     after: &Value,
     refined_at: i64,
 ) -> Result<()> {
-    let store = &ctx.store;
     let dim = store.embedding_dim();
-    let now = ctx.now.timestamp_micros();
+    let now = refined_at;
     let original = after["original"].as_str().unwrap_or("");
     let mut rows = Vec::new();
     for row in after["memories"].as_array().into_iter().flatten() {
+        let embedder = embedder.ok_or_else(|| anyhow!("no embedder for the refined memories"))?;
         let mut row = row.clone();
         let text = row["text"].as_str().unwrap_or("").to_string();
         row["embedding"] = json!(embed_one(embedder, &text).await?);
@@ -239,83 +244,62 @@ fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
     *counts.entry(name.to_string()).or_default() += value;
 }
 
-pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
-    let llm = ctx.app.llm(&args.llm).await?;
-    if llm.mode == Mode::Batch {
-        bail!("refine --mode batch is not available yet: run it online (an open part of issue 13)");
-    }
-    let config = ctx.app.config().await?;
-    let p = &config.refine;
-    let now = ctx.now.timestamp_micros();
+/// The id of the audit row of one answer about `memory_id`: keyed by the memory and where
+/// the answer was given (the run's clock online, so a rerun at the same clock finds it; the
+/// batch in batch mode), whatever the answer.
+fn row_id(memory_id: &str, origin: &str) -> String {
+    derived_id(&format!("refine|{memory_id}|{origin}"))
+}
+
+/// One answer about a memory as its audit row: SPLIT or UPDATE (TRIM), applied once it is
+/// written; NOOP with KEEP (a refusal), FAILED (asked again later) or STALE (the memory
+/// changed or was archived since the judge read it).
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    run_id: &str,
+    origin: &str,
+    memory: Option<&serde_json::Map<String, Value>>,
+    view: &MemoryView,
+    outcome: &Outcome,
+    now: i64,
+    counts: &mut BTreeMap<String, u64>,
+    failures: &mut Vec<ItemFailure>,
+) -> AuditRow {
     let now_text = format_timestamp(now);
-    let log = RunLog::start(
-        ctx,
-        JobName::Refine.as_str(),
-        &json!({"now": now_text, "refine": p}),
-    )
-    .await?;
-    let mut report = JobReport::new(JobName::Refine.as_str(), ctx);
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let embedder = ctx
-        .app
-        .embedder(&args.embedder, ctx.store.embedding_dim(), 16)
-        .await?;
-    // Candidates are chosen before a killed run's refinements are finished, so the memories
-    // those create wait for the next run, as they would have after an uninterrupted one.
-    let mut memories = Vec::new();
-    for user in super::users_of(ctx, "memories").await? {
-        memories.extend(candidates(ctx, &user, p).await?);
-    }
-    if !ctx.dry_run {
-        for (after, at) in unfinished(&ctx.store).await? {
-            let user = after["memories"][0]["user_id"].as_str().unwrap_or("");
-            if ctx.user.as_deref().is_some_and(|u| u != user) && !user.is_empty() {
-                continue;
-            }
-            apply(ctx, &embedder, &after, at).await?;
-            let original = after["original"].as_str().unwrap_or("");
-            memories.retain(|m| m["id"].as_str() != Some(original));
-            add(&mut counts, "resumed", 1);
-        }
-    }
-    add(&mut counts, "candidates", memories.len() as u64);
-    let items: Vec<Item> = memories
-        .iter()
-        .enumerate()
-        .map(|(i, m)| Item {
-            custom_id: format!("memory-{i}"),
-            input: TaskInput {
-                task: Task::Refine,
-                memories: vec![MemoryView::from_row(m)],
-                proposal: None,
-                now: now_text.clone(),
-            },
-        })
-        .collect();
-    let outcomes = llm.run(items).await;
-    let mut kept = Vec::new();
-    let mut logged = Vec::new();
-    for (memory, outcome) in memories.iter().zip(&outcomes) {
-        let id = memory["id"].as_str().unwrap_or("").to_string();
-        if let Some(failure) = &outcome.failure {
-            report.failures.push(ItemFailure {
-                item: id,
-                reason: format!("refine: {failure}"),
-            });
-            continue;
-        }
-        let Some(Reply::Refine(reply)) = &outcome.reply else {
-            continue;
-        };
+    let id = view.id.clone();
+    let noop = |classification: &str, reasoning: String| {
+        let mut row = AuditRow::new(run_id, "NOOP", "", now);
+        row.id = row_id(&id, origin);
+        row.source_ids = vec![id.clone()];
+        row.target_id = Some(id.clone());
+        row.classification = Some(classification.to_string());
+        row.reasoning = Some(reasoning);
+        row
+    };
+    let current = memory.filter(|m| {
+        m["text"].as_str() == Some(view.text.as_str())
+            && m["archived_at"].is_null()
+            && m["state"].as_str() != Some("archived")
+    });
+    let mut row = if let Some(failure) = &outcome.failure {
+        failures.push(ItemFailure {
+            item: id.clone(),
+            reason: format!("refine: {failure}"),
+        });
+        noop("FAILED", failure.to_string())
+    } else if let (Some(memory), Some(Reply::Refine(reply))) = (current, &outcome.reply) {
         let (operation, new_rows, links) = match reply.action {
             RefineAction::Keep => {
-                kept.push(id);
-                continue;
+                add(counts, "kept", 1);
+                let mut row = noop("KEEP", reply.reasoning.clone());
+                row.user_id = memory["user_id"].as_str().map(str::to_string);
+                return row;
             }
             RefineAction::Trim => {
                 let mut row = Value::Object(memory.clone());
                 row["text"] = json!(reply.parts[0]);
                 row["updated_at"] = json!(now_text);
+                add(counts, "trimmed", 1);
                 ("UPDATE", vec![row], Vec::new())
             }
             RefineAction::Split => {
@@ -346,11 +330,13 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
                         "created_at": now_text,
                     }));
                 }
+                add(counts, "split", 1);
+                add(counts, "memories_created", reply.parts.len() as u64);
                 ("SPLIT", rows, links)
             }
         };
-        let mut row = AuditRow::new(log.run_id(), operation, &format!("refine|{id}|{now}"), now);
-        row.user_id = memory["user_id"].as_str().map(str::to_string);
+        let mut row = AuditRow::new(run_id, operation, "", now);
+        row.id = row_id(&id, origin);
         row.source_ids = vec![id.clone()];
         row.target_id = Some(id.clone());
         row.classification = Some(format!("{:?}", reply.action).to_uppercase());
@@ -359,55 +345,302 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
         row.before_state = Some(json!({"text": memory["text"]}).to_string());
         row.after_state =
             Some(json!({"original": id, "memories": new_rows, "links": links}).to_string());
-        add(
-            &mut counts,
-            if operation == "SPLIT" {
-                "split"
-            } else {
-                "trimmed"
-            },
-            1,
-        );
-        if operation == "SPLIT" {
-            add(&mut counts, "memories_created", reply.parts.len() as u64);
-        }
-        logged.push(row);
-    }
-    add(&mut counts, "kept", kept.len() as u64);
-    if !ctx.dry_run {
-        ctx.store.write_audit(&logged).await?;
-        crate::crash::point("refine.after-audit");
-        for row in &logged {
+        row
+    } else if current.is_none() {
+        add(counts, "stale", 1);
+        noop(
+            "STALE",
+            "the memory changed or was archived since the judge read it".into(),
+        )
+    } else {
+        noop("FAILED", "no refine reply".into())
+    };
+    row.user_id = memory.and_then(|m| m["user_id"].as_str().map(str::to_string));
+    row
+}
+
+/// Writes the answers' audit rows (one commit), then applies the splits and trims among them
+/// and counts the refusals (once per clock: `last_refined_at` moves to `now`).
+async fn record_and_apply(
+    store: &Store,
+    embedder: Option<&Embedder>,
+    rows: &[AuditRow],
+    kept: &[String],
+    now: i64,
+) -> Result<()> {
+    store.write_audit(rows).await?;
+    crate::crash::point("refine.after-audit");
+    for row in rows {
+        if matches!(row.classification.as_deref(), Some("SPLIT" | "TRIM")) {
             let after: Value = serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))?;
-            apply(ctx, &embedder, &after, now).await?;
+            apply(store, embedder, &after, now).await?;
         }
-        if !kept.is_empty() {
-            let list = kept
-                .iter()
-                .map(|id| sql_string(id))
-                .collect::<Vec<_>>()
-                .join(", ");
-            // Counted once per run: a rerun with the same clock finds them refined already.
-            ctx.store
-                .update_where(
-                    "memories",
-                    &format!(
-                        "id IN ({list}) AND (last_refined_at IS NULL OR last_refined_at < {})",
-                        sql_timestamp(now)
+    }
+    if !kept.is_empty() {
+        let list = kept
+            .iter()
+            .map(|id| sql_string(id))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // Counted once per clock: a rerun with the same clock finds them refined already.
+        store
+            .update_where(
+                "memories",
+                &format!(
+                    "id IN ({list}) AND (last_refined_at IS NULL OR last_refined_at < {})",
+                    sql_timestamp(now)
+                ),
+                &[
+                    (
+                        "refinement_rejection_count",
+                        "refinement_rejection_count + 1".to_string(),
                     ),
-                    &[
-                        (
-                            "refinement_rejection_count",
-                            "refinement_rejection_count + 1".to_string(),
-                        ),
-                        ("last_refined_at", sql_timestamp(now)),
-                    ],
-                )
-                .await?;
+                    ("last_refined_at", sql_timestamp(now)),
+                ],
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Memories in refine batches not applied yet (including failed ones waiting for
+/// `batches retry`): not submitted again meanwhile.
+async fn in_pending_batches(store: &Store) -> Result<std::collections::BTreeSet<String>> {
+    let filter = format!(
+        "job = {} AND status != 'applied'",
+        sql_string(JobName::Refine.as_str())
+    );
+    let mut out = std::collections::BTreeSet::new();
+    for record in crate::llm::batch::load(store, &filter).await? {
+        out.extend(record.items()?.into_iter().map(|item| item.custom_id));
+    }
+    Ok(out)
+}
+
+/// Largest batch submission (the Batch API takes up to 50,000 requests per file).
+const BATCH_ITEMS: usize = 50_000;
+
+pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
+    let llm = ctx.app.llm(&args.llm).await?;
+    let batch = llm.mode == Mode::Batch;
+    let config = ctx.app.config().await?;
+    let p = &config.refine;
+    let now = ctx.now.timestamp_micros();
+    let now_text = format_timestamp(now);
+    let log = RunLog::start(
+        ctx,
+        JobName::Refine.as_str(),
+        &json!({"now": now_text, "refine": p, "mode": if batch { "batch" } else { "online" }}),
+    )
+    .await?;
+    let run_id = log.run_id().to_string();
+    let mut report = JobReport::new(JobName::Refine.as_str(), ctx);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let embedder = ctx
+        .app
+        .embedder(&args.embedder, ctx.store.embedding_dim(), 16)
+        .await?;
+    // Candidates are chosen before a killed run's refinements are finished, so the memories
+    // those create wait for the next run, as they would have after an uninterrupted one.
+    let pending = in_pending_batches(&ctx.store).await?;
+    let mut memories = Vec::new();
+    for user in super::users_of(ctx, "memories").await? {
+        let mut of_user = candidates(ctx, &user, p).await?;
+        let before = of_user.len();
+        of_user.retain(|m| !pending.contains(m["id"].as_str().unwrap_or("")));
+        let waiting = (before - of_user.len()) as u64;
+        if waiting > 0 {
+            add(&mut counts, "in_pending_batches", waiting);
         }
+        memories.extend(of_user);
+    }
+    if !ctx.dry_run {
+        for (after, at) in unfinished(&ctx.store).await? {
+            let user = after["memories"][0]["user_id"].as_str().unwrap_or("");
+            if ctx.user.as_deref().is_some_and(|u| u != user) && !user.is_empty() {
+                continue;
+            }
+            apply(&ctx.store, Some(&embedder), &after, at).await?;
+            let original = after["original"].as_str().unwrap_or("");
+            memories.retain(|m| m["id"].as_str() != Some(original));
+            add(&mut counts, "resumed", 1);
+        }
+    }
+    add(&mut counts, "candidates", memories.len() as u64);
+    // One item per memory, named by its id (a batch's applier finds the memory by it).
+    let items: Vec<Item> = memories
+        .iter()
+        .map(|m| Item {
+            custom_id: m["id"].as_str().unwrap_or("").to_string(),
+            input: TaskInput {
+                task: Task::Refine,
+                memories: vec![MemoryView::from_row(m)],
+                proposal: None,
+                now: now_text.clone(),
+            },
+        })
+        .collect();
+
+    if batch {
+        if !ctx.dry_run {
+            let mut by_user: BTreeMap<String, Vec<Item>> = BTreeMap::new();
+            for (memory, item) in memories.iter().zip(items) {
+                let user = memory["user_id"].as_str().unwrap_or("").to_string();
+                by_user.entry(user).or_default().push(item);
+            }
+            for (user, items) in by_user {
+                for chunk in items.chunks(BATCH_ITEMS) {
+                    let record = crate::llm::batch::submit(
+                        &ctx.store,
+                        &llm,
+                        JobName::Refine.as_str(),
+                        &run_id,
+                        Some(&user),
+                        Task::Refine,
+                        chunk,
+                    )
+                    .await?;
+                    add(&mut counts, "batches_submitted", 1);
+                    add(&mut counts, "items_submitted", chunk.len() as u64);
+                    report.notes.push(format!(
+                        "user {user}: {} memories submitted as batch {} ({}); \
+                         `memlife batches poll` applies them",
+                        chunk.len(),
+                        record.batch_key,
+                        record.remote_batch_id.as_deref().unwrap_or("?")
+                    ));
+                }
+            }
+        }
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
+
+    let outcomes = llm.run(items.clone()).await;
+    let mut rows = Vec::new();
+    let mut kept = Vec::new();
+    for ((memory, item), outcome) in memories.iter().zip(&items).zip(&outcomes) {
+        let row = decide(
+            &run_id,
+            &now_text,
+            Some(memory),
+            &item.input.memories[0],
+            outcome,
+            now,
+            &mut counts,
+            &mut report.failures,
+        );
+        if row.classification.as_deref() == Some("KEEP") {
+            kept.push(item.custom_id.clone());
+        }
+        rows.push(row);
+    }
+    if !ctx.dry_run {
+        record_and_apply(&ctx.store, Some(&embedder), &rows, &kept, now).await?;
     }
     report.counts = counts;
     report.llm = Some(llm.usage(&outcomes));
     log.finish(ctx, &mut report).await?;
     Ok(report)
+}
+
+/// Applies `refine` batches for `batches poll`, as an online run applies its answers, at the
+/// clock of the run that submitted them (so applying it again after a crash writes the same rows and
+/// counts a refusal once). Answers already logged by an earlier attempt are finished from
+/// the log, not read again.
+pub struct RefineApplier;
+
+#[async_trait::async_trait]
+impl Applier for RefineApplier {
+    async fn apply(
+        &self,
+        env: &ApplyEnv<'_>,
+        record: &BatchRecord,
+        items: &[Item],
+        outcomes: &[Outcome],
+    ) -> Result<BTreeMap<String, u64>> {
+        let store = env.store;
+        let now = super::batch_clock(record, items)?;
+        let ids: Vec<String> = items.iter().map(|i| i.custom_id.clone()).collect();
+        let mut current: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
+        let columns: Vec<&str> = MEMORIES
+            .fields
+            .iter()
+            .map(|f| f.name)
+            .filter(|n| *n != "embedding")
+            .collect();
+        for chunk in ids.chunks(1000) {
+            let list = chunk
+                .iter()
+                .map(|id| sql_string(id))
+                .collect::<Vec<_>>()
+                .join(", ");
+            for row in json_rows(
+                &store
+                    .scan_columns("memories", Some(&format!("id IN ({list})")), &columns)
+                    .await?,
+            ) {
+                current.insert(row["id"].as_str().unwrap_or("").to_string(), row);
+            }
+        }
+        let row_ids: Vec<String> = ids.iter().map(|id| row_id(id, &record.batch_key)).collect();
+        let logged = store.audit_ids_present(&row_ids).await?;
+        let mut counts = BTreeMap::new();
+        let mut failures = Vec::new();
+        let mut rows = Vec::new();
+        let mut kept = Vec::new();
+        for (item, outcome) in items.iter().zip(outcomes) {
+            let Some(view) = item.input.memories.first() else {
+                continue;
+            };
+            let row = decide(
+                &record.run_id,
+                &record.batch_key,
+                current.get(&item.custom_id),
+                view,
+                outcome,
+                now,
+                &mut counts,
+                &mut failures,
+            );
+            if row.classification.as_deref() == Some("KEEP") {
+                kept.push(item.custom_id.clone());
+            }
+            if !logged.contains(&row.id) {
+                rows.push(row);
+            }
+        }
+        let needs_embedder = rows
+            .iter()
+            .any(|r| matches!(r.classification.as_deref(), Some("SPLIT" | "TRIM")))
+            || !logged.is_empty();
+        let embedder = if needs_embedder {
+            Some((env.embedder)()?)
+        } else {
+            None
+        };
+        record_and_apply(store, embedder.as_ref(), &rows, &kept, now).await?;
+        // What an earlier attempt logged but did not finish.
+        if !logged.is_empty() {
+            for (after, at) in unfinished(store).await? {
+                let original = after["original"].as_str().unwrap_or("");
+                if logged.contains(&row_id(original, &record.batch_key)) {
+                    apply(store, embedder.as_ref(), &after, at).await?;
+                    add(&mut counts, "resumed", 1);
+                }
+            }
+        }
+        for failure in failures {
+            tracing::warn!("{}: {}", failure.item, failure.reason);
+        }
+        Ok(counts)
+    }
+
+    fn result_keys(&self, record: &BatchRecord, items: &[Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|item| row_id(&item.custom_id, &record.batch_key))
+            .collect()
+    }
 }

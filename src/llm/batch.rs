@@ -308,6 +308,32 @@ pub async fn submit(
     task: Task,
     items: &[Item],
 ) -> Result<BatchRecord> {
+    submit_keyed(
+        store,
+        llm,
+        uuid::Uuid::new_v4().to_string(),
+        job,
+        run_id,
+        user,
+        task,
+        items,
+    )
+    .await
+}
+
+/// `submit` under a key the caller derives, so a step that may run twice (an applier
+/// submitting the next round) can see that its submission exists (`load` by key).
+#[allow(clippy::too_many_arguments)]
+pub async fn submit_keyed(
+    store: &Store,
+    llm: &Llm,
+    batch_key: String,
+    job: &str,
+    run_id: &str,
+    user: Option<&str>,
+    task: Task,
+    items: &[Item],
+) -> Result<BatchRecord> {
     for item in items {
         item.input
             .check()
@@ -316,7 +342,7 @@ pub async fn submit(
     let provider = batch_provider(llm, task)?;
     let submitted_at = now_text();
     let mut record = BatchRecord {
-        batch_key: uuid::Uuid::new_v4().to_string(),
+        batch_key,
         job: job.to_string(),
         run_id: run_id.to_string(),
         user_id: user.map(str::to_string),
@@ -345,13 +371,21 @@ pub async fn submit(
     Ok(record)
 }
 
+/// What an applier may use: the store, the LLM layer (to submit a next round) and the
+/// embedder (made on first use, for appliers that write texts).
+pub struct ApplyEnv<'a> {
+    pub store: &'a Store,
+    pub llm: &'a Llm,
+    pub embedder: &'a (dyn Fn() -> Result<crate::embedders::Embedder> + Send + Sync),
+}
+
 /// Applies validated outcomes of one batch; implemented by each job that submits batches.
 /// Must be idempotent: keys derived from `record.batch_key` and the item's custom id.
 #[async_trait::async_trait]
 pub trait Applier: Send + Sync {
     async fn apply(
         &self,
-        store: &Store,
+        env: &ApplyEnv<'_>,
         record: &BatchRecord,
         items: &[Item],
         outcomes: &[Outcome],
@@ -459,14 +493,71 @@ pub struct PollOptions {
 }
 
 pub async fn poll(
-    store: &Store,
-    llm: &Llm,
+    env: &ApplyEnv<'_>,
     appliers: &dyn Fn(&str) -> Option<Box<dyn Applier>>,
     options: &PollOptions,
 ) -> Result<PollReport> {
+    let (store, llm) = (env.store, env.llm);
     let mut report = PollReport::default();
+    // A job may submit its next round while its batch is applied (consolidate's pass 2):
+    // the poll then checks those new batches too, so a provider that answers at once
+    // finishes a multi-round job in one poll. Later rounds look only at batches submitted
+    // since the poll began.
+    let mut checked = std::collections::BTreeSet::new();
+    for round in 0..POLL_ROUNDS {
+        let running: Vec<BatchRecord> = load(store, "status = 'submitted'")
+            .await?
+            .into_iter()
+            .filter(|r| !checked.contains(&r.batch_key))
+            .collect();
+        if round > 0 && running.is_empty() {
+            break;
+        }
+        checked.extend(running.iter().map(|r| r.batch_key.clone()));
+        poll_round(env, appliers, options, running, &mut report).await?;
+        if !report.errors.is_empty() {
+            break; // reported; the next poll tries again
+        }
+    }
+    // The calls themselves (status checks, downloads, re-asks) are counted once for the whole
+    // poll, from the providers' own counters; tokens and cost come from the batches' files.
+    for (name, total) in llm.usage(&[]).providers {
+        let mine = report
+            .usage
+            .providers
+            .entry(name)
+            .or_insert_with(|| ProviderUsage {
+                model: total.model.clone(),
+                ..Default::default()
+            });
+        mine.requests = total.requests;
+        mine.retries = total.retries;
+        mine.failed_calls = total.failed_calls;
+        mine.completions = total.completions;
+        mine.invalid_replies = total.invalid_replies;
+        mine.skipped_circuit_open = total.skipped_circuit_open;
+    }
+    report.usage.judge = "providers".into();
+    report.usage.mode = "batch".into();
+    Ok(report)
+}
+
+/// Rounds of one poll: the batches running when it starts, then those its appliers submitted
+/// (consolidate: pass 2), and one more for good measure.
+const POLL_ROUNDS: usize = 3;
+
+/// One round of a poll: asks about `running` batches, then applies every ready batch (and
+/// every abandoned claim).
+async fn poll_round(
+    env: &ApplyEnv<'_>,
+    appliers: &dyn Fn(&str) -> Option<Box<dyn Applier>>,
+    options: &PollOptions,
+    running: Vec<BatchRecord>,
+    report: &mut PollReport,
+) -> Result<()> {
+    let (store, llm) = (env.store, env.llm);
     // 1. Ask the provider about every batch still running.
-    for record in load(store, "status = 'submitted'").await? {
+    for record in running {
         report.checked += 1;
         let Some(remote) = record.remote_batch_id.clone() else {
             continue;
@@ -541,7 +632,7 @@ pub async fn poll(
         stale.trim_end_matches('Z')
     );
     for record in load(store, &filter).await? {
-        match apply_one(store, llm, appliers, record, &stale, options.lease_secs).await {
+        match apply_one(env, appliers, record, &stale, options.lease_secs).await {
             Ok(Some(applied)) => {
                 report.applied += 1;
                 report.items_applied += applied.items;
@@ -555,27 +646,7 @@ pub async fn poll(
             Err(e) => report.errors.push(format!("{e:#}")),
         }
     }
-    // The calls themselves (status checks, downloads, re-asks) are counted once for the whole
-    // poll, from the providers' own counters; tokens and cost come from the batches' files.
-    for (name, total) in llm.usage(&[]).providers {
-        let mine = report
-            .usage
-            .providers
-            .entry(name)
-            .or_insert_with(|| ProviderUsage {
-                model: total.model.clone(),
-                ..Default::default()
-            });
-        mine.requests = total.requests;
-        mine.retries = total.retries;
-        mine.failed_calls = total.failed_calls;
-        mine.completions = total.completions;
-        mine.invalid_replies = total.invalid_replies;
-        mine.skipped_circuit_open = total.skipped_circuit_open;
-    }
-    report.usage.judge = "providers".into();
-    report.usage.mode = "batch".into();
-    Ok(report)
+    Ok(())
 }
 
 async fn download(provider: &Provider, key: &str, id: Option<&str>) -> Result<String> {
@@ -599,13 +670,13 @@ struct Applied {
 }
 
 async fn apply_one(
-    store: &Store,
-    llm: &Llm,
+    env: &ApplyEnv<'_>,
     appliers: &dyn Fn(&str) -> Option<Box<dyn Applier>>,
     record: BatchRecord,
     stale: &str,
     lease_secs: u64,
 ) -> Result<Option<Applied>> {
+    let (store, llm) = (env.store, env.llm);
     // This batch's share of the provider calls the poll makes (it may apply several).
     let calls_before = llm.usage(&[]);
     let key = record.batch_key.clone();
@@ -665,7 +736,7 @@ async fn apply_one(
     {
         o.served_by = Some(record.provider.clone());
     }
-    let counts = applier.apply(store, &record, &items, &outcomes).await?;
+    let counts = applier.apply(env, &record, &items, &outcomes).await?;
     crate::crash::point("batches.poll.after-apply");
     drop(keeper);
     let failed = outcomes.iter().filter(|o| o.failure.is_some()).count() as u64;

@@ -61,6 +61,10 @@ pub struct MockOptions {
     /// The first N batches created end `failed` (to exercise `batches retry`).
     #[arg(long, default_value_t = 0)]
     pub fail_batches: u64,
+    /// Answer consolidation prompts from this `memlife synth` truth file (exactly its
+    /// duplicate and merge groups) instead of the offline rules.
+    #[arg(long)]
+    pub truth: Option<PathBuf>,
 }
 
 /// What to do to one request; the empty object means answer normally.
@@ -117,6 +121,8 @@ struct StoredBatch {
 }
 
 struct State {
+    /// Answers consolidation prompts from a truth file (`--truth`).
+    oracle: Option<super::oracle::Oracle>,
     options: MockOptions,
     latency: Duration,
     batch_delay: Duration,
@@ -158,7 +164,12 @@ pub async fn serve(options: &MockOptions, out: &mut dyn std::io::Write) -> Resul
     let address = listener.local_addr()?;
     writeln!(out, "mock-llm listening on http://{address}/v1")?;
     out.flush()?;
+    let oracle = match &options.truth {
+        Some(path) => Some(super::oracle::Oracle::load(path)?),
+        None => None,
+    };
     let state = Arc::new(State {
+        oracle,
         script: Mutex::new(script.into()),
         rng: Mutex::new(Rng::new(options.seed)),
         latency: Duration::from_millis(options.latency_ms),
@@ -235,14 +246,19 @@ async fn next_fault(state: &State) -> Fault {
 }
 
 /// The content a model would send for a chat request body.
-fn answer(body: &Value) -> (String, u64) {
+fn answer(state: &State, body: &Value) -> (String, u64) {
     let prompt = body["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
         .and_then(|m| m["content"].as_str())
         .unwrap_or("");
     let content = match TaskInput::from_prompt(prompt) {
-        Some(input) if input.check().is_ok() => offline::judge(&input).to_model_json(),
+        Some(input) if input.check().is_ok() => state
+            .oracle
+            .as_ref()
+            .and_then(|o| o.answer(&input))
+            .unwrap_or_else(|| offline::judge(&input))
+            .to_model_json(),
         _ => "I can only answer memlife prompts.".to_string(),
     };
     (content, (prompt.len() / 4) as u64)
@@ -292,7 +308,7 @@ async fn chat(Shared(state): Shared<Arc<State>>, body: axum::body::Bytes) -> Res
         return error(400, "invalid_request_error", "body is not JSON");
     };
     let model = body["model"].as_str().unwrap_or("mock").to_string();
-    let (mut content, prompt_tokens) = answer(&body);
+    let (mut content, prompt_tokens) = answer(&state, &body);
     if fault.malformed {
         content = format!("Sure! {}", &content[..content.len() / 2]);
     }
@@ -454,7 +470,7 @@ async fn create_batch(Shared(state): Shared<Arc<State>>, body: axum::body::Bytes
         let body = &request["body"];
         let model = body["model"].as_str().unwrap_or("mock");
         let fault = next_fault(&state).await;
-        let (mut content, prompt_tokens) = answer(body);
+        let (mut content, prompt_tokens) = answer(&state, body);
         if fault.malformed {
             content = format!("Sure! {}", &content[..content.len() / 2]);
         }

@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod mock;
 pub mod offline;
+pub mod oracle;
 pub mod provider;
 pub mod tasks;
 

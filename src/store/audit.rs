@@ -128,6 +128,27 @@ impl Store {
         self.upsert_batch(&AUDIT_LOG, batch).await
     }
 
+    /// Which of `ids` are in `audit_log`.
+    pub async fn audit_ids_present(
+        &self,
+        ids: &[String],
+    ) -> Result<std::collections::BTreeSet<String>> {
+        use arrow::array::AsArray;
+        let mut found = std::collections::BTreeSet::new();
+        for chunk in ids.chunks(500) {
+            let list: Vec<String> = chunk.iter().map(|id| super::sql_string(id)).collect();
+            let filter = format!("id IN ({})", list.join(", "));
+            for batch in self
+                .scan_columns(AUDIT_LOG.name, Some(&filter), &["id"])
+                .await?
+            {
+                let column = batch.column(0).as_string::<i32>();
+                found.extend((0..batch.num_rows()).map(|row| column.value(row).to_string()));
+            }
+        }
+        Ok(found)
+    }
+
     /// Appends audit rows in one commit without matching ids: for large sets of rows whose ids
     /// are new by construction (they derive from the run).
     pub async fn append_audit(&self, rows: &[AuditRow]) -> Result<WriteStats> {

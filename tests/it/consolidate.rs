@@ -217,3 +217,131 @@ fn the_same_consolidation_through_an_openai_compatible_server() {
         offline_text
     );
 }
+
+fn mock_config(db: &TestDb, mock: &crate::llm::Mock) -> String {
+    let config = db.path("memlife.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n",
+            crate::llm::mock_provider("mock", &mock.url, "")
+        ),
+    )
+    .unwrap();
+    config
+}
+
+fn poll(db: &TestDb, config: &str, fault: Option<&str>) -> (Option<i32>, Value) {
+    let mut command = memlife_command();
+    command.args([
+        "--db",
+        &db.uri,
+        "--json",
+        "--config",
+        config,
+        "batches",
+        "poll",
+        "--lease-secs",
+        "0",
+        "--embedder",
+        "hash",
+    ]);
+    if let Some(point) = fault {
+        command.env(memlife::crash::FAULT_VARIABLE, point);
+    }
+    let out = command.output().unwrap();
+    (
+        out.status.code(),
+        serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null),
+    )
+}
+
+#[test]
+fn in_batch_mode_the_two_passes_are_two_batch_rounds_applied_exactly_once() {
+    let offline = loaded();
+    consolidate(&offline, &[]);
+    let db = loaded();
+    // Batches complete 1.5 s after they are created: each poll below sees one round.
+    let mock = crate::llm::Mock::start(&["--batch-delay-ms", "1500"]);
+    let wait = || std::thread::sleep(std::time::Duration::from_millis(1700));
+    let config = mock_config(&db, &mock);
+    let batch = [
+        "--config",
+        &config,
+        "consolidate",
+        "--embedder",
+        "hash",
+        "--llm",
+        "providers",
+        "--mode",
+        "batch",
+    ];
+    let submit = |db: &TestDb| -> Value {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(&batch);
+        let out = db.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let report = submit(&db);
+    assert_eq!(report["counts"]["items_submitted"], 2, "{report:#}");
+    assert_eq!(db.count("llm_batches"), 1);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE source = 'consolidate'"),
+        "0",
+        "submitting changes no memory"
+    );
+
+    // Poll 1 applies pass 1 and submits pass 2; killed after recording the proposals, the
+    // next poll takes the batch over and submits pass 2 once.
+    wait();
+    let (code, _) = poll(&db, &config, Some("consolidate.batch.after-proposals"));
+    assert_eq!(code, None, "killed by the injected fault");
+    let (code, report) = poll(&db, &config, None);
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["counts"]["applied"], 1, "{report:#}");
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) AS n FROM llm_batches WHERE task = 'consolidate.verify' AND status = 'submitted'"
+        ),
+        "1"
+    );
+    assert_eq!(mock.stats()["batches_created"], 2);
+    // Meanwhile a new submission skips the cluster waiting for pass 2 and the declined one.
+    let again = submit(&db);
+    assert_eq!(
+        again["counts"]["clusters_in_pending_batches"], 1,
+        "{again:#}"
+    );
+    assert_eq!(again["counts"]["clusters_declined_before"], 1, "{again:#}");
+    assert!(again["counts"]["items_submitted"].is_null(), "{again:#}");
+
+    // Poll 2 applies the approved group, killed once after its links moved.
+    wait();
+    let (code, _) = poll(&db, &config, Some("consolidate.after-links"));
+    assert_eq!(code, None);
+    let (code, report) = poll(&db, &config, None);
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
+    assert_eq!(
+        db.rows("SELECT text FROM memories WHERE source = 'consolidate'"),
+        offline.rows("SELECT text FROM memories WHERE source = 'consolidate'"),
+        "the same consolidation as online with the same rules"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE archived_at IS NOT NULL"),
+        "3"
+    );
+    let out = db.run(&["--json", "check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    // Nothing left to poll, nothing applied twice.
+    let (_, report) = poll(&db, &config, None);
+    assert_eq!(report["notes"][0], "no batch to poll", "{report:#}");
+    assert_eq!(mock.stats()["batches_created"], 2);
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED'"
+        ),
+        "1"
+    );
+}

@@ -167,6 +167,42 @@ const POLL: &[&str] = &[
     "poll",
     "--lease-secs",
     "0",
+    "--embedder",
+    "hash",
+];
+const CONSOLIDATE_BATCH: &[&str] = &[
+    "--config",
+    "{config}",
+    "consolidate",
+    "--embedder",
+    "hash",
+    "--now",
+    "2025-09-01T00:00:00Z",
+    "--llm",
+    "providers",
+    "--mode",
+    "batch",
+];
+const REFINE_BATCH: &[&str] = &[
+    "--config",
+    "{config}",
+    "refine",
+    "--embedder",
+    "hash",
+    "--now",
+    "2025-09-01T00:00:00Z",
+    "--llm",
+    "providers",
+    "--mode",
+    "batch",
+];
+const POLL_POINTS: &[&str] = &[
+    "batches.poll.started",
+    "batches.poll.before-claim",
+    "batches.poll.after-download",
+    "batches.poll.applying",
+    "batches.poll.after-apply",
+    "batches.poll.finishing",
 ];
 
 /// `batches retry` against a mock whose batches all fail: the retried batch is resubmitted
@@ -205,15 +241,43 @@ const BATCH_SCENARIOS: &[Scenario] = &[
         name: "batches poll",
         setup: &[IMPORT, EMBED, BATCH_SUBMIT],
         job: POLL,
+        points: POLL_POINTS,
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'LINK'",
+    },
+    Scenario {
+        name: "consolidate (batch: pass 1 submitted)",
+        setup: &[IMPORT, EMBED, LINK, CLUSTER],
+        job: CONSOLIDATE_BATCH,
+        points: &["consolidate.started", "consolidate.finishing"],
+        witness: "SELECT COUNT(*) AS n FROM llm_batches WHERE task = 'consolidate.propose'",
+    },
+    Scenario {
+        name: "batches poll (consolidate: pass 1 applied, pass 2 submitted and applied)",
+        setup: &[IMPORT, EMBED, LINK, CLUSTER, CONSOLIDATE_BATCH],
+        job: POLL,
         points: &[
-            "batches.poll.started",
             "batches.poll.before-claim",
             "batches.poll.after-download",
-            "batches.poll.applying",
+            "consolidate.batch.after-proposals",
             "batches.poll.after-apply",
+            "consolidate.after-audit",
+            "consolidate.after-memory",
+            "consolidate.after-links",
             "batches.poll.finishing",
         ],
-        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'LINK'",
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE source = 'consolidate'",
+    },
+    Scenario {
+        name: "batches poll (refine)",
+        setup: &[IMPORT, EMBED, REFINE_BATCH],
+        job: POLL,
+        points: &[
+            "batches.poll.after-download",
+            "refine.after-audit",
+            "refine.after-memories",
+            "batches.poll.after-apply",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE source = 'refine'",
     },
     Scenario {
         name: "batches cleanup",
@@ -258,7 +322,7 @@ fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     let config = match mock_url {
         Some(url) => {
             let provider = crate::llm::mock_provider("mock", url, "");
-            format!("{provider}\n[roles]\nfast = [\"mock\"]\n{refine}")
+            format!("{provider}\n[roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n{refine}")
         }
         None => refine.to_string(),
     };

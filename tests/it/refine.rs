@@ -105,3 +105,81 @@ fn verbose_memories_are_split_or_trimmed_and_refusals_are_counted() {
         "2"
     );
 }
+
+#[test]
+fn in_batch_mode_refine_answers_are_applied_by_the_poll_once() {
+    let online = loaded();
+    refine(&online, NOW);
+    let db = loaded();
+    let mock = crate::llm::Mock::start(&[]);
+    let config = db.path("memlife.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n",
+            crate::llm::mock_provider("mock", &mock.url, "")
+        ),
+    )
+    .unwrap();
+    let submit = || -> Value {
+        let out = db.run(&[
+            "--json",
+            "--config",
+            &config,
+            "refine",
+            "--embedder",
+            "hash",
+            "--now",
+            NOW,
+            "--llm",
+            "providers",
+            "--mode",
+            "batch",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let report = submit();
+    assert_eq!(report["counts"]["items_submitted"], 3, "{report:#}");
+    // Waiting memories are not submitted twice.
+    let again = submit();
+    assert_eq!(again["counts"]["in_pending_batches"], 3, "{again:#}");
+    assert_eq!(again["counts"]["candidates"], 0, "{again:#}");
+    let poll = |fault: Option<&str>| {
+        let mut command = crate::common::memlife_command();
+        command.args([
+            "--db",
+            &db.uri,
+            "--json",
+            "--config",
+            &config,
+            "batches",
+            "poll",
+            "--lease-secs",
+            "0",
+            "--embedder",
+            "hash",
+        ]);
+        if let Some(point) = fault {
+            command.env(memlife::crash::FAULT_VARIABLE, point);
+        }
+        command.output().unwrap()
+    };
+    // Killed after logging the answers, then taken over: applied once.
+    assert_eq!(poll(Some("refine.after-audit")).status.code(), None);
+    let out = poll(None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let state = "SELECT id, text, state, refinement_rejection_count, last_refined_at, consolidates_memory_ids \
+                 FROM memories ORDER BY id";
+    assert_eq!(
+        db.rows(state),
+        online.rows(state),
+        "the same end state as online"
+    );
+    assert_eq!(
+        db.scalar("SELECT refinement_rejection_count FROM memories WHERE id = 'r3'"),
+        "1"
+    );
+    let out = db.run(&["--json", "check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
