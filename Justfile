@@ -37,6 +37,14 @@ bench-scores:
 bench-llm:
     bash benches/llm.sh
 
+# The whole consolidation (cluster, both passes, apply) at 1k, 10k and 100k memories against the
+# mock at 1500 ms per call, online and as Batch API rounds (perf build; see BENCHMARKS.md).
+bench-consolidate:
+    cargo build --profile perf --bin memlife
+    for n in 1000 10000 100000; do "${CARGO_TARGET_DIR:-target}/perf/memlife" bench consolidate --memories $n; done
+    "${CARGO_TARGET_DIR:-target}/perf/memlife" bench consolidate --memories 1000 --batch
+    "${CARGO_TARGET_DIR:-target}/perf/memlife" bench consolidate --memories 1000 --judge oracle
+
 # An OpenAI-compatible mock server on port 8089 answering memlife prompts (offline judge).
 mock:
     cargo run --bin memlife -- mock-llm --port 8089
