@@ -276,6 +276,7 @@ pub fn run(bench: &ConsolidateBench, out: &mut dyn Write) -> Result<()> {
         "--output",
         &file,
     ])?;
+    memlife(&["--db", &db, "--json", "init"])?;
     memlife(&["--db", &db, "--json", "import", &file])?;
     memlife(&["--db", &db, "--json", "embed", "--embedder", embedder])?;
     let setup_seconds = setup.elapsed().as_secs_f64();

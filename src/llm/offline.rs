@@ -730,10 +730,11 @@ pub fn propose(memories: &[MemoryView]) -> ProposeReply {
     };
     let mut group = vec![hub.clone()];
     for candidate in rest {
-        if group
-            .iter()
-            .all(|member| folds(member, candidate) && !anchors_differ(member, candidate))
-        {
+        if group.iter().all(|member| {
+            folds(member, candidate)
+                && !anchors_differ(member, candidate)
+                && !distinct_events(member, candidate)
+        }) {
             group.push(candidate.clone());
         }
     }
@@ -815,6 +816,18 @@ fn anchors_differ(a: &MemoryView, b: &MemoryView) -> bool {
             || says_relative_time(&b.text))
 }
 
+/// Two episodes that each tell something the other does not ("visited the city museum" /
+/// "visited the botanical garden", the same day): two events, which may be written alike but
+/// are not one memory. One that only adds detail to the other ("... at 16:29") is the same
+/// event told twice.
+fn distinct_events(a: &MemoryView, b: &MemoryView) -> bool {
+    if !(is_episode(a) && is_episode(b)) {
+        return false;
+    }
+    let (wa, wb) = (content_words(&a.text), content_words(&b.text));
+    !wa.is_subset(&wb) && !wb.is_subset(&wa)
+}
+
 /// consolidate.verify: approves a proposal that keeps every content word, name and number of
 /// its sources, negates what they negate and nothing else, adds at most 20% new words, and
 /// holds no relative time ("next month") when its sources were written on different days;
@@ -845,6 +858,15 @@ pub fn verify(memories: &[MemoryView], proposal: &str) -> VerifyReply {
         (
             false,
             "events of different days are different events, not one memory".to_string(),
+        )
+    } else if memories
+        .iter()
+        .enumerate()
+        .any(|(i, a)| memories[i + 1..].iter().any(|b| distinct_events(a, b)))
+    {
+        (
+            false,
+            "two episodes that each tell something the other does not are two events".to_string(),
         )
     } else if !missing.is_empty() {
         (
@@ -1113,6 +1135,35 @@ mod tests {
         ] {
             assert_eq!(action(text).action, RefineAction::Keep, "{text}");
         }
+    }
+
+    #[test]
+    fn two_events_of_one_day_are_not_folded_but_one_event_told_twice_is() {
+        let episode = |id: &str, text: &str| MemoryView {
+            kind: "episode".into(),
+            ..memory(id, "08-27", text)
+        };
+        let museum = episode(
+            "m",
+            "User visited the city museum and took a lot of photos (on 27 August 2025).",
+        );
+        let garden = episode(
+            "g",
+            "User visited the botanical garden and took a lot of photos (on 27 August 2025).",
+        );
+        assert!(propose(&[museum.clone(), garden.clone()]).groups.is_empty());
+        let both = verify(
+            &[museum.clone(), garden],
+            "User visited the city museum and the botanical garden and took a lot of photos \
+             (on 27 August 2025).",
+        );
+        assert!(!both.approve, "{}", both.reasoning);
+        // The same visit written twice, once with the time: one event.
+        let again = episode(
+            "t",
+            "User visited the city museum and took a lot of photos (on 27 August 2025 at 16:29).",
+        );
+        assert!(!distinct_events(&museum, &again));
     }
 
     #[test]
