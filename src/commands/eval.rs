@@ -38,6 +38,7 @@ use crate::logic::eval::{
 };
 use crate::logic::similarity::dot;
 use crate::model::encoding::{format_timestamp, parse_timestamp};
+use crate::model::schema::MEMORY_KINDS;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct EvalArgs {
@@ -81,6 +82,8 @@ struct Case {
     memories: Vec<(String, String)>,
     /// consolidate.verify: the proposal to approve or reject.
     proposal: Option<String>,
+    /// The memories' kind (`kind` of a case; default fact): `episode` marks one event each.
+    kind: String,
     label: String,
     split: Split,
     origin: String,
@@ -151,11 +154,11 @@ fn shape_of(
     } else if row.contains_key("memories") && row.contains_key("proposal") {
         Some((
             "consolidate.verify",
-            &["memories", "proposal", "label", "at"],
+            &["memories", "proposal", "label", "at", "kind"],
             "label",
         ))
     } else if row.contains_key("memories") {
-        Some(("consolidate", &["memories", "label", "at"], "label"))
+        Some(("consolidate", &["memories", "label", "at", "kind"], "label"))
     } else if row.contains_key("text") {
         Some(("refine", &["text", "label", "at"], "label"))
     } else {
@@ -282,10 +285,16 @@ fn read_cases(path: &std::path::Path) -> Result<Vec<Case>> {
             .get("source")
             .and_then(Value::as_str)
             .map_or_else(|| path.display().to_string(), str::to_string);
+        let kind = match row.get("kind") {
+            None => "fact".to_string(),
+            Some(Value::String(k)) if MEMORY_KINDS.contains(&k.as_str()) => k.clone(),
+            Some(other) => bail!("{at}: field kind must be one of {MEMORY_KINDS:?}, not {other}"),
+        };
         cases.push(Case {
             task,
             memories,
             proposal,
+            kind,
             label,
             split,
             origin,
@@ -294,13 +303,13 @@ fn read_cases(path: &std::path::Path) -> Result<Vec<Case>> {
     Ok(cases)
 }
 
-fn views(memories: &[(String, String)]) -> Vec<MemoryView> {
-    memories
+fn views(case: &Case) -> Vec<MemoryView> {
+    case.memories
         .iter()
         .enumerate()
         .map(|(i, (text, at))| MemoryView {
             id: format!("m{}", i + 1),
-            kind: "fact".into(),
+            kind: case.kind.clone(),
             created_at: at.clone(),
             happens_at: None,
             text: text.clone(),
@@ -310,7 +319,7 @@ fn views(memories: &[(String, String)]) -> Vec<MemoryView> {
 
 /// The first call a case needs.
 fn first_item(i: usize, case: &Case, now: &str) -> Item {
-    let mut memories = views(&case.memories);
+    let mut memories = views(case);
     let task = match case.task {
         "integrate.classify" => Task::IntegrateClassify,
         "link.classify" => {
@@ -466,7 +475,7 @@ async fn consolidate_second_pass(
         let Some(Reply::Propose(reply)) = &first[i].reply else {
             continue;
         };
-        let all = views(&case.memories);
+        let all = views(case);
         for group in &reply.groups {
             let members: Vec<MemoryView> = all
                 .iter()

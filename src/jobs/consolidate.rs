@@ -37,7 +37,7 @@ use crate::logic::cluster::signature;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, MEMORY_ENTITIES};
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{Store, batch_from_json, json_rows, sql_string, sql_timestamp};
+use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
 
 /// Two-pass LLM consolidation of the latest clusters (`memlife cluster`): propose, verify,
 /// then apply each approved group as a new memory that takes over the members' links.
@@ -153,21 +153,9 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
     Ok(out)
 }
 
-fn id_list(ids: &[String]) -> String {
-    ids.iter()
-        .map(|id| sql_string(id))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// A user's memories as JSON objects (embedding left out), by id: one scan per user.
 async fn user_rows(store: &Store, user: &str) -> Result<BTreeMap<String, Value>> {
-    let columns: Vec<&str> = MEMORIES
-        .fields
-        .iter()
-        .map(|f| f.name)
-        .filter(|n| *n != "embedding")
-        .collect();
+    let columns = MEMORIES.columns_except("embedding");
     let filter = format!("user_id = {}", sql_string(user));
     Ok(json_rows(
         &store
@@ -300,7 +288,7 @@ async fn apply(
         &store
             .scan_columns(
                 "memories",
-                Some(&format!("id IN ({})", id_list(&new_ids))),
+                Some(&format!("id IN ({})", sql_list(&new_ids))),
                 &["id"],
             )
             .await?,
@@ -348,10 +336,10 @@ async fn apply(
         })
         .collect();
     let all_members: Vec<String> = holder.keys().map(|m| m.to_string()).collect();
-    let list = id_list(&all_members);
+    let list = sql_list(&all_members);
     let touching = format!(
         "(source_id IN ({list}) OR target_id IN ({list})) AND NOT (link_type = 'consolidates' AND source_id IN ({}))",
-        id_list(&new_ids)
+        sql_list(&new_ids)
     );
     let old_links = json_rows(&store.scan("links", Some(&touching)).await?);
     let mut moved: BTreeMap<(String, String, String), Value> = BTreeMap::new();
@@ -439,7 +427,7 @@ async fn apply(
         archived += store
             .update_where(
                 "memories",
-                &format!("id IN ({}) AND archived_at IS NULL", id_list(&members)),
+                &format!("id IN ({}) AND archived_at IS NULL", sql_list(&members)),
                 &[
                     ("state", "'archived'".to_string()),
                     ("tier", "'archived'".to_string()),
@@ -453,22 +441,14 @@ async fn apply(
     Ok(counts)
 }
 
-/// Which of `ids` are live memories (not archived): one scan per thousand ids.
+/// Which of `ids` are live memories (not archived).
 async fn live_ids(store: &Store, ids: &[String]) -> Result<BTreeSet<String>> {
-    let mut live = BTreeSet::new();
-    for chunk in ids.chunks(1000) {
-        let filter = format!("archived_at IS NULL AND id IN ({})", id_list(chunk));
-        live.extend(
-            json_rows(
-                &store
-                    .scan_columns("memories", Some(&filter), &["id"])
-                    .await?,
-            )
-            .into_iter()
-            .filter_map(|r| r["id"].as_str().map(str::to_string)),
-        );
-    }
-    Ok(live)
+    Ok(store
+        .rows_with_ids("memories", ids, Some("archived_at IS NULL"), &["id"])
+        .await?
+        .into_iter()
+        .filter_map(|r| r["id"].as_str().map(str::to_string))
+        .collect())
 }
 
 fn string_list(value: &Value) -> Vec<String> {
@@ -508,7 +488,7 @@ async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    let filter = format!("{approved} AND id IN ({})", id_list(&pending));
+    let filter = format!("{approved} AND id IN ({})", sql_list(&pending));
     let mut out = Vec::new();
     for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
         let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
@@ -852,22 +832,6 @@ fn item_key_id(run_id: &str, key: &str) -> String {
     AuditRow::new(run_id, "CONSOLIDATE", key, 0).id
 }
 
-/// Memories in consolidation batches not applied yet (either round, including failed ones
-/// waiting for `batches retry`): their clusters are not proposed again meanwhile.
-async fn in_pending_batches(store: &Store) -> Result<BTreeSet<String>> {
-    let filter = format!(
-        "job = {} AND status != 'applied'",
-        sql_string(JobName::Consolidate.as_str())
-    );
-    let mut out = BTreeSet::new();
-    for record in crate::llm::batch::load(store, &filter).await? {
-        for item in record.items()? {
-            out.extend(item.input.memories.into_iter().map(|m| m.id));
-        }
-    }
-    Ok(out)
-}
-
 /// The latest clusters whose members are all live and unchanged, that were not declined
 /// before and are not waiting in a batch, with their members' rows.
 async fn candidates(
@@ -875,7 +839,9 @@ async fn candidates(
     counts: &mut BTreeMap<String, u64>,
 ) -> Result<Vec<(ClusterRow, Vec<Value>)>> {
     let declined = remembered(&ctx.store).await?;
-    let pending = in_pending_batches(&ctx.store).await?;
+    // Memories in consolidation batches of either round not applied yet.
+    let pending =
+        crate::llm::batch::memories_in_pending(&ctx.store, JobName::Consolidate.as_str()).await?;
     let mut candidates = Vec::new();
     let mut rows: BTreeMap<String, Value> = BTreeMap::new();
     let mut loaded_users = BTreeSet::new();
@@ -918,9 +884,6 @@ async fn candidates(
     }
     Ok(candidates)
 }
-
-/// Largest batch submission (the Batch API takes up to 50,000 requests per file).
-const BATCH_ITEMS: usize = 50_000;
 
 pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> {
     let llm = ctx.app.llm(&args.llm).await?;
@@ -976,27 +939,15 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
                 by_user.entry(cluster.user.as_str()).or_default().push(item);
             }
             for (user, items) in by_user {
-                for chunk in items.chunks(BATCH_ITEMS) {
-                    let record = crate::llm::batch::submit(
-                        &ctx.store,
-                        &llm,
-                        JobName::Consolidate.as_str(),
-                        &run_id,
-                        Some(user),
-                        Task::ConsolidatePropose,
-                        chunk,
-                    )
-                    .await?;
-                    add(&mut counts, "batches_submitted", 1);
-                    add(&mut counts, "items_submitted", chunk.len() as u64);
-                    report.notes.push(format!(
-                        "user {user}: {} clusters submitted for pass 1 as batch {} ({}); \
-                         `memlife batches poll` submits pass 2, the next poll applies",
-                        chunk.len(),
-                        record.batch_key,
-                        record.remote_batch_id.as_deref().unwrap_or("?")
-                    ));
-                }
+                log.submit_batches(
+                    ctx,
+                    &llm,
+                    user,
+                    (Task::ConsolidatePropose, &items, "clusters (pass 1)"),
+                    &mut counts,
+                    &mut report.notes,
+                )
+                .await?;
             }
         }
         report.counts = counts;

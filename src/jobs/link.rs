@@ -323,9 +323,6 @@ impl Applier for LinkApplier {
     }
 }
 
-/// Largest batch submission (the Batch API takes up to 50,000 requests per file).
-const BATCH_ITEMS: usize = 50_000;
-
 pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
     let llm = &ctx.app.llm(&args.llm).await?;
     let params = serde_json::json!({"k": args.k, "min_score": args.min_score, "mode": format!("{:?}", llm.mode).to_lowercase()});
@@ -400,26 +397,15 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
                 all_outcomes.extend(outcomes);
             }
             Mode::Batch => {
-                for chunk in items.chunks(BATCH_ITEMS) {
-                    let record = crate::llm::batch::submit(
-                        &ctx.store,
-                        llm,
-                        JobName::Link.as_str(),
-                        log.run_id(),
-                        Some(&user),
-                        Task::LinkClassify,
-                        chunk,
-                    )
-                    .await?;
-                    *counts.entry("batches_submitted".into()).or_default() += 1;
-                    *counts.entry("items_submitted".into()).or_default() += chunk.len() as u64;
-                    report.notes.push(format!(
-                        "user {user}: {} pairs submitted as batch {} ({}); `memlife batches poll` applies them",
-                        chunk.len(),
-                        record.batch_key,
-                        record.remote_batch_id.as_deref().unwrap_or("?")
-                    ));
-                }
+                log.submit_batches(
+                    ctx,
+                    llm,
+                    &user,
+                    (Task::LinkClassify, &items, "pairs"),
+                    &mut counts,
+                    &mut report.notes,
+                )
+                .await?;
             }
         }
     }

@@ -417,6 +417,41 @@ impl RunLog {
         &self.run_id
     }
 
+    /// Submits a user's `items` of one task to the Batch API for this run's job, at most
+    /// 50,000 requests per batch (the API's limit per file); counts `batches_submitted` and
+    /// `items_submitted` and notes each batch (`what`: what an item is, e.g. "pairs").
+    pub async fn submit_batches(
+        &self,
+        ctx: &JobCtx<'_>,
+        llm: &crate::llm::Llm,
+        user: &str,
+        (task, items, what): (crate::llm::tasks::Task, &[crate::llm::Item], &str),
+        counts: &mut BTreeMap<String, u64>,
+        notes: &mut Vec<String>,
+    ) -> Result<()> {
+        for chunk in items.chunks(50_000) {
+            let record = crate::llm::batch::submit(
+                &ctx.store,
+                llm,
+                &self.job,
+                &self.run_id,
+                Some(user),
+                task,
+                chunk,
+            )
+            .await?;
+            *counts.entry("batches_submitted".into()).or_default() += 1;
+            *counts.entry("items_submitted".into()).or_default() += chunk.len() as u64;
+            notes.push(format!(
+                "user {user}: {} {what} submitted as batch {} ({}); `memlife batches poll` applies them",
+                chunk.len(),
+                record.batch_key,
+                record.remote_batch_id.as_deref().unwrap_or("?")
+            ));
+        }
+        Ok(())
+    }
+
     /// Settles the report's status and duration and records them.
     pub async fn finish(self, ctx: &JobCtx<'_>, report: &mut JobReport) -> Result<()> {
         report.duration_ms = self.started.elapsed().as_millis() as u64;

@@ -29,7 +29,7 @@ use crate::llm::{Item, LlmArgs, Mode, Outcome};
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES};
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{Store, batch_from_json, json_rows, sql_string, sql_timestamp};
+use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
 
 /// Which memories `memlife refine` looks at (`[refine]` in memlife.toml).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -103,12 +103,7 @@ async fn candidates(
         sql_timestamp(now - p.min_age_days * day),
         sql_timestamp(now - p.cooldown_days * day),
     );
-    let columns: Vec<&str> = MEMORIES
-        .fields
-        .iter()
-        .map(|f| f.name)
-        .filter(|n| *n != "embedding")
-        .collect();
+    let columns = MEMORIES.columns_except("embedding");
     let mut rows: Vec<_> = json_rows(
         &ctx.store
             .scan_columns("memories", Some(&filter), &columns)
@@ -193,25 +188,13 @@ async fn unfinished(store: &Store) -> Result<Vec<(Value, i64)>> {
         .filter_map(|r| r["target_id"].as_str().map(str::to_string))
         .collect();
     let mut refined: BTreeMap<String, i64> = BTreeMap::new();
-    for chunk in originals.chunks(1000) {
-        let list = chunk
-            .iter()
-            .map(|id| sql_string(id))
-            .collect::<Vec<_>>()
-            .join(", ");
-        for r in json_rows(
-            &store
-                .scan_columns(
-                    "memories",
-                    Some(&format!("id IN ({list})")),
-                    &["id", "last_refined_at"],
-                )
-                .await?,
-        ) {
-            let at = r["last_refined_at"].as_str().and_then(parse_timestamp);
-            if let (Some(id), Some(at)) = (r["id"].as_str(), at) {
-                refined.insert(id.to_string(), at);
-            }
+    for r in store
+        .rows_with_ids("memories", &originals, None, &["id", "last_refined_at"])
+        .await?
+    {
+        let at = r["last_refined_at"].as_str().and_then(parse_timestamp);
+        if let (Some(id), Some(at)) = (r["id"].as_str(), at) {
+            refined.insert(id.to_string(), at);
         }
     }
     let at_of = |r: &serde_json::Map<String, Value>| {
@@ -226,12 +209,12 @@ async fn unfinished(store: &Store) -> Result<Vec<(Value, i64)>> {
             let original = r["target_id"].as_str().unwrap_or("");
             refined.get(original).is_none_or(|done| *done < at_of(r))
         })
-        .filter_map(|r| r["id"].as_str().map(sql_string))
+        .filter_map(|r| r["id"].as_str().map(str::to_string))
         .collect();
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    let filter = format!("{logged} AND id IN ({})", pending.join(", "));
+    let filter = format!("{logged} AND id IN ({})", sql_list(&pending));
     let mut out = Vec::new();
     for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
         let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
@@ -377,11 +360,7 @@ async fn record_and_apply(
         }
     }
     if !kept.is_empty() {
-        let list = kept
-            .iter()
-            .map(|id| sql_string(id))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = sql_list(kept);
         // Counted once per clock: a rerun with the same clock finds them refined already.
         store
             .update_where(
@@ -402,23 +381,6 @@ async fn record_and_apply(
     }
     Ok(())
 }
-
-/// Memories in refine batches not applied yet (including failed ones waiting for
-/// `batches retry`): not submitted again meanwhile.
-async fn in_pending_batches(store: &Store) -> Result<std::collections::BTreeSet<String>> {
-    let filter = format!(
-        "job = {} AND status != 'applied'",
-        sql_string(JobName::Refine.as_str())
-    );
-    let mut out = std::collections::BTreeSet::new();
-    for record in crate::llm::batch::load(store, &filter).await? {
-        out.extend(record.items()?.into_iter().map(|item| item.custom_id));
-    }
-    Ok(out)
-}
-
-/// Largest batch submission (the Batch API takes up to 50,000 requests per file).
-const BATCH_ITEMS: usize = 50_000;
 
 pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
     let llm = ctx.app.llm(&args.llm).await?;
@@ -442,7 +404,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
         .await?;
     // Candidates are chosen before a killed run's refinements are finished, so the memories
     // those create wait for the next run, as they would have after an uninterrupted one.
-    let pending = in_pending_batches(&ctx.store).await?;
+    let pending =
+        crate::llm::batch::memories_in_pending(&ctx.store, JobName::Refine.as_str()).await?;
     let mut memories = Vec::new();
     for user in super::users_of(ctx, "memories").await? {
         let mut of_user = candidates(ctx, &user, p).await?;
@@ -489,27 +452,15 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
                 by_user.entry(user).or_default().push(item);
             }
             for (user, items) in by_user {
-                for chunk in items.chunks(BATCH_ITEMS) {
-                    let record = crate::llm::batch::submit(
-                        &ctx.store,
-                        &llm,
-                        JobName::Refine.as_str(),
-                        &run_id,
-                        Some(&user),
-                        Task::Refine,
-                        chunk,
-                    )
-                    .await?;
-                    add(&mut counts, "batches_submitted", 1);
-                    add(&mut counts, "items_submitted", chunk.len() as u64);
-                    report.notes.push(format!(
-                        "user {user}: {} memories submitted as batch {} ({}); \
-                         `memlife batches poll` applies them",
-                        chunk.len(),
-                        record.batch_key,
-                        record.remote_batch_id.as_deref().unwrap_or("?")
-                    ));
-                }
+                log.submit_batches(
+                    ctx,
+                    &llm,
+                    &user,
+                    (Task::Refine, &items, "memories"),
+                    &mut counts,
+                    &mut report.notes,
+                )
+                .await?;
             }
         }
         report.counts = counts;
@@ -563,27 +514,17 @@ impl Applier for RefineApplier {
         let store = env.store;
         let now = super::batch_clock(record, items)?;
         let ids: Vec<String> = items.iter().map(|i| i.custom_id.clone()).collect();
-        let mut current: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
-        let columns: Vec<&str> = MEMORIES
-            .fields
-            .iter()
-            .map(|f| f.name)
-            .filter(|n| *n != "embedding")
+        let current: BTreeMap<String, serde_json::Map<String, Value>> = store
+            .rows_with_ids(
+                "memories",
+                &ids,
+                None,
+                &MEMORIES.columns_except("embedding"),
+            )
+            .await?
+            .into_iter()
+            .map(|row| (row["id"].as_str().unwrap_or("").to_string(), row))
             .collect();
-        for chunk in ids.chunks(1000) {
-            let list = chunk
-                .iter()
-                .map(|id| sql_string(id))
-                .collect::<Vec<_>>()
-                .join(", ");
-            for row in json_rows(
-                &store
-                    .scan_columns("memories", Some(&format!("id IN ({list})")), &columns)
-                    .await?,
-            ) {
-                current.insert(row["id"].as_str().unwrap_or("").to_string(), row);
-            }
-        }
         let row_ids: Vec<String> = ids.iter().map(|id| row_id(id, &record.batch_key)).collect();
         let logged = store.audit_ids_present(&row_ids).await?;
         let mut counts = BTreeMap::new();

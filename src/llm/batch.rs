@@ -80,6 +80,23 @@ pub async fn load(store: &Store, filter: &str) -> Result<Vec<BatchRecord>> {
     Ok(records)
 }
 
+/// The memories the items of `job`'s batches not applied yet are about (submitted, being
+/// applied, or failed and waiting for `batches retry`): a job does not submit them again
+/// meanwhile.
+pub async fn memories_in_pending(
+    store: &Store,
+    job: &str,
+) -> Result<std::collections::BTreeSet<String>> {
+    let filter = format!("job = {} AND status != 'applied'", sql_string(job));
+    let mut out = std::collections::BTreeSet::new();
+    for record in load(store, &filter).await? {
+        for item in record.items()? {
+            out.extend(item.input.memories.into_iter().map(|m| m.id));
+        }
+    }
+    Ok(out)
+}
+
 async fn save(store: &Store, record: &BatchRecord) -> Result<()> {
     let value = serde_json::to_value(record)?;
     let batch = batch_from_json(

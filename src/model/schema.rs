@@ -177,6 +177,16 @@ impl TableSpec {
         self.fields.iter().position(|f| f.name == name)
     }
 
+    /// Every column name but `skip` (`MEMORIES.columns_except("embedding")`: a row to read as
+    /// JSON without its vector).
+    pub fn columns_except(&self, skip: &str) -> Vec<&'static str> {
+        self.fields
+            .iter()
+            .map(|f| f.name)
+            .filter(|n| *n != skip)
+            .collect()
+    }
+
     /// The Arrow schema of the table for a database with the given embedding width.
     pub fn arrow_schema(&self, embedding_dim: usize) -> SchemaRef {
         let fields: Vec<Field> = self

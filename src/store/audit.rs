@@ -136,8 +136,7 @@ impl Store {
         use arrow::array::AsArray;
         let mut found = std::collections::BTreeSet::new();
         for chunk in ids.chunks(500) {
-            let list: Vec<String> = chunk.iter().map(|id| super::sql_string(id)).collect();
-            let filter = format!("id IN ({})", list.join(", "));
+            let filter = format!("id IN ({})", super::sql_list(chunk));
             for batch in self
                 .scan_columns(AUDIT_LOG.name, Some(&filter), &["id"])
                 .await?

@@ -421,6 +421,28 @@ impl Store {
         Ok(query.execute().await?.try_collect().await?)
     }
 
+    /// Rows of `table` whose `id` is one of `ids` and that match `filter`, `columns` only, as
+    /// JSON objects: a thousand ids per scan.
+    pub async fn rows_with_ids(
+        &self,
+        table: &str,
+        ids: &[String],
+        filter: Option<&str>,
+        columns: &[&str],
+    ) -> Result<Vec<serde_json::Map<String, serde_json::Value>>> {
+        let mut rows = Vec::new();
+        for chunk in ids.chunks(1000) {
+            let mut condition = format!("id IN ({})", sql_list(chunk));
+            if let Some(filter) = filter {
+                condition = format!("({filter}) AND {condition}");
+            }
+            rows.extend(json_rows(
+                &self.scan_columns(table, Some(&condition), columns).await?,
+            ));
+        }
+        Ok(rows)
+    }
+
     /// Reads some columns of a table (optionally filtered).
     pub async fn scan_columns(
         &self,
@@ -505,6 +527,15 @@ impl Store {
 /// Quotes a value as a SQL string literal (for Lance filters and DataFusion alike).
 pub fn sql_string(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
+}
+
+/// String literals as a SQL list (`'a', 'b'`), for `IN (...)`.
+pub fn sql_list(values: &[String]) -> String {
+    values
+        .iter()
+        .map(|v| sql_string(v))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A UTC timestamp (microseconds) as a SQL timestamp literal.

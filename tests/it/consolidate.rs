@@ -180,15 +180,7 @@ fn a_run_killed_mid_apply_is_finished_by_the_next_and_check_says_so_meanwhile() 
 fn the_same_consolidation_through_an_openai_compatible_server() {
     let db = loaded();
     let mock = crate::llm::Mock::start(&[]);
-    let config = db.path("memlife.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}\n[roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n",
-            crate::llm::mock_provider("mock", &mock.url, "")
-        ),
-    )
-    .unwrap();
+    let config = crate::llm::both_roles_config(&db, &mock);
     // The offline judge on one copy, the server (answering with the same rules over HTTP)
     // on another: the same consolidation.
     consolidate(&db, &[]);
@@ -218,41 +210,12 @@ fn the_same_consolidation_through_an_openai_compatible_server() {
     );
 }
 
-fn mock_config(db: &TestDb, mock: &crate::llm::Mock) -> String {
-    let config = db.path("memlife.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}\n[roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n",
-            crate::llm::mock_provider("mock", &mock.url, "")
-        ),
-    )
-    .unwrap();
-    config
-}
-
 fn poll(db: &TestDb, config: &str, fault: Option<&str>) -> (Option<i32>, Value) {
-    let mut command = memlife_command();
-    command.args([
-        "--db",
-        &db.uri,
-        "--json",
-        "--config",
+    crate::llm::poll(
+        db,
         config,
-        "batches",
-        "poll",
-        "--lease-secs",
-        "0",
-        "--embedder",
-        "hash",
-    ]);
-    if let Some(point) = fault {
-        command.env(memlife::crash::FAULT_VARIABLE, point);
-    }
-    let out = command.output().unwrap();
-    (
-        out.status.code(),
-        serde_json::from_str(&stdout(&out)).unwrap_or(Value::Null),
+        &["--lease-secs", "0", "--embedder", "hash"],
+        fault.map(|point| (memlife::crash::FAULT_VARIABLE, point)),
     )
 }
 
@@ -264,7 +227,7 @@ fn in_batch_mode_the_two_passes_are_two_batch_rounds_applied_exactly_once() {
     // Batches complete 1.5 s after they are created: each poll below sees one round.
     let mock = crate::llm::Mock::start(&["--batch-delay-ms", "1500"]);
     let wait = || std::thread::sleep(std::time::Duration::from_millis(1700));
-    let config = mock_config(&db, &mock);
+    let config = crate::llm::both_roles_config(&db, &mock);
     let batch = [
         "--config",
         &config,
@@ -292,10 +255,10 @@ fn in_batch_mode_the_two_passes_are_two_batch_rounds_applied_exactly_once() {
         "submitting changes no memory"
     );
 
-    // Poll 1 applies pass 1 and submits pass 2; killed after recording the proposals, the
-    // next poll takes the batch over and submits pass 2 once.
+    // Poll 1 applies pass 1 and submits pass 2, and is killed before it marks pass 1
+    // applied; the next poll applies pass 1 again (same audit rows) and submits pass 2 once.
     wait();
-    let (code, _) = poll(&db, &config, Some("consolidate.batch.after-proposals"));
+    let (code, _) = poll(&db, &config, Some("batches.poll.after-apply"));
     assert_eq!(code, None, "killed by the injected fault");
     let (code, report) = poll(&db, &config, None);
     assert_eq!(code, Some(0), "{report:#}");

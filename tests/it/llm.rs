@@ -116,6 +116,15 @@ pub fn mock_provider(name: &str, url: &str, extra: &str) -> String {
     )
 }
 
+/// A config (in the database's folder) whose `fast` and `reasoning` roles are the one mock.
+pub fn both_roles_config(db: &TestDb, mock: &Mock) -> String {
+    write_config(
+        db,
+        &mock_provider("mock", &mock.url, ""),
+        "fast = [\"mock\"]\nreasoning = [\"mock\"]",
+    )
+}
+
 /// A config whose `fast` role is the one mock provider.
 fn single_mock_config(db: &TestDb, mock: &Mock) -> String {
     write_config(
@@ -235,7 +244,7 @@ fn batch_state(db: &TestDb) -> (String, i64, i64) {
     (status, audits, db.count("links"))
 }
 
-fn poll(
+pub fn poll(
     db: &TestDb,
     config: &str,
     extra: &[&str],

@@ -112,15 +112,7 @@ fn in_batch_mode_refine_answers_are_applied_by_the_poll_once() {
     refine(&online, NOW);
     let db = loaded();
     let mock = crate::llm::Mock::start(&[]);
-    let config = db.path("memlife.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}\n[roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n",
-            crate::llm::mock_provider("mock", &mock.url, "")
-        ),
-    )
-    .unwrap();
+    let config = crate::llm::both_roles_config(&db, &mock);
     let submit = || -> Value {
         let out = db.run(&[
             "--json",
@@ -146,29 +138,17 @@ fn in_batch_mode_refine_answers_are_applied_by_the_poll_once() {
     assert_eq!(again["counts"]["in_pending_batches"], 3, "{again:#}");
     assert_eq!(again["counts"]["candidates"], 0, "{again:#}");
     let poll = |fault: Option<&str>| {
-        let mut command = crate::common::memlife_command();
-        command.args([
-            "--db",
-            &db.uri,
-            "--json",
-            "--config",
+        crate::llm::poll(
+            &db,
             &config,
-            "batches",
-            "poll",
-            "--lease-secs",
-            "0",
-            "--embedder",
-            "hash",
-        ]);
-        if let Some(point) = fault {
-            command.env(memlife::crash::FAULT_VARIABLE, point);
-        }
-        command.output().unwrap()
+            &["--lease-secs", "0", "--embedder", "hash"],
+            fault.map(|point| (memlife::crash::FAULT_VARIABLE, point)),
+        )
     };
     // Killed after logging the answers, then taken over: applied once.
-    assert_eq!(poll(Some("refine.after-audit")).status.code(), None);
-    let out = poll(None);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(poll(Some("refine.after-audit")).0, None);
+    let (code, report) = poll(None);
+    assert_eq!(code, Some(0), "{report}");
     let state = "SELECT id, text, state, refinement_rejection_count, last_refined_at, consolidates_memory_ids \
                  FROM memories ORDER BY id";
     assert_eq!(
