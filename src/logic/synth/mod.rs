@@ -10,7 +10,7 @@
 
 mod vocab;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -99,6 +99,10 @@ pub struct DuplicateGroup {
     pub user_id: String,
     pub memory_ids: Vec<String>,
     pub fact: String,
+    /// `fact`: one fact restated in other words at different times; `episode`: one event
+    /// told again the same day in the same words (synth's episodes repeat by chance; the
+    /// retelling's text names the date or the clock time to stay unique).
+    pub kind: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -183,6 +187,9 @@ struct UserGen<'a> {
     next_session: usize,
     claimed: HashSet<FactKey>,
     texts: HashSet<String>,
+    /// Episodes told so far by (text before any date was added, day of the event): the first
+    /// telling's id, and the duplicate group its retellings went into, if any.
+    told: HashMap<(String, i64), (String, Option<usize>)>,
     memories: Vec<SynthMemory>,
     entities: BTreeMap<String, (&'static str, Vec<String>)>,
     truth: &'a mut Truth,
@@ -356,6 +363,7 @@ impl UserGen<'_> {
             user_id: self.user_id.clone(),
             memory_ids: ids,
             fact,
+            kind: "fact",
         });
         true
     }
@@ -650,6 +658,31 @@ impl UserGen<'_> {
         true
     }
 
+    /// Records an episode's telling; the same event (the same words, leaving out when)
+    /// about the same day as an earlier telling is one event told twice: a duplicate group
+    /// of the truth.
+    fn note_telling(&mut self, told_as: (String, i64), id: &str) {
+        let Some((first, group)) = self.told.get_mut(&told_as) else {
+            self.told.insert(told_as, (id.to_string(), None));
+            return;
+        };
+        match group {
+            Some(index) => self.truth.duplicate_groups[*index]
+                .memory_ids
+                .push(id.to_string()),
+            None => {
+                *group = Some(self.truth.duplicate_groups.len());
+                let fact = told_as.0.clone();
+                self.truth.duplicate_groups.push(DuplicateGroup {
+                    user_id: self.user_id.clone(),
+                    memory_ids: vec![first.clone(), id.to_string()],
+                    fact,
+                    kind: "episode",
+                });
+            }
+        }
+    }
+
     /// A session of 1 to `max` episodes on one day; texts are made unique by naming the date.
     fn session(&mut self, max: usize) {
         let size = 1 + self.rng.below(max.clamp(1, 5));
@@ -670,6 +703,9 @@ impl UserGen<'_> {
                 .replace("{tool}", tool)
                 .replace("{project}", project)
                 .replace("{pet}", pet);
+            // What happened, before any word of when: two tellings of it about one day are
+            // one event, whether or not one of them says "this morning".
+            let what = text.trim_end_matches('.').to_string();
             let mut happens_at = None;
             let mut relative = None;
             if self.rng.chance(0.3) {
@@ -678,6 +714,7 @@ impl UserGen<'_> {
                 happens_at = Some(created_at - days * DAY);
                 relative = Some(phrase);
             }
+            let told_as = (what, happens_at.unwrap_or(created_at).div_euclid(DAY));
             // A repeated episode is told apart by its date, then by its time of day.
             for format in ["%-d %B %Y", "%-d %B %Y at %H:%M"] {
                 if !self.texts.contains(&text) {
@@ -724,6 +761,7 @@ impl UserGen<'_> {
             if let Some(last) = self.memories.last_mut() {
                 last.happens_at = happens_at;
             }
+            self.note_telling(told_as, &id);
             if let (Some(phrase), Some(at)) = (relative, happens_at) {
                 let happened_on = chrono::DateTime::from_timestamp_micros(at)
                     .map(|d| d.format("%Y-%m-%d").to_string())
@@ -788,6 +826,7 @@ pub fn generate_each_user(config: &SynthConfig, mut sink: impl FnMut(Vec<SynthMe
             next_session: 0,
             claimed: HashSet::new(),
             texts: HashSet::new(),
+            told: HashMap::new(),
             memories: Vec::with_capacity(budget),
             entities: BTreeMap::new(),
             truth: &mut truth,
@@ -919,6 +958,54 @@ mod tests {
                 memory.text
             );
         }
+    }
+
+    #[test]
+    fn an_episode_told_again_the_same_day_is_a_duplicate_group_of_the_truth() {
+        let (memories, truth) = generate(&config(2, 4000, 9));
+        let phrases: HashMap<&str, &str> = truth
+            .relative_times
+            .iter()
+            .map(|r| (r.memory_id.as_str(), r.phrase.as_str()))
+            .collect();
+        // Recomputed from the output: episodes by user, what happened (the words without
+        // the date synth adds to keep texts unique and without the relative phrase) and the
+        // day of the event.
+        let mut tellings: HashMap<(String, String, i64), Vec<String>> = HashMap::new();
+        for m in memories.iter().filter(|m| m.kind == "episode") {
+            let mut words = m.text.split(" (on ").next().unwrap_or(&m.text);
+            words = words.trim_end_matches('.');
+            if let Some(phrase) = phrases.get(m.id.as_str()) {
+                words = words.strip_suffix(phrase).unwrap().trim_end();
+            }
+            let day = m.happens_at.unwrap_or(m.created_at).div_euclid(DAY);
+            tellings
+                .entry((m.user_id.clone(), words.to_string(), day))
+                .or_default()
+                .push(m.id.clone());
+        }
+        let mut expected: Vec<Vec<String>> = tellings
+            .into_values()
+            .filter(|ids| ids.len() > 1)
+            .map(|mut ids| {
+                ids.sort();
+                ids
+            })
+            .collect();
+        expected.sort();
+        let mut listed: Vec<Vec<String>> = truth
+            .duplicate_groups
+            .iter()
+            .filter(|g| g.kind == "episode")
+            .map(|g| {
+                let mut ids = g.memory_ids.clone();
+                ids.sort();
+                ids
+            })
+            .collect();
+        listed.sort();
+        assert!(!expected.is_empty(), "4000 memories repeat some episode");
+        assert_eq!(listed, expected);
     }
 
     #[test]
