@@ -2,7 +2,7 @@
 //! hub clustering; seed 001 full clustering), for `memlife consolidate` to judge. Rules in
 //! `logic::cluster`; the similarity threshold is the embedding model's `cluster` threshold
 //! (`[thresholds."MODEL"]`, 0.75 for all-MiniLM-L6-v2) unless `--threshold` says otherwise.
-//! Writes one `clusters` row per cluster, all of a user's in one Lance commit; reads nothing
+//! Writes one `clusters` row per cluster, a group of users' in one Lance commit; reads nothing
 //! it writes, so a rerun simply finds the clusters again under a new run id (consolidate
 //! reads each user's latest finished run).
 
@@ -11,12 +11,15 @@ use std::collections::BTreeMap;
 use anyhow::{Result, anyhow};
 use arrow::array::AsArray;
 use arrow::datatypes::{Float32Type, Float64Type, Int64Type};
+use rayon::prelude::*;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::logic::cluster::{Member, assign, describe, full_seeds, hubs, signature};
+use crate::logic::cluster::{
+    Cluster, ClusterParams, Member, assign, describe, full_seeds, hubs, signature,
+};
 use crate::logic::similarity::{SelfMatch, all_pairs_top_k, top_k};
 use crate::model::schema::{CLUSTERS, LINKS, SHARES_ENTITY_PREFIX};
-use crate::store::{batch_from_json, sql_string};
+use crate::store::{batch_from_json, sql_list, sql_string};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClusterMode {
@@ -56,6 +59,7 @@ impl Job for ClusterArgs {
 }
 
 /// One user's live, embedded memories of their main embedding model.
+#[derive(Default)]
 struct UserMemories {
     members: Vec<Member>,
     texts: Vec<String>,
@@ -63,11 +67,54 @@ struct UserMemories {
     model: String,
 }
 
-async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
-    let filter = format!(
-        "user_id = {} AND state != 'archived' AND archived_at IS NULL AND embedding IS NOT NULL",
-        sql_string(user)
-    );
+/// Users are read and clustered in groups of about this many live memories: one scan per
+/// group instead of one per user (a store of many small users would otherwise pay a full
+/// scan of the user column per user), with the group's vectors in memory at once.
+const GROUP_ROWS: usize = 200_000;
+
+const LIVE: &str = "state != 'archived' AND archived_at IS NULL AND embedding IS NOT NULL";
+
+/// Live embedded memories per user (the user in scope, or every user), in user order.
+async fn live_counts(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, usize>> {
+    let filter = match &ctx.user {
+        Some(user) => format!("user_id = {} AND {LIVE}", sql_string(user)),
+        None => LIVE.to_string(),
+    };
+    let mut counts = BTreeMap::new();
+    for batch in ctx
+        .store
+        .scan_columns("memories", Some(&filter), &["user_id"])
+        .await?
+    {
+        let users = batch.column(0).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            *counts.entry(users.value(row).to_string()).or_default() += 1;
+        }
+    }
+    Ok(counts)
+}
+
+/// Users in consecutive groups of at most `GROUP_ROWS` memories (a larger user alone).
+fn groups(counts: &BTreeMap<String, usize>) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = Vec::new();
+    let mut rows = 0;
+    for (user, &n) in counts {
+        if out.is_empty() || rows + n > GROUP_ROWS {
+            out.push(Vec::new());
+            rows = 0;
+        }
+        rows += n;
+        if let Some(last) = out.last_mut() {
+            last.push(user.clone());
+        }
+    }
+    out
+}
+
+/// The live, embedded memories of a group of users, each user's of their main model: one
+/// scan of the memories and one of the links for the whole group.
+async fn load(ctx: &JobCtx<'_>, users: &[String]) -> Result<BTreeMap<String, UserMemories>> {
+    let filter = format!("user_id IN ({}) AND {LIVE}", sql_list(users));
     let batches = ctx
         .store
         .scan_columns(
@@ -80,18 +127,37 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
                 "access_count",
                 "embedding",
                 "embedding_model",
+                "user_id",
             ],
         )
         .await?;
-    let (model, _) = super::main_model(&batches, 5);
-    let inbound = inbound_links(ctx, user).await?;
+    let inbound = inbound_links(ctx, users).await?;
+    // Each user's main model first (similarities are only meaningful within one model).
+    let mut models: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
+    for batch in &batches {
+        let names = batch.column(5).as_string::<i32>();
+        let owners = batch.column(6).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            *models
+                .entry(owners.value(row))
+                .or_default()
+                .entry(names.value(row))
+                .or_default() += 1;
+        }
+    }
+    let main: BTreeMap<String, String> = models
+        .iter()
+        .map(|(user, counts)| {
+            let model = counts
+                .iter()
+                .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+                .map(|(m, _)| m.to_string())
+                .unwrap_or_default();
+            (user.to_string(), model)
+        })
+        .collect();
     let dim = ctx.store.embedding_dim();
-    let mut out = UserMemories {
-        members: Vec::new(),
-        texts: Vec::new(),
-        vectors: Vec::new(),
-        model,
-    };
+    let mut out: BTreeMap<String, UserMemories> = BTreeMap::new();
     for batch in &batches {
         let ids = batch.column(0).as_string::<i32>();
         let texts = batch.column(1).as_string::<i32>();
@@ -100,45 +166,117 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
         let list = batch.column(4).as_fixed_size_list();
         let values = list.values().as_primitive::<Float32Type>();
         let names = batch.column(5).as_string::<i32>();
+        let owners = batch.column(6).as_string::<i32>();
         for row in 0..batch.num_rows() {
-            if names.value(row) != out.model {
+            let user = owners.value(row);
+            let Some(model) = main.get(user) else {
+                continue;
+            };
+            if names.value(row) != model {
                 continue;
             }
+            let memories = out.entry(user.to_string()).or_insert_with(|| UserMemories {
+                model: model.clone(),
+                ..UserMemories::default()
+            });
             let id = ids.value(row).to_string();
-            out.members.push(Member {
-                inbound_links: inbound.get(&id).copied().unwrap_or(0),
+            memories.members.push(Member {
+                inbound_links: inbound
+                    .get(&(user.to_string(), id.clone()))
+                    .copied()
+                    .unwrap_or(0),
                 id,
                 importance: importance.value(row),
                 access_count: access.value(row),
             });
-            out.texts.push(texts.value(row).to_string());
+            memories.texts.push(texts.value(row).to_string());
             let start = list.value_offset(row) as usize;
-            out.vectors
+            memories
+                .vectors
                 .extend_from_slice(&values.values()[start..start + dim]);
         }
     }
     Ok(out)
 }
 
-/// Inbound links per memory of a user, entity links (`shares_entity:*`) excluded.
-async fn inbound_links(ctx: &JobCtx<'_>, user: &str) -> Result<BTreeMap<String, i64>> {
+/// Inbound links per (user, memory) of a group of users, entity links (`shares_entity:*`)
+/// excluded.
+async fn inbound_links(
+    ctx: &JobCtx<'_>,
+    users: &[String],
+) -> Result<BTreeMap<(String, String), i64>> {
     let filter = format!(
-        "user_id = {} AND link_type NOT LIKE '{}%'",
-        sql_string(user),
+        "user_id IN ({}) AND link_type NOT LIKE '{}%'",
+        sql_list(users),
         SHARES_ENTITY_PREFIX
     );
     let mut counts = BTreeMap::new();
     for batch in ctx
         .store
-        .scan_columns(LINKS.name, Some(&filter), &["target_id"])
+        .scan_columns(LINKS.name, Some(&filter), &["user_id", "target_id"])
         .await?
     {
-        let targets = batch.column(0).as_string::<i32>();
+        let owners = batch.column(0).as_string::<i32>();
+        let targets = batch.column(1).as_string::<i32>();
         for row in 0..batch.num_rows() {
-            *counts.entry(targets.value(row).to_string()).or_default() += 1;
+            *counts
+                .entry((
+                    owners.value(row).to_string(),
+                    targets.value(row).to_string(),
+                ))
+                .or_default() += 1;
         }
     }
     Ok(counts)
+}
+
+/// One user's clusters (and, in hub mode, how many hubs seeded them).
+fn cluster_user(
+    memories: &UserMemories,
+    threshold: f32,
+    mode: ClusterMode,
+    params: &ClusterParams,
+    dim: usize,
+) -> (usize, Vec<Cluster>) {
+    let neighbours_k = 2 * params.max_size;
+    let (seeds, neighbours) = match mode {
+        ClusterMode::Hubs => {
+            let hub_rows = hubs(&memories.members, params);
+            let queries: Vec<f32> = hub_rows
+                .iter()
+                .flat_map(|&r| memories.vectors[r * dim..(r + 1) * dim].iter().copied())
+                .collect();
+            let self_rows: Vec<u32> = hub_rows.iter().map(|&r| r as u32).collect();
+            let found = top_k(
+                &queries,
+                &memories.vectors,
+                dim,
+                neighbours_k,
+                SelfMatch::Rows(&self_rows),
+            );
+            let mut neighbours = vec![Vec::new(); memories.members.len()];
+            for (&row, list) in hub_rows.iter().zip(found) {
+                neighbours[row] = list;
+            }
+            (hub_rows, neighbours)
+        }
+        ClusterMode::Full => {
+            let (neighbours, _) = all_pairs_top_k(&memories.vectors, dim, neighbours_k, false);
+            let seeds = full_seeds(&memories.members, &neighbours, threshold);
+            (seeds, neighbours)
+        }
+    };
+    let hub_count = if mode == ClusterMode::Hubs {
+        seeds.len()
+    } else {
+        0
+    };
+    let clusters = describe(
+        assign(&seeds, &neighbours, threshold, params),
+        &memories.vectors,
+        dim,
+    );
+    (hub_count, clusters)
 }
 
 pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
@@ -153,71 +291,49 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
     let now = ctx.now.timestamp_micros();
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut noted = std::collections::BTreeSet::new();
-    let neighbours_k = 2 * params.max_size;
-    for user in super::users_of(ctx, "memories").await? {
-        let memories = load(ctx, &user).await?;
-        *counts.entry("users".into()).or_default() += 1;
-        *counts.entry("memories".into()).or_default() += memories.members.len() as u64;
-        if memories.members.len() < params.min_size {
-            continue;
-        }
-        let threshold = match args.threshold {
-            Some(t) => t,
-            None => {
-                let (t, source) = config.thresholds_for(&memories.model);
-                if noted.insert(memories.model.clone()) {
-                    report.notes.push(format!(
-                        "cluster threshold {} ({} threshold of {}; --threshold overrides)",
-                        t.cluster,
-                        source.describe(),
-                        memories.model
-                    ));
+    for users in groups(&live_counts(ctx).await?) {
+        let loaded = load(ctx, &users).await?;
+        // Thresholds and notes in user order, then every user of the group clustered at once
+        // (rayon across users; the all-pairs kernel is parallel within a user too).
+        let mut work: Vec<(&String, &UserMemories, f32)> = Vec::new();
+        for (user, memories) in &loaded {
+            *counts.entry("users".into()).or_default() += 1;
+            *counts.entry("memories".into()).or_default() += memories.members.len() as u64;
+            if memories.members.len() < params.min_size {
+                continue;
+            }
+            let threshold = match args.threshold {
+                Some(t) => t,
+                None => {
+                    let (t, source) = config.thresholds_for(&memories.model);
+                    if noted.insert(memories.model.clone()) {
+                        report.notes.push(format!(
+                            "cluster threshold {} ({} threshold of {}; --threshold overrides)",
+                            t.cluster,
+                            source.describe(),
+                            memories.model
+                        ));
+                    }
+                    t.cluster
                 }
-                t.cluster
-            }
-        };
-        let (seeds, neighbours) = match args.mode {
-            ClusterMode::Hubs => {
-                let hub_rows = hubs(&memories.members, params);
-                *counts.entry("hubs".into()).or_default() += hub_rows.len() as u64;
-                let queries: Vec<f32> = hub_rows
-                    .iter()
-                    .flat_map(|&r| memories.vectors[r * dim..(r + 1) * dim].iter().copied())
-                    .collect();
-                let self_rows: Vec<u32> = hub_rows.iter().map(|&r| r as u32).collect();
-                let found = top_k(
-                    &queries,
-                    &memories.vectors,
-                    dim,
-                    neighbours_k,
-                    SelfMatch::Rows(&self_rows),
-                );
-                let mut neighbours = vec![Vec::new(); memories.members.len()];
-                for (&row, list) in hub_rows.iter().zip(found) {
-                    neighbours[row] = list;
-                }
-                (hub_rows, neighbours)
-            }
-            ClusterMode::Full => {
-                let (neighbours, _) = all_pairs_top_k(&memories.vectors, dim, neighbours_k, false);
-                let seeds = full_seeds(&memories.members, &neighbours, threshold);
-                (seeds, neighbours)
-            }
-        };
-        let clusters = describe(
-            assign(&seeds, &neighbours, threshold, params),
-            &memories.vectors,
-            dim,
-        );
-        *counts.entry("clusters".into()).or_default() += clusters.len() as u64;
-        *counts.entry("clustered_memories".into()).or_default() +=
-            clusters.iter().map(|c| c.members.len() as u64).sum::<u64>();
-        if clusters.is_empty() || ctx.dry_run {
-            continue;
+            };
+            work.push((user, memories, threshold));
         }
-        let rows: Vec<serde_json::Value> = clusters
-            .iter()
-            .map(|c| {
+        let found: Vec<(usize, Vec<Cluster>)> = work
+            .par_iter()
+            .map(|&(_, memories, threshold)| {
+                cluster_user(memories, threshold, args.mode, params, dim)
+            })
+            .collect();
+        let mut rows: Vec<serde_json::Value> = Vec::new();
+        for (&(user, memories, threshold), (hub_count, clusters)) in work.iter().zip(&found) {
+            if args.mode == ClusterMode::Hubs {
+                *counts.entry("hubs".into()).or_default() += *hub_count as u64;
+            }
+            *counts.entry("clusters".into()).or_default() += clusters.len() as u64;
+            *counts.entry("clustered_memories".into()).or_default() +=
+                clusters.iter().map(|c| c.members.len() as u64).sum::<u64>();
+            for c in clusters {
                 let ids: Vec<&str> = c
                     .members
                     .iter()
@@ -228,7 +344,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
                     .iter()
                     .map(|&m| (memories.members[m].id.as_str(), memories.texts[m].as_str()))
                     .collect();
-                serde_json::json!({
+                rows.push(serde_json::json!({
                     "run_id": log.run_id(),
                     "user_id": user,
                     "mode": args.mode.as_str(),
@@ -240,9 +356,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
                     "confidence": (c.confidence as f64 * 1e4).round() / 1e4,
                     "threshold": threshold,
                     "signature": signature(&keyed),
-                })
-            })
-            .collect();
+                }));
+            }
+        }
+        if rows.is_empty() || ctx.dry_run {
+            continue;
+        }
         let batch = batch_from_json(&CLUSTERS, dim, now, &rows).map_err(|e| anyhow!(e))?;
         crate::crash::point("cluster.before-write");
         ctx.store.upsert_batch(&CLUSTERS, batch).await?;

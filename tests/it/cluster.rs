@@ -131,3 +131,52 @@ fn the_threshold_is_the_models_and_sizes_come_from_the_config() {
         stderr(&out)
     );
 }
+
+#[test]
+fn many_users_are_clustered_in_one_pass_each_as_if_alone_and_never_together() {
+    // Twelve users with the same memories (ids told apart): one scan and one parallel pass
+    // for all of them must give each user the clusters a run scoped to that user gives,
+    // and no cluster may mix users although their texts are identical.
+    let fixture = std::fs::read_to_string(fixture("clusters.jsonl")).unwrap();
+    let mut lines = Vec::new();
+    for n in 0..12 {
+        for line in fixture.lines().filter(|l| l.contains("\"user_id\":\"u1\"")) {
+            let mut row: Value = serde_json::from_str(line).unwrap();
+            row["id"] = Value::from(format!("m{n}-{}", row["id"].as_str().unwrap()));
+            row["user_id"] = Value::from(format!("user{n:02}"));
+            lines.push(row.to_string());
+        }
+    }
+    let db = TestDb::new();
+    let file = db.path("many.jsonl");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    for args in [
+        vec!["import", file.as_str()],
+        vec!["embed", "--embedder", "hash"],
+    ] {
+        let out = db.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let all = cluster(&db, &["--mode", "full", "--threshold", "0.6"]);
+    assert_eq!(all["counts"]["users"], 12, "{all}");
+    let found = clusters_of(&db, all["run_id"].as_str().unwrap());
+    assert_eq!(found.len(), 36, "three groups per user: {found:?}");
+    for members in &found {
+        let prefix = members[0].split('-').next().unwrap();
+        assert!(
+            members.iter().all(|m| m.starts_with(&format!("{prefix}-"))),
+            "a cluster mixes users: {members:?}"
+        );
+    }
+    let alone = cluster(
+        &db,
+        &["--mode", "full", "--threshold", "0.6", "--user", "user07"],
+    );
+    let expected = clusters_of(&db, alone["run_id"].as_str().unwrap());
+    assert_eq!(expected.len(), 3);
+    let in_all: Vec<Vec<String>> = found
+        .into_iter()
+        .filter(|c| c[0].starts_with("m7-"))
+        .collect();
+    assert_eq!(in_all, expected);
+}
