@@ -5,6 +5,7 @@
 //! come from another model is refused (mixing models makes similarities meaningless) unless
 //! `--all` re-embeds everything.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, EmbedderArgs};
 use crate::model::schema::{ENTITIES, MEMORIES, TableSpec};
-use crate::store::sql_string;
+use crate::store::{sql_list, sql_string};
 
 /// Fill missing embeddings of memories and entities (resumable; --all recomputes).
 #[derive(clap::Args, Debug, Clone)]
@@ -101,17 +102,20 @@ fn texts_of(spec: &TableSpec, batch: &RecordBatch) -> Vec<String> {
 async fn other_models(
     ctx: &JobCtx<'_>,
     table: &str,
-    user: &str,
     current: &str,
-) -> Result<Vec<String>> {
-    let filter = format!("user_id = {} AND embedding IS NOT NULL", sql_string(user));
-    let mut models = std::collections::BTreeSet::new();
+) -> Result<BTreeMap<String, BTreeSet<String>>> {
+    let mut filter = "embedding IS NOT NULL".to_string();
+    if let Some(user) = &ctx.user {
+        filter = format!("user_id = {} AND {filter}", sql_string(user));
+    }
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for batch in ctx
         .store
-        .scan_columns(table, Some(&filter), &["embedding_model"])
+        .scan_columns(table, Some(&filter), &["user_id", "embedding_model"])
         .await?
     {
-        let column = batch.column(0).as_string::<i32>();
+        let users = batch.column(0).as_string::<i32>();
+        let column = batch.column(1).as_string::<i32>();
         for i in 0..batch.num_rows() {
             let model = if column.is_valid(i) {
                 column.value(i)
@@ -119,11 +123,13 @@ async fn other_models(
                 "unknown"
             };
             if model != current {
-                models.insert(model.to_string());
+                out.entry(users.value(i).to_string())
+                    .or_default()
+                    .insert(model.to_string());
             }
         }
     }
-    Ok(models.into_iter().collect())
+    Ok(out)
 }
 
 /// Replaces the embedding and embedding_model columns of a batch.
@@ -223,31 +229,40 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
         if !tables.iter().any(|t| t == spec.name) {
             continue;
         }
-        for user in super::users_of(ctx, spec.name).await? {
-            let others = other_models(ctx, spec.name, &user, &model).await?;
-            if !others.is_empty() && !args.all {
+        // Every user of the table in one pass (one scan, commits of `commit_rows` rows
+        // across users): a store of many small users pays no scan or commit per user.
+        let mut conditions: Vec<String> = Vec::new();
+        if let Some(user) = &ctx.user {
+            conditions.push(format!("user_id = {}", sql_string(user)));
+        }
+        if !args.all {
+            conditions.push("embedding IS NULL".into());
+            let others = other_models(ctx, spec.name, &model).await?;
+            for (user, models) in &others {
                 report.failures.push(ItemFailure {
                     item: format!("{} of user {user}", spec.name),
                     reason: format!(
                         "has vectors from {}; embedding with {model} would mix models \
                          (run `memlife embed --all` to re-embed this user with {model})",
-                        others.join(", ")
+                        models.iter().cloned().collect::<Vec<_>>().join(", ")
                     ),
                 });
-                continue;
             }
-            let mut filter = format!("user_id = {}", sql_string(&user));
-            if !args.all {
-                filter.push_str(" AND embedding IS NULL");
+            if !others.is_empty() {
+                let users: Vec<String> = others.into_keys().collect();
+                conditions.push(format!("user_id NOT IN ({})", sql_list(&users)));
             }
-            let total = ctx.store.count_rows(spec.name, Some(&filter)).await? as u64;
+        }
+        {
+            let filter = (!conditions.is_empty()).then(|| conditions.join(" AND "));
+            let total = ctx.store.count_rows(spec.name, filter.as_deref()).await? as u64;
             if total == 0 {
                 continue;
             }
             let bar = progress_bar(total);
-            bar.set_prefix(format!("{} {user}", spec.name));
+            bar.set_prefix(spec.name.to_string());
             // Rows are read once up front: a chunk's commit must not shift what is left to read.
-            let batches = ctx.store.scan(spec.name, Some(&filter)).await?;
+            let batches = ctx.store.scan(spec.name, filter.as_deref()).await?;
             for batch in batches {
                 for start in (0..batch.num_rows()).step_by(args.commit_rows.max(1)) {
                     let length = args.commit_rows.max(1).min(batch.num_rows() - start);
