@@ -114,30 +114,34 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
         .collect();
     // Newest first: for each user, the first run whose scope covers them.
     runs.sort_by(|a, b| b.0.cmp(&a.0));
-    let mut out = Vec::new();
+    // Each user's latest run, then one scan of the clusters per run (not per user).
+    let mut users_of_run: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for user in super::users_of(ctx, "memories").await? {
-        let Some((_, _, run_id)) = runs
+        if let Some((_, _, run_id)) = runs
             .iter()
             .find(|(_, scope, _)| scope.as_deref().is_none_or(|s| s == user))
-        else {
-            continue;
-        };
-        let filter = format!(
-            "run_id = {} AND user_id = {}",
-            sql_string(run_id),
-            sql_string(&user)
-        );
+        {
+            users_of_run.entry(run_id.clone()).or_default().insert(user);
+        }
+    }
+    let mut out = Vec::new();
+    for (run_id, users) in users_of_run {
+        let filter = format!("run_id = {}", sql_string(&run_id));
         for row in json_rows(
             &ctx.store
                 .scan_columns(
                     "clusters",
                     Some(&filter),
-                    &["member_ids", "signature", "seed_id"],
+                    &["member_ids", "signature", "seed_id", "user_id"],
                 )
                 .await?,
         ) {
+            let user = row["user_id"].as_str().unwrap_or("");
+            if !users.contains(user) {
+                continue;
+            }
             out.push(ClusterRow {
-                user: user.clone(),
+                user: user.to_string(),
                 member_ids: row["member_ids"]
                     .as_array()
                     .map(|ids| {
@@ -150,21 +154,45 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
             });
         }
     }
+    // In user order, as before (the order clusters are proposed and logged in).
+    out.sort_by(|a, b| a.user.cmp(&b.user));
     Ok(out)
 }
 
-/// A user's memories as JSON objects (embedding left out), by id: one scan per user.
-async fn user_rows(store: &Store, user: &str) -> Result<BTreeMap<String, Value>> {
+/// Users per scan when reading several users' rows: a store of many small users pays one
+/// scan per this many users, not one per user.
+const USERS_PER_SCAN: usize = 256;
+
+/// Rows of `table` (JSON objects, `columns` only) of the given users: one scan per
+/// `USERS_PER_SCAN` users.
+async fn rows_of_users<'a>(
+    store: &Store,
+    table: &str,
+    users: impl IntoIterator<Item = &'a str>,
+    columns: &[&str],
+) -> Result<Vec<serde_json::Map<String, Value>>> {
+    let users: Vec<String> = users.into_iter().map(str::to_string).collect();
+    let mut out = Vec::new();
+    for chunk in users.chunks(USERS_PER_SCAN) {
+        let filter = format!("user_id IN ({})", sql_list(chunk));
+        out.extend(json_rows(
+            &store.scan_columns(table, Some(&filter), columns).await?,
+        ));
+    }
+    Ok(out)
+}
+
+/// The users' memories as JSON objects (embedding left out), by id.
+async fn users_rows<'a>(
+    store: &Store,
+    users: impl IntoIterator<Item = &'a str>,
+) -> Result<BTreeMap<String, Value>> {
     let columns = MEMORIES.columns_except("embedding");
-    let filter = format!("user_id = {}", sql_string(user));
-    Ok(json_rows(
-        &store
-            .scan_columns("memories", Some(&filter), &columns)
-            .await?,
-    )
-    .into_iter()
-    .map(|r| (r["id"].as_str().unwrap_or("").to_string(), Value::Object(r)))
-    .collect())
+    Ok(rows_of_users(store, "memories", users, &columns)
+        .await?
+        .into_iter()
+        .map(|r| (r["id"].as_str().unwrap_or("").to_string(), Value::Object(r)))
+        .collect())
 }
 
 /// Signatures of clusters whose proposal was declined or rejected before, per user.
@@ -739,18 +767,13 @@ async fn commit(
         .into_iter()
         .partition(|p| logged.contains(&item_key_id(run_id, &p.key)));
     let users: BTreeSet<&str> = plans.iter().map(|p| p.user.as_str()).collect();
-    let mut rows_by_id: BTreeMap<String, Value> = BTreeMap::new();
-    let mut links_of_user: BTreeMap<String, Vec<serde_json::Map<String, Value>>> = BTreeMap::new();
-    for user in users {
-        rows_by_id.extend(user_rows(store, user).await?);
-        links_of_user.insert(
-            user.to_string(),
-            json_rows(
-                &store
-                    .scan("links", Some(&format!("user_id = {}", sql_string(user))))
-                    .await?,
-            ),
-        );
+    let rows_by_id = users_rows(store, users.iter().copied()).await?;
+    let mut links_of_user: BTreeMap<String, Vec<serde_json::Map<String, Value>>> =
+        users.iter().map(|u| (u.to_string(), Vec::new())).collect();
+    let link_columns = LINKS.columns_except("embedding");
+    for link in rows_of_users(store, "links", users.iter().copied(), &link_columns).await? {
+        let user = link["user_id"].as_str().unwrap_or("").to_string();
+        links_of_user.entry(user).or_default().push(link);
     }
     let mut ready = Vec::new();
     for plan in plans {
@@ -843,13 +866,11 @@ async fn candidates(
     let pending =
         crate::llm::batch::memories_in_pending(&ctx.store, JobName::Consolidate.as_str()).await?;
     let mut candidates = Vec::new();
-    let mut rows: BTreeMap<String, Value> = BTreeMap::new();
-    let mut loaded_users = BTreeSet::new();
-    for cluster in latest_clusters(ctx).await? {
+    let clusters = latest_clusters(ctx).await?;
+    let users: BTreeSet<&str> = clusters.iter().map(|c| c.user.as_str()).collect();
+    let rows = users_rows(&ctx.store, users).await?;
+    for cluster in clusters {
         add(counts, "clusters", 1);
-        if loaded_users.insert(cluster.user.clone()) {
-            rows.extend(user_rows(&ctx.store, &cluster.user).await?);
-        }
         let members: Vec<Value> = cluster
             .member_ids
             .iter()
