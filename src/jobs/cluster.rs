@@ -147,14 +147,7 @@ async fn load(ctx: &JobCtx<'_>, users: &[String]) -> Result<BTreeMap<String, Use
     }
     let main: BTreeMap<String, String> = models
         .iter()
-        .map(|(user, counts)| {
-            let model = counts
-                .iter()
-                .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-                .map(|(m, _)| m.to_string())
-                .unwrap_or_default();
-            (user.to_string(), model)
-        })
+        .map(|(user, counts)| (user.to_string(), super::most_used(counts)))
         .collect();
     let dim = ctx.store.embedding_dim();
     let mut out: BTreeMap<String, UserMemories> = BTreeMap::new();

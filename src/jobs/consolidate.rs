@@ -955,21 +955,15 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
         // submitting pass 2, and the poll after that applies the approved groups.
         add(&mut counts, "items_to_submit", items.len() as u64);
         if !ctx.dry_run {
-            let mut by_user: BTreeMap<&str, Vec<Item>> = BTreeMap::new();
-            for ((cluster, _), item) in candidates.iter().zip(items) {
-                by_user.entry(cluster.user.as_str()).or_default().push(item);
-            }
-            for (user, items) in by_user {
-                log.submit_batches(
-                    ctx,
-                    &llm,
-                    user,
-                    (Task::ConsolidatePropose, &items, "clusters (pass 1)"),
-                    &mut counts,
-                    &mut report.notes,
-                )
-                .await?;
-            }
+            let items = candidates.iter().map(|(c, _)| c.user.clone()).zip(items);
+            log.submit_batches_by_user(
+                ctx,
+                &llm,
+                (Task::ConsolidatePropose, items, "clusters (pass 1)"),
+                &mut counts,
+                &mut report.notes,
+            )
+            .await?;
         }
         report.counts = counts;
         log.finish(ctx, &mut report).await?;

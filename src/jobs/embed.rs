@@ -253,63 +253,61 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
                 conditions.push(format!("user_id NOT IN ({})", sql_list(&users)));
             }
         }
-        {
-            let filter = (!conditions.is_empty()).then(|| conditions.join(" AND "));
-            let total = ctx.store.count_rows(spec.name, filter.as_deref()).await? as u64;
-            if total == 0 {
-                continue;
-            }
-            let bar = progress_bar(total);
-            bar.set_prefix(spec.name.to_string());
-            // Rows are read once up front: a chunk's commit must not shift what is left to read.
-            let batches = ctx.store.scan(spec.name, filter.as_deref()).await?;
-            for batch in batches {
-                for start in (0..batch.num_rows()).step_by(args.commit_rows.max(1)) {
-                    let length = args.commit_rows.max(1).min(batch.num_rows() - start);
-                    let chunk = batch.slice(start, length);
-                    let texts = texts_of(spec, &chunk);
-                    let ids = chunk
-                        .column_by_name("id")
-                        .context("id column")?
-                        .as_string::<i32>()
-                        .clone();
-                    let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(length);
-                    for (offset, group) in texts.chunks(args.batch_size.max(1)).enumerate() {
-                        let refs: Vec<&str> = group.iter().map(String::as_str).collect();
-                        for (i, outcome) in embedder.embed(&refs).await?.into_iter().enumerate() {
-                            let row = offset * args.batch_size.max(1) + i;
-                            match outcome {
-                                Embedded::Vector {
-                                    values,
-                                    truncated: cut,
-                                } => {
-                                    embedded += 1;
-                                    if cut {
-                                        truncated += 1;
-                                    }
-                                    vectors.push(Some(values));
+        let filter = (!conditions.is_empty()).then(|| conditions.join(" AND "));
+        let total = ctx.store.count_rows(spec.name, filter.as_deref()).await? as u64;
+        if total == 0 {
+            continue;
+        }
+        let bar = progress_bar(total);
+        bar.set_prefix(spec.name.to_string());
+        // Rows are read once up front: a chunk's commit must not shift what is left to read.
+        let batches = ctx.store.scan(spec.name, filter.as_deref()).await?;
+        for batch in batches {
+            for start in (0..batch.num_rows()).step_by(args.commit_rows.max(1)) {
+                let length = args.commit_rows.max(1).min(batch.num_rows() - start);
+                let chunk = batch.slice(start, length);
+                let texts = texts_of(spec, &chunk);
+                let ids = chunk
+                    .column_by_name("id")
+                    .context("id column")?
+                    .as_string::<i32>()
+                    .clone();
+                let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(length);
+                for (offset, group) in texts.chunks(args.batch_size.max(1)).enumerate() {
+                    let refs: Vec<&str> = group.iter().map(String::as_str).collect();
+                    for (i, outcome) in embedder.embed(&refs).await?.into_iter().enumerate() {
+                        let row = offset * args.batch_size.max(1) + i;
+                        match outcome {
+                            Embedded::Vector {
+                                values,
+                                truncated: cut,
+                            } => {
+                                embedded += 1;
+                                if cut {
+                                    truncated += 1;
                                 }
-                                Embedded::Refused(reason) => {
-                                    refused += 1;
-                                    report.failures.push(ItemFailure {
-                                        item: format!("{} {}", spec.name, ids.value(row)),
-                                        reason,
-                                    });
-                                    vectors.push(None);
-                                }
+                                vectors.push(Some(values));
+                            }
+                            Embedded::Refused(reason) => {
+                                refused += 1;
+                                report.failures.push(ItemFailure {
+                                    item: format!("{} {}", spec.name, ids.value(row)),
+                                    reason,
+                                });
+                                vectors.push(None);
                             }
                         }
-                        bar.inc(group.len() as u64);
                     }
-                    if !ctx.dry_run {
-                        let updated = with_vectors(&chunk, &vectors, &model, dim)?;
-                        ctx.store.upsert_batch(spec, updated).await?;
-                        crate::crash::point("embed.after-chunk");
-                    }
+                    bar.inc(group.len() as u64);
+                }
+                if !ctx.dry_run {
+                    let updated = with_vectors(&chunk, &vectors, &model, dim)?;
+                    ctx.store.upsert_batch(spec, updated).await?;
+                    crate::crash::point("embed.after-chunk");
                 }
             }
-            bar.finish_and_clear();
         }
+        bar.finish_and_clear();
     }
     report.count("embedded", embedded);
     report.count("refused", refused);

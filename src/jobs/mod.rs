@@ -327,13 +327,18 @@ pub fn main_model(batches: &[arrow::array::RecordBatch], column: usize) -> (Stri
             *models.entry(names.value(row).to_string()).or_default() += 1;
         }
     }
-    let model = models
-        .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(m, _)| m.clone())
-        .unwrap_or_default();
+    let model = most_used(&models);
     let others = models.values().sum::<usize>() - models.get(&model).copied().unwrap_or(0);
     (model, others)
+}
+
+/// The model with the most rows in `counts` (ties by name); empty when there is none.
+pub fn most_used<M: AsRef<str> + Ord>(counts: &BTreeMap<M, usize>) -> String {
+    counts
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(m, _)| m.as_ref().to_string())
+        .unwrap_or_default()
 }
 
 /// Distinct users of a table (or the one in scope), sorted.
@@ -448,6 +453,31 @@ impl RunLog {
                 record.batch_key,
                 record.remote_batch_id.as_deref().unwrap_or("?")
             ));
+        }
+        Ok(())
+    }
+
+    /// `submit_batches` for items of several users: `(user, item)` pairs, one batch set per
+    /// user.
+    pub async fn submit_batches_by_user(
+        &self,
+        ctx: &JobCtx<'_>,
+        llm: &crate::llm::Llm,
+        (task, items, what): (
+            crate::llm::tasks::Task,
+            impl IntoIterator<Item = (String, crate::llm::Item)>,
+            &str,
+        ),
+        counts: &mut BTreeMap<String, u64>,
+        notes: &mut Vec<String>,
+    ) -> Result<()> {
+        let mut by_user: BTreeMap<String, Vec<crate::llm::Item>> = BTreeMap::new();
+        for (user, item) in items {
+            by_user.entry(user).or_default().push(item);
+        }
+        for (user, items) in by_user {
+            self.submit_batches(ctx, llm, &user, (task, &items, what), counts, notes)
+                .await?;
         }
         Ok(())
     }

@@ -446,22 +446,18 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
 
     if batch {
         if !ctx.dry_run {
-            let mut by_user: BTreeMap<String, Vec<Item>> = BTreeMap::new();
-            for (memory, item) in memories.iter().zip(items) {
-                let user = memory["user_id"].as_str().unwrap_or("").to_string();
-                by_user.entry(user).or_default().push(item);
-            }
-            for (user, items) in by_user {
-                log.submit_batches(
-                    ctx,
-                    &llm,
-                    &user,
-                    (Task::Refine, &items, "memories"),
-                    &mut counts,
-                    &mut report.notes,
-                )
-                .await?;
-            }
+            let items = memories
+                .iter()
+                .map(|m| m["user_id"].as_str().unwrap_or("").to_string())
+                .zip(items);
+            log.submit_batches_by_user(
+                ctx,
+                &llm,
+                (Task::Refine, items, "memories"),
+                &mut counts,
+                &mut report.notes,
+            )
+            .await?;
         }
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
