@@ -86,6 +86,15 @@ fn reference_queries() -> Vec<(String, String)> {
              WHERE entity_id NOT IN (SELECT id FROM entities)",
         ),
         (
+            "entities: one entity per user, name and type (memlife entities matches names)",
+            "SELECT user_id, lower(name) AS name, entity_type, COUNT(*) AS copies FROM entities \
+             GROUP BY user_id, lower(name), entity_type HAVING COUNT(*) > 1",
+        ),
+        (
+            "entity_scans: the memory exists",
+            "SELECT memory_id FROM entity_scans WHERE memory_id NOT IN (SELECT id FROM memories)",
+        ),
+        (
             "memories: superseded_by is a memory",
             "SELECT id, superseded_by FROM memories \
              WHERE superseded_by IS NOT NULL AND superseded_by NOT IN (SELECT id FROM memories)",

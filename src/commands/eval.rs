@@ -52,6 +52,8 @@ pub enum EvalCommand {
     /// consolidation sets, proposals to verify, memories to refine): confusion matrix,
     /// precision and recall, destructive errors, and the embedding similarity of each class.
     Judge(JudgeEvalArgs),
+    /// Precision and recall of the offline entity extractor on synth truth or hand labels.
+    Entities(super::eval_entities::EntitiesEvalArgs),
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -453,6 +455,7 @@ struct EvalReport {
 pub async fn run(app: &App, args: &EvalArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     match &args.command {
         EvalCommand::Judge(args) => judge(app, args, out).await,
+        EvalCommand::Entities(args) => super::eval_entities::run(args, app.json, out),
     }
 }
 

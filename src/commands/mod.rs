@@ -9,6 +9,7 @@ pub mod bench;
 pub mod bench_consolidate;
 pub mod check;
 pub mod eval;
+pub mod eval_entities;
 pub mod export;
 pub mod index;
 pub mod init;

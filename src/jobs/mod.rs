@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod consolidate;
 pub mod embed;
+pub mod entities;
 pub mod import;
 pub mod link;
 pub mod lock;
@@ -142,6 +143,7 @@ register_jobs! {
     Cluster => cluster::ClusterArgs, "cluster";
     Consolidate => consolidate::ConsolidateArgs, "consolidate";
     Refine => refine::RefineArgs, "refine";
+    Entities => entities::EntitiesArgs, "entities";
 }
 
 impl std::fmt::Display for JobName {

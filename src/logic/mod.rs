@@ -4,6 +4,7 @@
 //! without a database, and its tests compile without linking lancedb.
 
 pub mod cluster;
+pub mod entities;
 pub mod eval;
 pub mod hash;
 pub mod reading;

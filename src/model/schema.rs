@@ -10,15 +10,19 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
-/// 4: table `clusters`.
+/// 4: table `clusters`. 5: table `entity_scans`; columns `entities.aliases`, `entities.archived_at`.
 pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (2, "llm_batches table; runs.llm_usage column"),
     (3, "memories.salience_anchor column"),
     (4, "clusters table"),
+    (
+        5,
+        "entity_scans table; entities.aliases, entities.archived_at columns",
+    ),
 ];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
@@ -353,6 +357,28 @@ pub static ENTITIES: TableSpec = TableSpec {
             R::Free,
             D::SameAs("created_at"),
         ),
+        // Other names the entity went by, kept when near-duplicates are merged (v5).
+        field("aliases", K::StrList, R::Free, D::EmptyList),
+        // Set when no live memory names the entity any more; deleted after a grace period (v5).
+        field("archived_at", K::Timestamp, R::Free, D::Null),
+    ],
+};
+
+/// Which text of each memory `memlife entities` last read, so a rerun reads only new or
+/// changed memories (v5).
+pub static ENTITY_SCANS: TableSpec = TableSpec {
+    name: "entity_scans",
+    key: &["memory_id"],
+    id_basis: &[],
+    fields: &[
+        field("memory_id", K::Str, R::NonEmpty, D::Required),
+        field("user_id", K::Str, R::NonEmpty, D::Required),
+        // FNV-1a of the text read (hex).
+        field("text_hash", K::Str, R::NonEmpty, D::Required),
+        // "rules" or the model of the `entities.extract` role.
+        field("extractor", K::Str, R::NonEmpty, D::Required),
+        field("entity_count", K::I64, R::NonNegative, D::I64(0)),
+        field("scanned_at", K::Timestamp, R::Free, D::Now),
     ],
 };
 
@@ -497,6 +523,7 @@ pub static ALL_TABLES: &[&TableSpec] = &[
     &AUDIT_LOG,
     &LLM_BATCHES,
     &CLUSTERS,
+    &ENTITY_SCANS,
 ];
 
 /// Tables a user may load with `memlife import --table`.

@@ -145,6 +145,19 @@ const SCENARIOS: &[Scenario] = &[
         ],
         witness: "SELECT COUNT(*) AS n FROM memories WHERE source = 'refine'",
     },
+    Scenario {
+        name: "entities",
+        setup: &[IMPORT],
+        job: &["entities", "--embedder", "hash"],
+        points: &[
+            "entities.started",
+            "entities.after-unlink",
+            "entities.after-entities",
+            "entities.after-links",
+            "entities.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM links WHERE link_type LIKE 'shares_entity:%'",
+    },
 ];
 const LINK: &[&str] = &["link", "--min-score", "0.2"];
 const CLUSTER: &[&str] = &["cluster", "--mode", "full", "--threshold", "0.5"];
@@ -359,6 +372,9 @@ fn state(db: &TestDb) -> String {
          AS target, classification, COUNT(*) AS copies FROM audit_log \
          GROUP BY operation, target, classification ORDER BY operation, target, classification",
         "SELECT status, request_count, attempts FROM llm_batches ORDER BY status, request_count",
+        "SELECT user_id, name, entity_type, aliases FROM entities ORDER BY user_id, name, entity_type",
+        "SELECT memory_id, entity_id FROM memory_entities ORDER BY memory_id, entity_id",
+        "SELECT memory_id, text_hash, entity_count FROM entity_scans ORDER BY memory_id",
         // Clusters of the latest finished cluster run (what consolidate reads); a killed
         // run's rows stay behind under its abandoned run id.
         "SELECT user_id, seed_id, member_ids, confidence FROM clusters WHERE run_id = \

@@ -10,6 +10,7 @@ mod concurrency;
 mod consolidate;
 mod crash;
 mod embed;
+mod entities;
 mod eval;
 mod import;
 mod index;

@@ -1,0 +1,710 @@
+//! `memlife entities`: the entity side of the graph (seed 000 entity links, seed 002 entity
+//! nodes). Named entities are read from live memories by the rule-based extractor of
+//! `logic::entities`, matched to the user's existing entities (normalised name and type, then
+//! the embedding of the name), and written as `entities` rows, `memory_entities` rows and
+//! structural `shares_entity:{Name}` links.
+//!
+//! Links stay sparse on purpose: a memory is linked to the (at most `--links-per-memory`)
+//! memories naming the same entity just before it in time (created_at, then id), newer as
+//! source. Every memory naming an entity is so reachable from every other through the chain,
+//! and a name in a thousand memories makes three thousand links, not half a million.
+//!
+//! Only new or changed memories are read on a rerun: `entity_scans` records the hash of the
+//! text each memory was read with. A changed memory's old entity rows and entity links are
+//! removed before its new ones are written. Writes, each one Lance commit: unlink changed
+//! memories, entities, memory_entities, links, then the scans last, so a run killed at any
+//! point is redone whole by the next (every write is an upsert on its key).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Result, anyhow};
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{Float32Type, TimestampMicrosecondType};
+use rayon::prelude::*;
+use serde_json::{Value, json};
+
+use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::embedders::{Embedded, EmbedderArgs};
+use crate::logic::entities::{Mention, extract, names_mid_sentence, normalise, vote};
+use crate::logic::hash::fnv1a;
+use crate::logic::similarity::dot;
+use crate::model::schema::{ENTITIES, ENTITY_SCANS, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX};
+use crate::store::audit::derived_id;
+use crate::store::{batch_from_json, json_rows, sql_list, sql_string};
+
+/// Named entities of memories: `entities`, `memory_entities` and `shares_entity:{Name}` links.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EntitiesArgs {
+    /// Earlier memories naming the same entity that each memory is linked to.
+    #[arg(long, default_value_t = 3)]
+    pub links_per_memory: usize,
+    /// Cosine similarity of two names' embeddings (same type) for a new name to be taken as
+    /// an existing entity (its alias). Above 1 switches the embedding match off.
+    #[arg(long, default_value_t = 0.92)]
+    pub name_match: f32,
+    /// Read every live memory again, not only new or changed ones.
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+    #[command(flatten)]
+    pub scope: JobScope,
+}
+
+impl Job for EntitiesArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+}
+
+/// The extractor's name in `entity_scans.extractor`: a change of rules reads everything again.
+pub const RULES_EXTRACTOR: &str = "rules-v1";
+
+const LIVE: &str = "state != 'archived' AND archived_at IS NULL";
+
+struct Memory {
+    id: String,
+    user: String,
+    text: String,
+    created_at: i64,
+}
+
+/// An existing entity, as far as matching needs it.
+#[derive(Clone)]
+struct Known {
+    id: String,
+    name: String,
+    entity_type: String,
+    /// Normalised name and aliases.
+    keys: Vec<String>,
+}
+
+fn text_hash(text: &str) -> String {
+    format!("{:016x}", fnv1a(&[text]))
+}
+
+fn scope_filter(ctx: &JobCtx<'_>, rest: Option<&str>) -> Option<String> {
+    let user = ctx
+        .user
+        .as_ref()
+        .map(|u| format!("user_id = {}", sql_string(u)));
+    match (user, rest) {
+        (Some(u), Some(r)) => Some(format!("{u} AND {r}")),
+        (Some(u), None) => Some(u),
+        (None, Some(r)) => Some(r.to_string()),
+        (None, None) => None,
+    }
+}
+
+async fn live_memories(ctx: &JobCtx<'_>) -> Result<Vec<Memory>> {
+    let filter = scope_filter(ctx, Some(LIVE));
+    let mut out = Vec::new();
+    for batch in ctx
+        .store
+        .scan_columns(
+            "memories",
+            filter.as_deref(),
+            &["id", "user_id", "text", "created_at"],
+        )
+        .await?
+    {
+        let ids = batch.column(0).as_string::<i32>();
+        let users = batch.column(1).as_string::<i32>();
+        let texts = batch.column(2).as_string::<i32>();
+        let created = batch.column(3).as_primitive::<TimestampMicrosecondType>();
+        for row in 0..batch.num_rows() {
+            out.push(Memory {
+                id: ids.value(row).to_string(),
+                user: users.value(row).to_string(),
+                text: texts.value(row).to_string(),
+                created_at: created.value(row),
+            });
+        }
+    }
+    out.sort_by(|a, b| (&a.user, a.created_at, &a.id).cmp(&(&b.user, b.created_at, &b.id)));
+    Ok(out)
+}
+
+/// memory id -> (text hash, extractor) of the last read.
+async fn scans(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, (String, String)>> {
+    let filter = scope_filter(ctx, None);
+    let mut out = BTreeMap::new();
+    for batch in ctx
+        .store
+        .scan_columns(
+            ENTITY_SCANS.name,
+            filter.as_deref(),
+            &["memory_id", "text_hash", "extractor"],
+        )
+        .await?
+    {
+        let ids = batch.column(0).as_string::<i32>();
+        let hashes = batch.column(1).as_string::<i32>();
+        let extractors = batch.column(2).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            out.insert(
+                ids.value(row).to_string(),
+                (
+                    hashes.value(row).to_string(),
+                    extractors.value(row).to_string(),
+                ),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The users' entities (archived ones too: a name seen again brings its entity back).
+async fn known_entities(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, Vec<Known>>> {
+    let filter = scope_filter(ctx, None);
+    let mut out: BTreeMap<String, Vec<Known>> = BTreeMap::new();
+    for batch in ctx
+        .store
+        .scan_columns(
+            ENTITIES.name,
+            filter.as_deref(),
+            &["id", "user_id", "name", "entity_type", "aliases"],
+        )
+        .await?
+    {
+        let ids = batch.column(0).as_string::<i32>();
+        let users = batch.column(1).as_string::<i32>();
+        let names = batch.column(2).as_string::<i32>();
+        let types = batch.column(3).as_string::<i32>();
+        let aliases = batch.column(4).as_list::<i32>();
+        for row in 0..batch.num_rows() {
+            let mut keys = vec![normalise(names.value(row))];
+            if aliases.is_valid(row) {
+                let list = aliases.value(row);
+                let list = list.as_string::<i32>();
+                keys.extend((0..list.len()).map(|i| normalise(list.value(i))));
+            }
+            out.entry(users.value(row).to_string())
+                .or_default()
+                .push(Known {
+                    id: ids.value(row).to_string(),
+                    name: names.value(row).to_string(),
+                    entity_type: types.value(row).to_string(),
+                    keys,
+                });
+        }
+    }
+    Ok(out)
+}
+
+/// memory id -> entity ids, for the users in scope.
+async fn memberships(ctx: &JobCtx<'_>) -> Result<Vec<(String, String)>> {
+    let filter = scope_filter(ctx, None);
+    let mut out = Vec::new();
+    for batch in ctx
+        .store
+        .scan_columns(
+            MEMORY_ENTITIES.name,
+            filter.as_deref(),
+            &["memory_id", "entity_id"],
+        )
+        .await?
+    {
+        let memories = batch.column(0).as_string::<i32>();
+        let entities = batch.column(1).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            out.push((
+                memories.value(row).to_string(),
+                entities.value(row).to_string(),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// One entity a run resolved: existing (maybe retyped or with a new alias) or new.
+struct Resolved {
+    id: String,
+    user: String,
+    name: String,
+    entity_type: String,
+    new: bool,
+    /// Names seen this run that are not the entity's name (kept as aliases).
+    aliases: BTreeSet<String>,
+    changed_type: bool,
+}
+
+/// A new name's match among the user's entities of its type by the embedding of the name.
+struct NameVectors {
+    /// entity id -> vector, by user.
+    by_user: BTreeMap<String, Vec<(String, String, Vec<f32>)>>,
+    model: String,
+}
+
+async fn entity_vectors(
+    ctx: &JobCtx<'_>,
+    users: &[String],
+    model: &str,
+) -> Result<BTreeMap<String, Vec<(String, String, Vec<f32>)>>> {
+    let mut out: BTreeMap<String, Vec<(String, String, Vec<f32>)>> = BTreeMap::new();
+    if users.is_empty() {
+        return Ok(out);
+    }
+    let dim = ctx.store.embedding_dim();
+    let filter = format!(
+        "user_id IN ({}) AND embedding IS NOT NULL AND embedding_model = {}",
+        sql_list(users),
+        sql_string(model)
+    );
+    for batch in ctx
+        .store
+        .scan_columns(
+            ENTITIES.name,
+            Some(&filter),
+            &["id", "user_id", "entity_type", "embedding"],
+        )
+        .await?
+    {
+        let ids = batch.column(0).as_string::<i32>();
+        let owners = batch.column(1).as_string::<i32>();
+        let types = batch.column(2).as_string::<i32>();
+        let list = batch.column(3).as_fixed_size_list();
+        let values = list.values().as_primitive::<Float32Type>();
+        for row in 0..batch.num_rows() {
+            let start = list.value_offset(row) as usize;
+            out.entry(owners.value(row).to_string()).or_default().push((
+                ids.value(row).to_string(),
+                types.value(row).to_string(),
+                values.values()[start..start + dim].to_vec(),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
+    let params = json!({
+        "links_per_memory": args.links_per_memory,
+        "name_match": args.name_match,
+        "all": args.all,
+        "extractor": RULES_EXTRACTOR,
+    });
+    let log = RunLog::start(ctx, JobName::Entities.as_str(), &params).await?;
+    let mut report = JobReport::new(JobName::Entities.as_str(), ctx);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let now = ctx.now.timestamp_micros();
+    let dim = ctx.store.embedding_dim();
+
+    let memories = live_memories(ctx).await?;
+    let scanned = scans(ctx).await?;
+    counts.insert("memories".into(), memories.len() as u64);
+    let changed: Vec<usize> = (0..memories.len())
+        .filter(|&i| {
+            let m = &memories[i];
+            args.all
+                || scanned.get(&m.id).is_none_or(|(hash, extractor)| {
+                    *hash != text_hash(&m.text) || extractor != RULES_EXTRACTOR
+                })
+        })
+        .collect();
+    counts.insert("memories_read".into(), changed.len() as u64);
+    if changed.is_empty() {
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
+
+    // Names believed at a sentence start: used mid-sentence in any of the user's live
+    // memories, or an existing entity's name or alias.
+    let known = known_entities(ctx).await?;
+    let mut believed: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mid: Vec<BTreeSet<String>> = memories
+        .par_iter()
+        .map(|m| names_mid_sentence(&m.text))
+        .collect();
+    for (m, names) in memories.iter().zip(mid) {
+        believed.entry(&m.user).or_default().extend(names);
+    }
+    for (user, entities) in &known {
+        let set = believed.entry(user.as_str()).or_default();
+        for e in entities {
+            set.extend(e.keys.iter().cloned());
+        }
+    }
+    let empty = BTreeSet::new();
+    let mentions: Vec<Vec<Mention>> = changed
+        .par_iter()
+        .map(|&i| {
+            let m = &memories[i];
+            extract(&m.text, believed.get(m.user.as_str()).unwrap_or(&empty))
+        })
+        .collect();
+    counts.insert(
+        "mentions".into(),
+        mentions.iter().map(|m| m.len() as u64).sum(),
+    );
+
+    // One entity per (user, normalised name, type): the type voted over this run's mentions.
+    let mut groups: BTreeMap<(String, String), Vec<&Mention>> = BTreeMap::new();
+    for (&i, found) in changed.iter().zip(&mentions) {
+        for mention in found {
+            groups
+                .entry((memories[i].user.clone(), normalise(&mention.name)))
+                .or_default()
+                .push(mention);
+        }
+    }
+    let mut resolved: Vec<Resolved> = Vec::new();
+    let mut by_key: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut unmatched: Vec<usize> = Vec::new();
+    for ((user, key), group) in &groups {
+        let voted = vote(group.iter().copied());
+        // The name as most often written (ties: first in order).
+        let mut spellings: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in group {
+            *spellings.entry(m.name.as_str()).or_default() += 1;
+        }
+        let name = super::most_used(&spellings);
+        let candidates = known.get(user).map(Vec::as_slice).unwrap_or(&[]);
+        let by_name: Vec<&Known> = candidates.iter().filter(|k| k.keys.contains(key)).collect();
+        let exact = by_name.iter().find(|k| k.entity_type == voted);
+        let loose = || {
+            (by_name.len() == 1 && (voted == "other" || by_name[0].entity_type == "other"))
+                .then(|| by_name[0])
+        };
+        let entry = match exact.copied().or_else(loose) {
+            Some(k) => {
+                let changed_type = k.entity_type == "other" && voted != "other";
+                let mut aliases = BTreeSet::new();
+                if normalise(&k.name) != *key {
+                    aliases.insert(name.clone());
+                }
+                *counts.entry("entities_matched_by_name".into()).or_default() += 1;
+                Resolved {
+                    id: k.id.clone(),
+                    user: user.clone(),
+                    name: k.name.clone(),
+                    entity_type: if changed_type {
+                        voted.to_string()
+                    } else {
+                        k.entity_type.clone()
+                    },
+                    new: false,
+                    aliases,
+                    changed_type,
+                }
+            }
+            None => {
+                unmatched.push(resolved.len());
+                Resolved {
+                    id: derived_id(&format!("entity|{user}|{key}|{voted}")),
+                    user: user.clone(),
+                    name,
+                    entity_type: voted.to_string(),
+                    new: true,
+                    aliases: BTreeSet::new(),
+                    changed_type: false,
+                }
+            }
+        };
+        by_key.insert((user.clone(), key.clone()), resolved.len());
+        resolved.push(entry);
+    }
+
+    // New names: embedded, then matched to the user's existing entities of the same type.
+    let mut name_vectors: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
+    let mut model = String::new();
+    if !unmatched.is_empty() {
+        let embedder = ctx.app.embedder(&args.embedder, dim, 64).await?;
+        model = embedder.model_name();
+        let texts: Vec<&str> = unmatched
+            .iter()
+            .map(|&r| resolved[r].name.as_str())
+            .collect();
+        for (&r, embedded) in unmatched.iter().zip(embedder.embed(&texts).await?) {
+            if let Embedded::Vector { values, .. } = embedded {
+                name_vectors.insert(r, values);
+            }
+        }
+        if args.name_match <= 1.0 {
+            let users: Vec<String> = unmatched
+                .iter()
+                .map(|&r| resolved[r].user.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let existing = NameVectors {
+                by_user: entity_vectors(ctx, &users, &model).await?,
+                model: model.clone(),
+            };
+            for &r in &unmatched {
+                let Some(vector) = name_vectors.get(&r) else {
+                    continue;
+                };
+                let best = existing
+                    .by_user
+                    .get(&resolved[r].user)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, t, _)| *t == resolved[r].entity_type)
+                    .map(|(id, _, v)| (dot(vector, v), id))
+                    .filter(|(score, _)| *score >= args.name_match)
+                    .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(a.1)));
+                if let Some((score, id)) = best {
+                    let Some(k) = known
+                        .get(&resolved[r].user)
+                        .and_then(|ks| ks.iter().find(|k| k.id == *id))
+                    else {
+                        continue;
+                    };
+                    tracing::debug!(name = %resolved[r].name, entity = %k.name, score, model = %existing.model, "name matched by embedding");
+                    let alias = resolved[r].name.clone();
+                    resolved[r] = Resolved {
+                        id: k.id.clone(),
+                        user: resolved[r].user.clone(),
+                        name: k.name.clone(),
+                        entity_type: k.entity_type.clone(),
+                        new: false,
+                        aliases: BTreeSet::from([alias]),
+                        changed_type: false,
+                    };
+                    *counts
+                        .entry("entities_matched_by_embedding".into())
+                        .or_default() += 1;
+                }
+            }
+        }
+    }
+    // Several new names may have become one entity: resolved rows are per name, rows of the
+    // entity table per id.
+    let mut entity_rows: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (r, e) in resolved.iter().enumerate() {
+        entity_rows.entry(e.id.clone()).or_default().push(r);
+    }
+    counts.insert(
+        "entities_new".into(),
+        entity_rows
+            .values()
+            .filter(|rs| rs.iter().all(|&r| resolved[r].new))
+            .count() as u64,
+    );
+
+    // memory_entities of the changed memories.
+    let mut pairs: BTreeSet<(String, String, String)> = BTreeSet::new(); // (memory, entity, user)
+    for (&i, found) in changed.iter().zip(&mentions) {
+        let m = &memories[i];
+        for mention in found {
+            let r = by_key[&(m.user.clone(), normalise(&mention.name))];
+            pairs.insert((m.id.clone(), resolved[r].id.clone(), m.user.clone()));
+        }
+    }
+    counts.insert("memory_entities".into(), pairs.len() as u64);
+
+    // Links: each changed memory to the memories naming the entity just before it.
+    let changed_ids: BTreeSet<&str> = changed.iter().map(|&i| memories[i].id.as_str()).collect();
+    let order: BTreeMap<&str, (i64, &str, &str)> = memories
+        .iter()
+        .map(|m| {
+            (
+                m.id.as_str(),
+                (m.created_at, m.id.as_str(), m.user.as_str()),
+            )
+        })
+        .collect();
+    let mut members: BTreeMap<String, BTreeSet<(i64, String)>> = BTreeMap::new();
+    for (memory, entity) in memberships(ctx).await? {
+        if changed_ids.contains(memory.as_str()) {
+            continue; // replaced by this run's reading
+        }
+        if let Some(&(at, _, _)) = order.get(memory.as_str()) {
+            members.entry(entity).or_default().insert((at, memory));
+        }
+    }
+    for (memory, entity, _) in &pairs {
+        let at = order[memory.as_str()].0;
+        members
+            .entry(entity.clone())
+            .or_default()
+            .insert((at, memory.clone()));
+    }
+    let names: BTreeMap<&str, &str> = resolved
+        .iter()
+        .map(|e| (e.id.as_str(), e.name.as_str()))
+        .collect();
+    let mut links: BTreeMap<(String, String, String), String> = BTreeMap::new();
+    for (memory, entity, user) in &pairs {
+        let Some(list) = members.get(entity) else {
+            continue;
+        };
+        let at = (order[memory.as_str()].0, memory.clone());
+        let link_type = format!("{SHARES_ENTITY_PREFIX}{}", names[entity.as_str()]);
+        for (_, earlier) in list.range(..at.clone()).rev().take(args.links_per_memory) {
+            links.insert(
+                (memory.clone(), earlier.clone(), link_type.clone()),
+                user.clone(),
+            );
+        }
+        // Memories after it that now have it among their nearest earlier ones.
+        for (_, later) in list
+            .range((
+                std::ops::Bound::Excluded(at.clone()),
+                std::ops::Bound::Unbounded,
+            ))
+            .take(args.links_per_memory)
+        {
+            let later_at = (order[later.as_str()].0, later.clone());
+            if list
+                .range(..later_at)
+                .rev()
+                .take(args.links_per_memory)
+                .any(|(_, m)| m == memory)
+            {
+                links.insert(
+                    (later.clone(), memory.clone(), link_type.clone()),
+                    user.clone(),
+                );
+            }
+        }
+    }
+    counts.insert("links".into(), links.len() as u64);
+
+    if ctx.dry_run {
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
+
+    // 1. The old reading of changed memories goes: their entity rows and entity links.
+    let previously: Vec<String> = changed
+        .iter()
+        .map(|&i| memories[i].id.clone())
+        .filter(|id| scanned.contains_key(id))
+        .collect();
+    for chunk in previously.chunks(1000) {
+        let ids = sql_list(chunk);
+        ctx.store
+            .delete_where(MEMORY_ENTITIES.name, &format!("memory_id IN ({ids})"))
+            .await?;
+        ctx.store
+            .delete_where(
+                LINKS.name,
+                &format!(
+                    "link_type LIKE '{SHARES_ENTITY_PREFIX}%' AND (source_id IN ({ids}) OR target_id IN ({ids}))"
+                ),
+            )
+            .await?;
+    }
+    crate::crash::point("entities.after-unlink");
+
+    // 2. Entities: new ones whole; existing ones rewritten with their new type or aliases.
+    let existing_ids: Vec<String> = entity_rows
+        .iter()
+        .filter(|(_, rs)| rs.iter().any(|&r| !resolved[r].new))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let mut current: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
+    for chunk in existing_ids.chunks(1000) {
+        let filter = format!("id IN ({})", sql_list(chunk));
+        for row in json_rows(&ctx.store.scan(ENTITIES.name, Some(&filter)).await?) {
+            if let Some(id) = row.get("id").and_then(Value::as_str) {
+                current.insert(id.to_string(), row.clone());
+            }
+        }
+    }
+    let mut rows: Vec<Value> = Vec::new();
+    for (id, rs) in &entity_rows {
+        let first = &resolved[rs[0]];
+        let aliases: BTreeSet<String> = rs
+            .iter()
+            .flat_map(|&r| resolved[r].aliases.iter().cloned())
+            .collect();
+        match current.remove(id) {
+            Some(mut row) => {
+                let mut list: Vec<String> = row
+                    .get("aliases")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let before = list.len();
+                for alias in aliases {
+                    if !list.iter().any(|a| normalise(a) == normalise(&alias)) {
+                        list.push(alias);
+                    }
+                }
+                let retyped = rs.iter().any(|&r| resolved[r].changed_type);
+                let revived = !row.get("archived_at").is_none_or(Value::is_null);
+                if list.len() == before && !retyped && !revived {
+                    continue;
+                }
+                row.insert("aliases".into(), json!(list));
+                row.insert("entity_type".into(), json!(first.entity_type));
+                row.insert("archived_at".into(), Value::Null);
+                row.insert(
+                    "updated_at".into(),
+                    json!(crate::model::encoding::format_timestamp(now)),
+                );
+                rows.push(Value::Object(row));
+            }
+            None => {
+                let vector = rs.iter().find_map(|r| name_vectors.get(r));
+                rows.push(json!({
+                    "id": id,
+                    "user_id": first.user,
+                    "name": first.name,
+                    "entity_type": first.entity_type,
+                    "aliases": aliases.into_iter().collect::<Vec<_>>(),
+                    "embedding": vector,
+                    "embedding_model": vector.map(|_| model.clone()),
+                    "is_dirty": true,
+                }));
+            }
+        }
+    }
+    counts.insert("entities_written".into(), rows.len() as u64);
+    for chunk in rows.chunks(10_000) {
+        let batch = batch_from_json(&ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
+        ctx.store.upsert_batch(&ENTITIES, batch).await?;
+    }
+    crate::crash::point("entities.after-entities");
+
+    // 3. memory_entities, 4. links, 5. the scans.
+    let rows: Vec<Value> = pairs
+        .iter()
+        .map(|(m, e, u)| json!({"memory_id": m, "entity_id": e, "user_id": u}))
+        .collect();
+    for chunk in rows.chunks(50_000) {
+        let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
+        ctx.store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
+    }
+    let rows: Vec<Value> = links
+        .iter()
+        .map(|((s, t, ty), u)| {
+            json!({"source_id": s, "target_id": t, "user_id": u, "link_type": ty,
+                   "confidence": 1.0, "origin": "structural"})
+        })
+        .collect();
+    for chunk in rows.chunks(50_000) {
+        let batch = batch_from_json(&LINKS, dim, now, chunk).map_err(|e| anyhow!(e))?;
+        ctx.store.upsert_batch(&LINKS, batch).await?;
+    }
+    crate::crash::point("entities.after-links");
+    let mut per_memory: BTreeMap<&str, usize> = BTreeMap::new();
+    for (m, _, _) in &pairs {
+        *per_memory.entry(m.as_str()).or_default() += 1;
+    }
+    let rows: Vec<Value> = changed
+        .iter()
+        .map(|&i| {
+            let m = &memories[i];
+            json!({"memory_id": m.id, "user_id": m.user, "text_hash": text_hash(&m.text),
+                   "extractor": RULES_EXTRACTOR,
+                   "entity_count": per_memory.get(m.id.as_str()).copied().unwrap_or(0)})
+        })
+        .collect();
+    for chunk in rows.chunks(50_000) {
+        let batch = batch_from_json(&ENTITY_SCANS, dim, now, chunk).map_err(|e| anyhow!(e))?;
+        ctx.store.upsert_batch(&ENTITY_SCANS, batch).await?;
+    }
+    report.counts = counts;
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}

@@ -1,0 +1,178 @@
+//! `memlife entities` on real Lance tables: entities typed by the offline rules, one entity
+//! per name however often it is mentioned, sparse `shares_entity` links, reruns that read
+//! only changed memories and create no duplicates.
+
+use crate::common::{TestDb, stderr, stdout};
+
+fn memories(changed: bool) -> String {
+    let texts = [
+        ("a1", "ana", "Ana took our beagle Pickle to the vet.", 1),
+        ("a2", "ana", "Pickle chewed the new sofa cushion.", 2),
+        ("a3", "ana", "Ana's cousin Tobias moved to Valparaiso.", 3),
+        ("a4", "ana", "Tobias sent photos of the harbour.", 4),
+        ("a5", "ana", "Ana walked Pickle along the beach at dawn.", 5),
+        ("a6", "ana", "Ana walked Pickle in the rain before work.", 6),
+        ("a7", "ana", "Ana and Pickle napped all afternoon.", 7),
+        (
+            "a8",
+            "ana",
+            if changed {
+                "Ana switched her editor from Vim to Helix."
+            } else {
+                "Ana prefers PostgreSQL 16 for side projects."
+            },
+            8,
+        ),
+        ("b1", "ben", "Ben met Tobias at a climbing gym in Leeds.", 1),
+    ];
+    texts
+        .iter()
+        .map(|(id, user, text, day)| {
+            format!(
+                r#"{{"id":"{id}","user_id":"{user}","text":"{text}","created_at":"2025-02-{day:02}T10:00:00Z"}}"#
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn run_entities(db: &TestDb) -> serde_json::Value {
+    let out = db.run(&["--json", "entities", "--embedder", "hash"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+fn import(db: &TestDb, changed: bool) {
+    let file = db.path(if changed {
+        "changed.jsonl"
+    } else {
+        "memories.jsonl"
+    });
+    std::fs::write(&file, memories(changed)).unwrap();
+    let out = db.run(&["import", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn entities_are_typed_linked_sparsely_and_reruns_read_only_changed_memories() {
+    let db = TestDb::new();
+    import(&db, false);
+    let first = run_entities(&db);
+    assert_eq!(first["counts"]["memories_read"], 9, "{first}");
+
+    let entities =
+        db.rows("SELECT user_id, name, entity_type FROM entities ORDER BY user_id, name");
+    let listed: Vec<String> = entities
+        .iter()
+        .map(|r| {
+            format!(
+                "{}:{}:{}",
+                r["user_id"].as_str().unwrap(),
+                r["name"].as_str().unwrap(),
+                r["entity_type"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for expected in [
+        "ana:Ana:person",
+        "ana:Pickle:pet",
+        "ana:PostgreSQL 16:tool",
+        "ana:Tobias:person",
+        "ana:Valparaiso:place",
+        "ben:Leeds:place",
+        "ben:Tobias:person",
+    ] {
+        assert!(
+            listed.contains(&expected.to_string()),
+            "{expected} missing from {listed:?}"
+        );
+    }
+    // One entity per user and name, however often it is named.
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entities WHERE user_id = 'ana' AND name = 'Pickle'"),
+        "1"
+    );
+    // Pickle is named by a1, a2, a5, a6, a7: each memory linked to at most 3 earlier ones.
+    let pickle = db.rows(
+        "SELECT source_id, target_id FROM links WHERE link_type = 'shares_entity:Pickle' \
+         ORDER BY source_id, target_id",
+    );
+    let pairs: Vec<String> = pickle
+        .iter()
+        .map(|r| {
+            format!(
+                "{}>{}",
+                r["source_id"].as_str().unwrap(),
+                r["target_id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            "a2>a1", "a5>a1", "a5>a2", "a6>a1", "a6>a2", "a6>a5", "a7>a2", "a7>a5", "a7>a6"
+        ],
+        "{pairs:?}"
+    );
+    // Users never share entities or links.
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) AS n FROM links l JOIN memories s ON l.source_id = s.id \
+             JOIN memories t ON l.target_id = t.id WHERE s.user_id != t.user_id"
+        ),
+        "0"
+    );
+    let (entities_before, rows_before, links_before) = (
+        db.count("entities"),
+        db.count("memory_entities"),
+        db.count("links"),
+    );
+
+    // A rerun reads nothing and writes nothing new.
+    let again = run_entities(&db);
+    assert_eq!(again["counts"]["memories_read"], 0, "{again}");
+    assert_eq!(db.count("entities"), entities_before);
+    assert_eq!(db.count("memory_entities"), rows_before);
+    assert_eq!(db.count("links"), links_before);
+
+    // A changed memory is read again; its old entity rows and links go.
+    import(&db, true);
+    let third = run_entities(&db);
+    assert_eq!(third["counts"]["memories_read"], 1, "{third}");
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) AS n FROM memory_entities me JOIN entities e ON me.entity_id = e.id \
+             WHERE me.memory_id = 'a8' AND e.name = 'PostgreSQL 16'"
+        ),
+        "0"
+    );
+    let tools: Vec<String> = db
+        .rows(
+            "SELECT e.name FROM memory_entities me JOIN entities e ON me.entity_id = e.id \
+             WHERE me.memory_id = 'a8' ORDER BY e.name",
+        )
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        tools.contains(&"Helix".to_string()) && tools.contains(&"Vim".to_string()),
+        "{tools:?}"
+    );
+}
+
+#[test]
+fn a_dry_run_reports_the_entities_and_writes_nothing() {
+    let db = TestDb::new();
+    import(&db, false);
+    let out = db.run(&["--json", "entities", "--embedder", "hash", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(
+        report["counts"]["entities_new"].as_u64().unwrap() >= 7,
+        "{report}"
+    );
+    assert_eq!(db.count("entities"), 0);
+    assert_eq!(db.count("links"), 0);
+    assert_eq!(db.count("entity_scans"), 0);
+}
