@@ -27,6 +27,7 @@ with DAG(
         bash_command=f"{MEMLIFE} import --on-error skip /var/lib/memlife/inbox/memories.jsonl",
     )
     embed = BashOperator(task_id="embed", bash_command=f"{MEMLIFE} embed")
+    entities = BashOperator(task_id="entities", bash_command=f"{MEMLIFE} entities")
     link = BashOperator(
         task_id="link_submit",
         bash_command=f"{MEMLIFE} link --llm providers --mode batch",
@@ -34,7 +35,7 @@ with DAG(
     scores = BashOperator(task_id="scores", bash_command=f"{MEMLIFE} scores")
     stats = BashOperator(task_id="stats", bash_command=f"{MEMLIFE} stats")
     check = BashOperator(task_id="check", bash_command=f"{MEMLIFE} check")
-    import_memories >> embed >> link >> scores >> stats >> check
+    import_memories >> embed >> entities >> link >> scores >> stats >> check
 
 with DAG(
     dag_id="memlife_batches",

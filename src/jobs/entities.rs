@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, EmbedderArgs};
-use crate::logic::entities::{Mention, extract, names_mid_sentence, normalise, vote};
+use crate::logic::entities::{Mention, believed_names, extract, normalise, vote};
 use crate::logic::hash::fnv1a;
 use crate::logic::similarity::dot;
 use crate::model::schema::{ENTITIES, ENTITY_SCANS, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX};
@@ -309,23 +309,28 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         return Ok(report);
     }
 
-    // Names believed at a sentence start: used mid-sentence in any of the user's live
-    // memories, or an existing entity's name or alias.
+    // Names believed at a sentence start (logic::entities::believed_names): existing
+    // entities' names and aliases, and what any of the user's live memories establishes.
     let known = known_entities(ctx).await?;
-    let mut believed: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-    let mid: Vec<BTreeSet<String>> = memories
+    let mut texts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for m in &memories {
+        texts
+            .entry(m.user.as_str())
+            .or_default()
+            .push(m.text.as_str());
+    }
+    let believed: BTreeMap<&str, BTreeSet<String>> = texts
         .par_iter()
-        .map(|m| names_mid_sentence(&m.text))
+        .map(|(user, list)| {
+            let keys: BTreeSet<String> = known
+                .get(*user)
+                .into_iter()
+                .flatten()
+                .flat_map(|e| e.keys.iter().cloned())
+                .collect();
+            (*user, believed_names(list, &keys))
+        })
         .collect();
-    for (m, names) in memories.iter().zip(mid) {
-        believed.entry(&m.user).or_default().extend(names);
-    }
-    for (user, entities) in &known {
-        let set = believed.entry(user.as_str()).or_default();
-        for e in entities {
-            set.extend(e.keys.iter().cloned());
-        }
-    }
     let empty = BTreeSet::new();
     let mentions: Vec<Vec<Mention>> = changed
         .par_iter()

@@ -553,14 +553,27 @@ pub fn vote<'a>(mentions: impl IntoIterator<Item = &'a Mention>) -> &'static str
         .map_or("other", |(t, _)| t)
 }
 
-/// The entities of one user's texts as the `entities` job reads them: names believed at a
-/// sentence start when any of the texts (or `known`) uses them mid-sentence, each name's type
-/// voted over all of its mentions.
-pub fn read_user(texts: &[&str], known: &BTreeSet<String>) -> Vec<Vec<Mention>> {
+/// The names believed at a sentence start for one user (see the module doc): `known`, the
+/// names used mid-sentence in any of the texts, and every name some text gives a cue or a
+/// mid-sentence use for ("Ana's sister Mei" makes "Ana runs" a mention of Ana).
+pub fn believed_names(texts: &[&str], known: &BTreeSet<String>) -> BTreeSet<String> {
     let mut believed = known.clone();
     for text in texts {
         believed.extend(names_mid_sentence(text));
     }
+    let mut more = BTreeSet::new();
+    for text in texts {
+        more.extend(extract(text, &believed).iter().map(|m| normalise(&m.name)));
+    }
+    believed.extend(more);
+    believed
+}
+
+/// The entities of one user's texts as the `entities` job reads them: names believed at a
+/// sentence start when any of the texts (or `known`) uses them mid-sentence, each name's type
+/// voted over all of its mentions.
+pub fn read_user(texts: &[&str], known: &BTreeSet<String>) -> Vec<Vec<Mention>> {
+    let believed = believed_names(texts, known);
     let mut found: Vec<Vec<Mention>> = texts.iter().map(|t| extract(t, &believed)).collect();
     let mut groups: BTreeMap<String, Vec<Mention>> = BTreeMap::new();
     for m in found.iter().flatten() {
