@@ -94,7 +94,11 @@ struct Case {
 const DEFAULT_OLDER: &str = "2025-03-01T09:00:00Z";
 const DEFAULT_NEWER: &str = "2025-03-02T09:00:00Z";
 
-fn text_field(row: &serde_json::Map<String, Value>, name: &str, at: &str) -> Result<String> {
+pub(super) fn text_field(
+    row: &serde_json::Map<String, Value>,
+    name: &str,
+    at: &str,
+) -> Result<String> {
     match row.get(name) {
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
         Some(_) => bail!("{at}: field {name} must be non-empty text"),

@@ -13,6 +13,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::eval::text_field;
 use crate::exit::ExitStatus;
 use crate::logic::entities::{normalise, read_user};
 
@@ -75,20 +76,14 @@ fn read_lines(path: &PathBuf) -> Result<Vec<(usize, serde_json::Map<String, Valu
     Ok(out)
 }
 
-fn field<'a>(row: &'a serde_json::Map<String, Value>, name: &str, at: &str) -> Result<&'a str> {
-    row.get(name)
-        .and_then(Value::as_str)
-        .ok_or_else(|| anyhow!("{at}: field `{name}` missing or not a string"))
-}
-
 fn synth(memories: &PathBuf, truth: &PathBuf) -> Result<(Vec<Text>, Gold)> {
     let mut texts = Vec::new();
     for (n, row) in read_lines(memories)? {
         let at = format!("{} line {n}", memories.display());
         texts.push(Text {
-            key: field(&row, "id", &at)?.to_string(),
-            user: field(&row, "user_id", &at)?.to_string(),
-            text: field(&row, "text", &at)?.to_string(),
+            key: text_field(&row, "id", &at)?,
+            user: text_field(&row, "user_id", &at)?,
+            text: text_field(&row, "text", &at)?,
         });
     }
     let truth_text =
@@ -105,8 +100,8 @@ fn synth(memories: &PathBuf, truth: &PathBuf) -> Result<(Vec<Text>, Gold)> {
         let row = e
             .as_object()
             .ok_or_else(|| anyhow!("{at}: not an object"))?;
-        let name = normalise(field(row, "name", &at)?);
-        let kind = field(row, "entity_type", &at)?;
+        let name = normalise(&text_field(row, "name", &at)?);
+        let kind = text_field(row, "entity_type", &at)?;
         for id in row
             .get("memory_ids")
             .and_then(Value::as_array)
@@ -133,7 +128,7 @@ fn labelled(path: &PathBuf) -> Result<(Vec<Text>, Gold)> {
                 .and_then(Value::as_str)
                 .unwrap_or("user")
                 .to_string(),
-            text: field(&row, "text", &at)?.to_string(),
+            text: text_field(&row, "text", &at)?,
         });
         let list = row
             .get("entities")
@@ -144,15 +139,15 @@ fn labelled(path: &PathBuf) -> Result<(Vec<Text>, Gold)> {
             let e = e
                 .as_object()
                 .ok_or_else(|| anyhow!("{at}: not an object"))?;
-            let kind = field(e, "type", &at)?;
-            if !crate::model::schema::ENTITY_TYPES.contains(&kind) {
+            let kind = text_field(e, "type", &at)?;
+            if !crate::model::schema::ENTITY_TYPES.contains(&kind.as_str()) {
                 bail!(
                     "{at}: type {kind:?} is not one of {:?}",
                     crate::model::schema::ENTITY_TYPES
                 );
             }
             gold.insert(
-                (key.clone(), normalise(field(e, "name", &at)?)),
+                (key.clone(), normalise(&text_field(e, "name", &at)?)),
                 kind.to_string(),
             );
         }

@@ -229,13 +229,7 @@ struct Resolved {
     changed_type: bool,
 }
 
-/// A new name's match among the user's entities of its type by the embedding of the name.
-struct NameVectors {
-    /// entity id -> vector, by user.
-    by_user: BTreeMap<String, Vec<(String, String, Vec<f32>)>>,
-    model: String,
-}
-
+/// The name vectors of the users' entities made by `model`: (entity id, type, vector) by user.
 async fn entity_vectors(
     ctx: &JobCtx<'_>,
     users: &[String],
@@ -312,8 +306,13 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     // Names believed at a sentence start (logic::entities::believed_names): existing
     // entities' names and aliases, and what any of the user's live memories establishes.
     let known = known_entities(ctx).await?;
+    // Only users with something to read: a rerun with one changed memory reads one user's.
+    let readers: BTreeSet<&str> = changed.iter().map(|&i| memories[i].user.as_str()).collect();
     let mut texts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for m in &memories {
+    for m in memories
+        .iter()
+        .filter(|m| readers.contains(m.user.as_str()))
+    {
         texts
             .entry(m.user.as_str())
             .or_default()
@@ -433,16 +432,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            let existing = NameVectors {
-                by_user: entity_vectors(ctx, &users, &model).await?,
-                model: model.clone(),
-            };
+            let existing = entity_vectors(ctx, &users, &model).await?;
             for &r in &unmatched {
                 let Some(vector) = name_vectors.get(&r) else {
                     continue;
                 };
                 let best = existing
-                    .by_user
                     .get(&resolved[r].user)
                     .into_iter()
                     .flatten()
@@ -457,7 +452,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
                     else {
                         continue;
                     };
-                    tracing::debug!(name = %resolved[r].name, entity = %k.name, score, model = %existing.model, "name matched by embedding");
+                    tracing::debug!(name = %resolved[r].name, entity = %k.name, score, model = %model, "name matched by embedding");
                     let alias = resolved[r].name.clone();
                     resolved[r] = Resolved {
                         id: k.id.clone(),

@@ -176,3 +176,61 @@ fn a_dry_run_reports_the_entities_and_writes_nothing() {
     assert_eq!(db.count("links"), 0);
     assert_eq!(db.count("entity_scans"), 0);
 }
+
+#[test]
+fn a_new_spelling_close_to_an_entity_of_its_type_becomes_its_alias() {
+    let db = TestDb::new();
+    import(&db, false);
+    let out = db.run(&["entities", "--embedder", "hash", "--name-match", "0.3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // `scalar` gives JSON text: a string comes quoted.
+    let pickle = db.scalar("SELECT id FROM entities WHERE user_id = 'ana' AND name = 'Pickle'");
+    let pickle_id = pickle.trim_matches('"');
+    let more = db.path("more.jsonl");
+    std::fs::write(
+        &more,
+        concat!(
+            r#"{"id":"a9","user_id":"ana","text":"Our dog Pickles slept all day.","created_at":"2025-02-09T10:00:00Z"}"#,
+            "\n",
+            r#"{"id":"a10","user_id":"ana","text":"Our cat Biscuit slept all day.","created_at":"2025-02-10T10:00:00Z"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let out = db.run(&["import", &more]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = db.run(&[
+        "--json",
+        "entities",
+        "--embedder",
+        "hash",
+        "--name-match",
+        "0.3",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        report["counts"]["entities_matched_by_embedding"], 1,
+        "{report}"
+    );
+    // "Pickles" is Pickle (hash vectors share its character trigrams), kept as an alias...
+    assert_eq!(
+        db.scalar("SELECT entity_id FROM memory_entities WHERE memory_id = 'a9'"),
+        pickle
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT array_to_string(aliases, ',') AS a FROM entities WHERE id = '{pickle_id}'"
+        )),
+        "\"Pickles\""
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entities WHERE name = 'Pickles'"),
+        "0"
+    );
+    // ...while an unrelated pet name is a new entity.
+    assert_eq!(
+        db.scalar("SELECT entity_type FROM entities WHERE user_id = 'ana' AND name = 'Biscuit'"),
+        "\"pet\""
+    );
+}
