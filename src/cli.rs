@@ -38,8 +38,7 @@ pub enum Command {
     Export(commands::export::ExportArgs),
     Synth(commands::synth::SynthArgs),
     Sql(commands::sql::SqlArgs),
-    /// One-screen summary: memories per user, state and tier; links per type; last runs.
-    Stats,
+    Stats(commands::stats::StatsArgs),
     Index(commands::index::IndexArgs),
     Bench(commands::bench::BenchArgs),
     /// Measurements of the judge on labelled pairs.
@@ -47,6 +46,7 @@ pub enum Command {
     Batches(commands::batches::BatchesArgs),
     MockLlm(mock::MockOptions),
     Similar(commands::similar::SimilarArgs),
+    Traverse(commands::traverse::TraverseArgs),
 }
 
 /// Runs the parsed command; its output goes to `out`.
@@ -59,7 +59,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
         Command::Export(args) => commands::export::run(&app, args, out).await,
         Command::Synth(args) => commands::synth::command(app.json, args, out),
         Command::Sql(args) => commands::sql::command(&app, args, out).await,
-        Command::Stats => commands::stats::command(&app, out).await,
+        Command::Stats(args) => commands::stats::command(&app, args, out).await,
         Command::Index(args) => commands::index::run(&app, args, out).await,
         Command::Bench(args) => commands::bench::run(&app, args, out).await,
         Command::Eval(args) => commands::eval::run(&app, args, out).await,
@@ -68,5 +68,6 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
             .await
             .map(|()| ExitStatus::Success),
         Command::Similar(args) => commands::similar::run(&app, args, out).await,
+        Command::Traverse(args) => commands::traverse::run(&app, args, out).await,
     }
 }

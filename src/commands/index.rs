@@ -46,6 +46,10 @@ pub struct IndexArgs {
     /// Candidates re-ranked exactly: refine_factor * k.
     #[arg(long, default_value_t = 10)]
     pub refine_factor: u32,
+    /// Build or update the scalar (BTree) indexes on ids and link ends instead (jobs do it
+    /// themselves once a table holds 10,000 rows; this does it at any size).
+    #[arg(long, conflicts_with_all = ["kind", "partitions", "sub_vectors"])]
+    pub scalar: bool,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -94,6 +98,24 @@ fn default_sub_vectors(dim: usize) -> u32 {
 
 pub async fn run(app: &App, args: &IndexArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     let (store, json) = (app.store().await?, app.json);
+    if args.scalar {
+        let changes = store.refresh_scalar_indexes(1).await?;
+        if json {
+            serde_json::to_writer_pretty(&mut *out, &changes)?;
+            writeln!(out)?;
+        } else if changes.is_empty() {
+            writeln!(out, "scalar indexes: all up to date")?;
+        } else {
+            for c in &changes {
+                writeln!(
+                    out,
+                    "{}.{}: {} ({} rows)",
+                    c.table, c.column, c.action, c.rows
+                )?;
+            }
+        }
+        return Ok(ExitStatus::Success);
+    }
     let vectors = store
         .count_rows("memories", Some("embedding IS NOT NULL"))
         .await?;

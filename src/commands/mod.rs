@@ -1,6 +1,7 @@
 //! Commands outside the job registry, one file each with its clap arguments and its
 //! `run(&App, &Args, out) -> Result<ExitStatus>`: setup (`init`), data movement (`export`,
-//! `synth`), read-only views (`sql`, `stats`, `similar`), measurements (`index`, `bench`, `eval`), and
+//! `synth`), read-only views (`sql`, `stats`, `similar`, `traverse`, which also removes the dead links it
+//! meets), measurements (`index`, `bench`, `eval`), and
 //! the Batch API cycle (`batches`). Only `batches poll|retry|cleanup` write `runs` rows (they
 //! are scheduled like jobs and change what links exist); the others change no memory.
 
@@ -17,3 +18,4 @@ pub mod similar;
 pub mod sql;
 pub mod stats;
 pub mod synth;
+pub mod traverse;

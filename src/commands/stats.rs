@@ -31,13 +31,126 @@ const SECTIONS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// `memlife stats`: the summary of the database `app` names.
-pub async fn command(app: &App, out: &mut dyn Write) -> Result<ExitStatus> {
-    run(app.store().await?, app.json, out).await?;
+/// One-screen summary: memories per user, state and tier; links per type; last runs. With
+/// `--links` or `--memory`, link statistics instead (seed 000 get_link_statistics).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct StatsArgs {
+    /// Link statistics: per type, per user and type, and the most linked memories.
+    #[arg(long)]
+    pub links: bool,
+    /// One memory's links: inbound and outbound totals and counts by type.
+    #[arg(long, value_name = "ID", conflicts_with = "links")]
+    pub memory: Option<String>,
+    /// With --links: one user only.
+    #[arg(long, requires = "links")]
+    pub user: Option<String>,
+}
+
+const LINK_SECTIONS: &[(&str, &str, &str)] = &[
+    (
+        "Links per type",
+        "by_type",
+        include_str!("../../sql/link_statistics.sql"),
+    ),
+    (
+        "Links per user and type",
+        "by_user",
+        include_str!("../../sql/link_statistics_by_user.sql"),
+    ),
+    (
+        "Most linked memories",
+        "most_linked",
+        include_str!("../../sql/most_linked_memories.sql"),
+    ),
+];
+
+/// `memlife stats`: the summary (or the link statistics) of the database `app` names.
+pub async fn command(app: &App, args: &StatsArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    let store = app.store().await?;
+    if let Some(memory) = &args.memory {
+        memory_links(store, memory, app.json, out).await?;
+    } else if args.links {
+        let params = [("user".to_string(), args.user.clone().unwrap_or_default())];
+        sections(store, LINK_SECTIONS, &params, app.json, out).await?;
+    } else {
+        run(store, app.json, out).await?;
+    }
     Ok(ExitStatus::Success)
 }
 
+/// One memory's link statistics, in seed 000's shape: total_inbound, total_outbound, by_type
+/// (both directions together), and by direction and type.
+async fn memory_links(store: &Store, memory: &str, json: bool, out: &mut dyn Write) -> Result<()> {
+    let context = crate::store::sql::session(store).await?;
+    let found = crate::store::sql::query(
+        &context,
+        "SELECT id FROM memories WHERE id = $id",
+        &[("id".into(), memory.into())],
+    )
+    .await?;
+    if found.1.iter().map(|b| b.num_rows()).sum::<usize>() == 0 {
+        anyhow::bail!("memory {memory} not found");
+    }
+    let sql = include_str!("../../sql/memory_link_statistics.sql");
+    let params = [("memory_id".to_string(), memory.to_string())];
+    let (schema, batches) = crate::store::sql::query(&context, sql, &params).await?;
+    let rows: Vec<Value> =
+        serde_json::from_slice(&encode(schema.clone(), &batches, Format::Json)?)?;
+    let mut totals = serde_json::Map::new();
+    let mut by_type: std::collections::BTreeMap<String, i64> = Default::default();
+    let mut by_direction = serde_json::Map::new();
+    for row in &rows {
+        let (Some(direction), Some(link_type), Some(links)) = (
+            row["direction"].as_str(),
+            row["link_type"].as_str(),
+            row["links"].as_i64(),
+        ) else {
+            continue;
+        };
+        if link_type == "(all)" {
+            totals.insert(format!("total_{direction}"), links.into());
+            continue;
+        }
+        *by_type.entry(link_type.to_string()).or_default() += links;
+        by_direction
+            .entry(direction.to_string())
+            .or_insert_with(|| Value::Object(Default::default()))
+            .as_object_mut()
+            .expect("an object")
+            .insert(link_type.to_string(), links.into());
+    }
+    let report = serde_json::json!({
+        "memory_id": memory,
+        "total_inbound": totals.get("total_inbound").cloned().unwrap_or(0.into()),
+        "total_outbound": totals.get("total_outbound").cloned().unwrap_or(0.into()),
+        "by_type": by_type,
+        "by_direction": by_direction,
+    });
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "memory {memory}: {} inbound, {} outbound links",
+            report["total_inbound"], report["total_outbound"]
+        )?;
+        print_batches(schema, &batches, OutputFormat::Table, out)?;
+    }
+    Ok(())
+}
+
 pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
+    sections(store, SECTIONS, &[], json, out).await
+}
+
+async fn sections(
+    store: &Store,
+    list: &[(&str, &str, &str)],
+    params: &[(String, String)],
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
     let context = crate::store::sql::session(store).await?;
     let mut report = serde_json::Map::new();
     if !json {
@@ -49,8 +162,8 @@ pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
             store.embedding_dim()
         )?;
     }
-    for (title, key, sql) in SECTIONS {
-        let (schema, batches) = crate::store::sql::query(&context, sql, &[]).await?;
+    for (title, key, sql) in list {
+        let (schema, batches) = crate::store::sql::query(&context, sql, params).await?;
         if json {
             let rows: Value = serde_json::from_slice(&encode(schema, &batches, Format::Json)?)?;
             report.insert(key.to_string(), rows);

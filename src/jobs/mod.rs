@@ -208,6 +208,10 @@ pub struct JobReport {
     pub llm: Option<crate::llm::LlmUsage>,
 }
 
+/// Tables (and rows written since the last index update) below this size are scanned, not
+/// indexed: see `Store::refresh_scalar_indexes`.
+pub const SCALAR_INDEX_MIN_ROWS: usize = 10_000;
+
 /// How many failures the human-readable report lists before summarising.
 const FAILURES_SHOWN: usize = 20;
 
@@ -492,6 +496,22 @@ impl RunLog {
         }
         if !ctx.dry_run {
             crate::crash::point(&format!("{}.finishing", self.job));
+            // Lookups by id stay fast as tables grow; a failure here loses nothing.
+            match ctx
+                .store
+                .refresh_scalar_indexes(SCALAR_INDEX_MIN_ROWS)
+                .await
+            {
+                Ok(changes) => report.notes.extend(changes.iter().map(|c| {
+                    format!(
+                        "index {}.{}: {} ({} rows)",
+                        c.table, c.column, c.action, c.rows
+                    )
+                })),
+                Err(e) => report
+                    .notes
+                    .push(format!("scalar indexes not refreshed: {e}")),
+            }
             report.run_id = Some(self.run_id.clone());
             self.write(ctx, Some(report)).await?;
         }

@@ -65,6 +65,13 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "IMPORT",
     "BATCH_CLEANUP",
     "CONSOLIDATE",
+    // A dead link removed by traversal's heal-on-read.
+    "HEAL",
+    // `memlife entity-gc` and `memlife describe`.
+    "ENTITY_ARCHIVE",
+    "ENTITY_DELETE",
+    "ENTITY_MERGE",
+    "DESCRIBE",
 ];
 /// The life of a Batch API submission (see `llm::batch`).
 pub const BATCH_STATUSES: &[&str] = &[

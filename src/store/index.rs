@@ -97,3 +97,83 @@ impl Store {
         Ok(ids)
     }
 }
+
+/// The scalar (BTree) indexes lookups by id need: traversal walks `links` by either end and
+/// reads the memories it reaches by id; entity jobs read `memory_entities` both ways.
+pub const SCALAR_INDEXES: &[(&str, &str)] = &[
+    ("memories", "id"),
+    ("links", "source_id"),
+    ("links", "target_id"),
+    ("memory_entities", "memory_id"),
+    ("memory_entities", "entity_id"),
+    ("entities", "id"),
+];
+
+/// What `refresh_scalar_indexes` did to one index.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ScalarIndexChange {
+    pub table: String,
+    pub column: String,
+    /// `created` or `updated` (unindexed rows folded in).
+    pub action: &'static str,
+    pub rows: usize,
+}
+
+impl Store {
+    /// Creates the missing `SCALAR_INDEXES` of tables holding at least `min_rows` rows, and
+    /// folds rows written since into existing ones once `min_rows` of them are unindexed
+    /// (Lance scans unindexed rows anyway, so a query is right either way; this keeps it fast).
+    pub async fn refresh_scalar_indexes(&self, min_rows: usize) -> Result<Vec<ScalarIndexChange>> {
+        let mut changes = Vec::new();
+        let mut tables: Vec<&str> = SCALAR_INDEXES.iter().map(|(t, _)| *t).collect();
+        tables.dedup();
+        for name in tables {
+            let table = self.table(name).await?;
+            let rows = table.count_rows(None).await?;
+            if rows < min_rows.max(1) {
+                continue;
+            }
+            let indices = table.list_indices().await?;
+            let mut stale = false;
+            for (_, column) in SCALAR_INDEXES.iter().filter(|(t, _)| *t == name) {
+                match indices.iter().find(|i| i.columns == [column.to_string()]) {
+                    None => {
+                        table
+                            .create_index(&[*column], Index::BTree(Default::default()))
+                            .execute()
+                            .await?;
+                        changes.push(ScalarIndexChange {
+                            table: name.to_string(),
+                            column: column.to_string(),
+                            action: "created",
+                            rows,
+                        });
+                    }
+                    Some(index) => {
+                        let unindexed = table
+                            .index_stats(&index.name)
+                            .await?
+                            .map_or(0, |s| s.num_unindexed_rows);
+                        if unindexed >= min_rows.max(1) {
+                            stale = true;
+                            changes.push(ScalarIndexChange {
+                                table: name.to_string(),
+                                column: column.to_string(),
+                                action: "updated",
+                                rows: unindexed,
+                            });
+                        }
+                    }
+                }
+            }
+            if stale {
+                table
+                    .optimize(lancedb::table::OptimizeAction::Index(
+                        lancedb::table::OptimizeOptions::default(),
+                    ))
+                    .await?;
+            }
+        }
+        Ok(changes)
+    }
+}

@@ -243,7 +243,8 @@ impl Store {
         Ok(self.connection.table_names().execute().await?)
     }
 
-    async fn table(&self, name: &str) -> Result<Table> {
+    /// A handle on one table, for callers that query it many times (traversal).
+    pub async fn table(&self, name: &str) -> Result<Table> {
         match self.connection.open_table(name).execute().await {
             Ok(t) => Ok(t),
             Err(lancedb::Error::TableNotFound { .. }) => Err(StoreError::UnknownTable {

@@ -158,8 +158,31 @@ const SCENARIOS: &[Scenario] = &[
         ],
         witness: "SELECT COUNT(*) AS n FROM links WHERE link_type LIKE 'shares_entity:%'",
     },
+    Scenario {
+        name: "traverse (heal-on-read)",
+        setup: &[IMPORT, DEAD_LINKS],
+        job: &["traverse", "noor-0", "--depth", "2"],
+        points: &["traverse.after-audit"],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'HEAL'",
+    },
 ];
 const LINK: &[&str] = &["link", "--min-score", "0.2"];
+/// Links whose other end is not a memory, for traversal's heal-on-read.
+const DEAD_LINKS: &[&str] = &["import", "--table", "links", "{links}"];
+
+fn links() -> String {
+    [
+        ("noor-0", "noor-1", "related_to"),
+        ("noor-0", "gone-a", "related_to"),
+        ("gone-b", "noor-1", "causes"),
+    ]
+    .iter()
+    .map(|(s, t, ty)| {
+        format!(r#"{{"source_id":"{s}","target_id":"{t}","user_id":"noor","link_type":"{ty}"}}"#)
+            + "\n"
+    })
+    .collect()
+}
 const CLUSTER: &[&str] = &["cluster", "--mode", "full", "--threshold", "0.5"];
 
 const BATCH_SUBMIT: &[&str] = &[
@@ -317,7 +340,11 @@ fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output 
     let config = db.path("memlife.toml");
     let args: Vec<String> = args
         .iter()
-        .map(|a| a.replace("{memories}", &file).replace("{config}", &config))
+        .map(|a| {
+            a.replace("{memories}", &file)
+                .replace("{config}", &config)
+                .replace("{links}", &db.path("links.jsonl"))
+        })
         .collect();
     let mut command = memlife_command();
     command.arg("--db").arg(&db.uri).args(&args);
@@ -330,6 +357,7 @@ fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output 
 fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     let db = TestDb::new();
     std::fs::write(db.path("memories.jsonl"), memories()).unwrap();
+    std::fs::write(db.path("links.jsonl"), links()).unwrap();
     // Refine looks at every memory of the fixture (short, new, never accessed).
     let refine = "[refine]\nverbose_threshold_chars = 40\nmin_access_count = 0\nmin_age_days = 0\n";
     let config = match mock_url {

@@ -24,3 +24,4 @@ mod saved_sql;
 mod scores;
 mod store;
 mod tidy;
+mod traverse;
