@@ -28,6 +28,9 @@ with DAG(
     )
     embed = BashOperator(task_id="embed", bash_command=f"{MEMLIFE} embed")
     entities = BashOperator(task_id="entities", bash_command=f"{MEMLIFE} entities")
+    describe = BashOperator(
+        task_id="describe", bash_command=f"{MEMLIFE} describe --llm providers"
+    )
     link = BashOperator(
         task_id="link_submit",
         bash_command=f"{MEMLIFE} link --llm providers --mode batch",
@@ -35,7 +38,7 @@ with DAG(
     scores = BashOperator(task_id="scores", bash_command=f"{MEMLIFE} scores")
     stats = BashOperator(task_id="stats", bash_command=f"{MEMLIFE} stats")
     check = BashOperator(task_id="check", bash_command=f"{MEMLIFE} check")
-    import_memories >> embed >> entities >> link >> scores >> stats >> check
+    import_memories >> embed >> entities >> describe >> link >> scores >> stats >> check
 
 with DAG(
     dag_id="memlife_batches",
@@ -58,3 +61,13 @@ with DAG(
     retry = BashOperator(task_id="retry", bash_command=f"{MEMLIFE} batches retry")
     cleanup = BashOperator(task_id="cleanup", bash_command=f"{MEMLIFE} batches cleanup")
     retry >> cleanup
+
+with DAG(
+    dag_id="memlife_monthly",
+    start_date=datetime(2025, 1, 1),
+    schedule="0 3 1 * *",
+    catchup=False,
+    tags=["memlife"],
+) as monthly:
+    # Seed 000's monthly entity GC: merges, archives, deletions after the grace period.
+    BashOperator(task_id="entity_gc", bash_command=f"{MEMLIFE} entity-gc")

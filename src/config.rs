@@ -20,6 +20,7 @@ pub const DEFAULT_TASK_ROLES: &[(&str, &str)] = &[
     ("integrate.merge", "reasoning"),
     ("refine", "reasoning"),
     ("summarize", "fast"),
+    ("entity.describe", "fast"),
 ];
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]

@@ -58,7 +58,7 @@ impl Job for EntitiesArgs {
 }
 
 /// The extractor's name in `entity_scans.extractor`: a change of rules reads everything again.
-pub const RULES_EXTRACTOR: &str = "rules-v1";
+pub const RULES_EXTRACTOR: &str = "rules-v2";
 
 const LIVE: &str = "state != 'archived' AND archived_at IS NULL";
 
@@ -241,7 +241,7 @@ async fn entity_vectors(
     }
     let dim = ctx.store.embedding_dim();
     let filter = format!(
-        "user_id IN ({}) AND embedding IS NOT NULL AND embedding_model = {}",
+        "user_id IN ({}) AND name_embedding IS NOT NULL AND embedding_model = {}",
         sql_list(users),
         sql_string(model)
     );
@@ -250,7 +250,7 @@ async fn entity_vectors(
         .scan_columns(
             ENTITIES.name,
             Some(&filter),
-            &["id", "user_id", "entity_type", "embedding"],
+            &["id", "user_id", "entity_type", "name_embedding"],
         )
         .await?
     {
@@ -653,6 +653,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
                     "entity_type": first.entity_type,
                     "aliases": aliases.into_iter().collect::<Vec<_>>(),
                     "embedding": vector,
+                    "name_embedding": vector,
                     "embedding_model": vector.map(|_| model.clone()),
                     "is_dirty": true,
                 }));

@@ -8,8 +8,10 @@
 
 pub mod cluster;
 pub mod consolidate;
+pub mod describe;
 pub mod embed;
 pub mod entities;
+pub mod entity_gc;
 pub mod import;
 pub mod link;
 pub mod lock;
@@ -144,6 +146,8 @@ register_jobs! {
     Consolidate => consolidate::ConsolidateArgs, "consolidate";
     Refine => refine::RefineArgs, "refine";
     Entities => entities::EntitiesArgs, "entities";
+    EntityGc => entity_gc::EntityGcArgs, "entity-gc";
+    Describe => describe::DescribeArgs, "describe";
 }
 
 impl std::fmt::Display for JobName {

@@ -913,6 +913,58 @@ pub fn summarize(memories: &[MemoryView]) -> SummaryReply {
     }
 }
 
+/// The first line of an `entity.describe` request: the entity as `Name (type)`.
+pub fn entity_view_text(name: &str, entity_type: &str) -> String {
+    format!("{name} ({entity_type})")
+}
+
+/// `entity.describe` offline: what the notes say (the two newest, a sentence each); with no
+/// notes, the current description is kept; with neither, the sentences of the two newest
+/// memories that name the entity. Never more than 300 characters; confidence 0.5 (rules).
+pub fn describe(items: &[MemoryView]) -> DescribeReply {
+    let entity = items.first().map(|m| m.text.as_str()).unwrap_or("");
+    // "Dr. Okafor" is named "Okafor" in most sentences.
+    let name =
+        crate::logic::entities::normalise(entity.rsplit_once(" (").map_or(entity, |(n, _)| n));
+    let newest = |kind: &str| {
+        let mut list: Vec<&MemoryView> = items.iter().filter(|m| m.kind == kind).collect();
+        list.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+        list
+    };
+    let mut parts: Vec<String> = newest("note")
+        .iter()
+        .take(2)
+        .filter_map(|m| sentences(&m.text).into_iter().next())
+        .collect();
+    if parts.is_empty() {
+        if let Some(current) = items.iter().find(|m| m.kind == "description") {
+            parts.push(current.text.trim().to_string());
+        }
+    }
+    if parts.is_empty() {
+        parts = newest("fact")
+            .iter()
+            .filter_map(|m| {
+                sentences(&m.text)
+                    .into_iter()
+                    .find(|s| name.is_empty() || s.to_lowercase().contains(&name))
+            })
+            .take(2)
+            .collect();
+    }
+    let mut description = parts.join(" ");
+    if description.chars().count() > 300 {
+        description = description.chars().take(297).collect::<String>() + "...";
+    }
+    if description.trim().is_empty() {
+        description = entity.to_string();
+    }
+    DescribeReply {
+        description,
+        confidence: 0.5,
+    }
+}
+
 /// The offline judge's reply to any task.
 pub fn judge(input: &TaskInput) -> Reply {
     let m = &input.memories;
@@ -926,6 +978,7 @@ pub fn judge(input: &TaskInput) -> Reply {
             Reply::Verify(verify(m, input.proposal.as_deref().unwrap_or("")))
         }
         Task::Summarize => Reply::Summary(summarize(m)),
+        Task::EntityDescribe => Reply::Describe(describe(m)),
     }
 }
 

@@ -25,6 +25,8 @@ pub enum Task {
     Refine,
     #[serde(rename = "summarize")]
     Summarize,
+    #[serde(rename = "entity.describe")]
+    EntityDescribe,
 }
 
 pub const ALL_TASKS: &[Task] = &[
@@ -35,6 +37,7 @@ pub const ALL_TASKS: &[Task] = &[
     Task::IntegrateMerge,
     Task::Refine,
     Task::Summarize,
+    Task::EntityDescribe,
 ];
 
 /// Bumped whenever a template or schema changes, and recorded with every call.
@@ -50,6 +53,7 @@ impl Task {
             Task::IntegrateMerge => "integrate.merge",
             Task::Refine => "refine",
             Task::Summarize => "summarize",
+            Task::EntityDescribe => "entity.describe",
         }
     }
 
@@ -66,6 +70,7 @@ impl Task {
             Task::IntegrateMerge => include_str!("prompts/integrate.merge.v1.txt"),
             Task::Refine => include_str!("prompts/refine.v1.txt"),
             Task::Summarize => include_str!("prompts/summarize.v1.txt"),
+            Task::EntityDescribe => include_str!("prompts/entity.describe.v1.txt"),
         }
     }
 
@@ -78,6 +83,7 @@ impl Task {
             Task::IntegrateMerge => include_str!("prompts/integrate.merge.v1.schema.json"),
             Task::Refine => include_str!("prompts/refine.v1.schema.json"),
             Task::Summarize => include_str!("prompts/summarize.v1.schema.json"),
+            Task::EntityDescribe => include_str!("prompts/entity.describe.v1.schema.json"),
         }
     }
 
@@ -89,7 +95,7 @@ impl Task {
             Task::IntegrateMerge | Task::ConsolidatePropose | Task::ConsolidateVerify => {
                 (2, usize::MAX)
             }
-            Task::Summarize => (1, usize::MAX),
+            Task::Summarize | Task::EntityDescribe => (1, usize::MAX),
         }
     }
 }
@@ -295,6 +301,13 @@ pub struct SummaryReply {
     pub confidence: f64,
 }
 
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DescribeReply {
+    pub description: String,
+    pub confidence: f64,
+}
+
 /// A validated reply.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "task", content = "reply")]
@@ -313,6 +326,8 @@ pub enum Reply {
     Verify(VerifyReply),
     #[serde(rename = "summarize")]
     Summary(SummaryReply),
+    #[serde(rename = "entity.describe")]
+    Describe(DescribeReply),
 }
 
 impl Reply {
@@ -326,6 +341,7 @@ impl Reply {
             Reply::Propose(r) => serde_json::to_string(r),
             Reply::Verify(r) => serde_json::to_string(r),
             Reply::Summary(r) => serde_json::to_string(r),
+            Reply::Describe(r) => serde_json::to_string(r),
         };
         value.expect("replies serialise")
     }
@@ -478,6 +494,18 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
             }
             Reply::Summary(r)
         }
+        Task::EntityDescribe => {
+            let r: DescribeReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            let length = r.description.trim().chars().count();
+            if length == 0 {
+                return Err("description is empty".into());
+            }
+            if length > 400 {
+                return Err(format!("description is {length} characters (at most 400)"));
+            }
+            Reply::Describe(r)
+        }
     };
     Ok(reply)
 }
@@ -509,8 +537,8 @@ pub fn safe_default(task: Task) -> Option<Reply> {
             confidence: 0.0,
             reasoning,
         })),
-        // No merged text and no summary: the caller writes nothing.
-        Task::IntegrateMerge | Task::Summarize => None,
+        // No merged text, summary or description: the caller writes nothing.
+        Task::IntegrateMerge | Task::Summarize | Task::EntityDescribe => None,
     }
 }
 

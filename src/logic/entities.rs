@@ -27,7 +27,8 @@
 //!   in, from, near, visited, moved/went/flew/trip to...
 //! - project (strong): "project X", "X project".
 //! - tool (strong): a capital inside the word or a number after it ("iPhone 13"); (weak) after
-//!   uses, using, switched to, installed, prefers, learning, bought, "written in"...
+//!   uses, using, switched to, installed, prefers, learning, bought, "written in"...; "to"
+//!   after migrated, switched, upgraded...; before cluster, server, database, plugin, release...
 //! - person (weak): after with, met, told, asked, called, helped, "to" without a motion verb;
 //!   or followed by said, told, asked, thinks, feels, believes, values...; or the subject of a
 //!   sentence that later says he, she, his, her.
@@ -141,6 +142,16 @@ const TOOL_BEFORE: &[&str] = &[
     "coding", "programming", "written", "writing", "writes", "wrote", "editor", "app", "laptop",
     "phone", "tool", "library", "framework", "language", "plays", "playing", "deployed",
     "configured", "setting",
+];
+#[rustfmt::skip]
+const MIGRATION: &[&str] = &[
+    "migrated", "migrating", "migrate", "switched", "switching", "ported", "porting", "upgraded",
+    "upgrading", "converted",
+];
+#[rustfmt::skip]
+const TOOL_AFTER: &[&str] = &[
+    "cluster", "server", "database", "instance", "api", "sdk", "plugin", "extension", "config",
+    "configuration", "query", "queries", "schema", "container", "image", "release", "update",
 ];
 #[rustfmt::skip]
 const TROUBLE: &[&str] = &[
@@ -411,7 +422,13 @@ fn cue_type(words: &[Word], start: usize, end: usize) -> (&'static str, bool) {
     if copula && (2..=5).any(|k| before(k).is_some_and(|w| in_list(TOOL_NOUNS, w))) {
         return ("tool", true);
     }
+    // "migrated the billing service to X", "the X cluster".
+    let migrated_to = before(1) == Some("to")
+        && (2..=5).any(|k| before(k).is_some_and(|w| in_list(MIGRATION, w)));
+    let tool_after = !last.break_after && after(1).is_some_and(|w| in_list(TOOL_AFTER, w));
     if before_any(TOOL_BEFORE, 2)
+        || migrated_to
+        || tool_after
         || (before(1) == Some("in")
             && (2..=4).any(|k| before(k).is_some_and(|w| in_list(CODE_WORDS, w))))
     {

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod entities;
+pub mod entity_gc;
 pub mod eval;
 pub mod hash;
 pub mod reading;

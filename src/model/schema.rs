@@ -10,11 +10,12 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
 /// 4: table `clusters`. 5: table `entity_scans`; columns `entities.aliases`, `entities.archived_at`.
+/// 6: column `entities.name_embedding`.
 pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (2, "llm_batches table; runs.llm_usage column"),
     (3, "memories.salience_anchor column"),
@@ -23,6 +24,7 @@ pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
         5,
         "entity_scans table; entities.aliases, entities.archived_at columns",
     ),
+    (6, "entities.name_embedding column"),
 ];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
@@ -368,6 +370,9 @@ pub static ENTITIES: TableSpec = TableSpec {
         field("aliases", K::StrList, R::Free, D::EmptyList),
         // Set when no live memory names the entity any more; deleted after a grace period (v5).
         field("archived_at", K::Timestamp, R::Free, D::Null),
+        // The vector of the name alone, what `memlife entities` matches new names against;
+        // `embedding` is of the name and description (`memlife describe`, seed 002) (v6).
+        field("name_embedding", K::Embedding, R::Free, D::Null),
     ],
 };
 

@@ -159,6 +159,43 @@ const SCENARIOS: &[Scenario] = &[
         witness: "SELECT COUNT(*) AS n FROM links WHERE link_type LIKE 'shares_entity:%'",
     },
     Scenario {
+        name: "entity-gc",
+        // Entities, then stale memories archived (their entities archived by a first GC),
+        // then a near-duplicate of Lina: the GC merges it and deletes what is past grace.
+        setup: &[
+            IMPORT,
+            &["entities", "--embedder", "hash"],
+            &["scores", "--now", "2025-09-01T00:00:00Z"],
+            &["entity-gc", "--now", "2025-09-01T00:00:00Z", "--no-merge"],
+            &["import", "--table", "entities", "{entities}"],
+            &["import", "--table", "memory_entities", "{memory_entities}"],
+        ],
+        job: &["entity-gc", "--now", "2025-12-01T00:00:00Z"],
+        points: &[
+            "entity-gc.started",
+            "entity-gc.after-audit",
+            "entity-gc.after-survivors",
+            "entity-gc.after-links",
+            "entity-gc.after-merges",
+            "entity-gc.after-archive",
+            "entity-gc.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'ENTITY_MERGE' \
+                  AND classification = 'same-name'",
+    },
+    Scenario {
+        name: "describe",
+        setup: &[IMPORT, &["entities", "--embedder", "hash"]],
+        job: &["describe", "--embedder", "hash"],
+        points: &[
+            "describe.started",
+            "describe.after-audit",
+            "describe.after-entities",
+            "describe.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'DESCRIBE'",
+    },
+    Scenario {
         name: "traverse (heal-on-read)",
         setup: &[IMPORT, DEAD_LINKS],
         job: &["traverse", "noor-0", "--depth", "2"],
@@ -344,6 +381,8 @@ fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output 
             a.replace("{memories}", &file)
                 .replace("{config}", &config)
                 .replace("{links}", &db.path("links.jsonl"))
+                .replace("{entities}", &db.path("entities.jsonl"))
+                .replace("{memory_entities}", &db.path("memory_entities.jsonl"))
         })
         .collect();
     let mut command = memlife_command();
@@ -358,6 +397,16 @@ fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     let db = TestDb::new();
     std::fs::write(db.path("memories.jsonl"), memories()).unwrap();
     std::fs::write(db.path("links.jsonl"), links()).unwrap();
+    std::fs::write(
+        db.path("entities.jsonl"),
+        r#"{"id":"e-dr-lina","user_id":"noor","name":"Dr. Lina","entity_type":"person"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        db.path("memory_entities.jsonl"),
+        r#"{"memory_id":"noor-5","entity_id":"e-dr-lina","user_id":"noor"}"#,
+    )
+    .unwrap();
     // Refine looks at every memory of the fixture (short, new, never accessed).
     let refine = "[refine]\nverbose_threshold_chars = 40\nmin_access_count = 0\nmin_age_days = 0\n";
     let config = match mock_url {
@@ -400,7 +449,8 @@ fn state(db: &TestDb) -> String {
          AS target, classification, COUNT(*) AS copies FROM audit_log \
          GROUP BY operation, target, classification ORDER BY operation, target, classification",
         "SELECT status, request_count, attempts FROM llm_batches ORDER BY status, request_count",
-        "SELECT user_id, name, entity_type, aliases FROM entities ORDER BY user_id, name, entity_type",
+        "SELECT user_id, name, entity_type, aliases, description, is_dirty, archived_at FROM entities \
+         ORDER BY user_id, name, entity_type",
         "SELECT memory_id, entity_id FROM memory_entities ORDER BY memory_id, entity_id",
         "SELECT memory_id, text_hash, entity_count FROM entity_scans ORDER BY memory_id",
         // Clusters of the latest finished cluster run (what consolidate reads); a killed

@@ -40,7 +40,7 @@ impl Mock {
         Mock { child, url }
     }
 
-    fn with_script(db: &TestDb, faults: &str) -> Mock {
+    pub fn with_script(db: &TestDb, faults: &str) -> Mock {
         let path = db.path("faults.json");
         std::fs::write(&path, faults).unwrap();
         Mock::start(&["--script", &path])

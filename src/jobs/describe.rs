@@ -1,0 +1,297 @@
+//! `memlife describe`: seed 002's nightly "Description Consolidation" for entities. Every
+//! entity marked dirty (new, merged, or given notes) gets an updated short description from
+//! its current description, its notes (oldest first) and the newest memories that name it,
+//! through the `entity.describe` task of the LLM layer (role `fast` unless memlife.toml says
+//! otherwise). With `--llm offline`, or when no provider gives a valid reply, the offline
+//! rules of `llm::offline::describe` answer instead, and the report counts those fallbacks.
+//!
+//! The embedding is made again from the name, the description and the notes; the flag is
+//! cleared. An entity whose description comes out as it was keeps its row and vector: only the
+//! flag is cleared. Writes: the changed entities in one commit, then the flags of the
+//! unchanged ones; each entity's old description goes to the audit log (DESCRIBE) first. A
+//! run killed half-way leaves the rest dirty for the next. Online only: descriptions are short
+//! and few per night (seed 002 estimates cents per thousand users), so no Batch API round.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Result, anyhow, bail};
+use serde_json::{Value, json};
+
+use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::embedders::{Embedded, EmbedderArgs};
+use crate::llm::offline::{describe as offline_describe, entity_view_text};
+use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
+use crate::llm::{Item, LlmArgs, Mode};
+use crate::model::encoding::format_timestamp;
+use crate::model::schema::{ENTITIES, MEMORY_ENTITIES};
+use crate::store::audit::AuditRow;
+use crate::store::{batch_from_json, json_rows, sql_list, sql_string};
+
+/// Updated descriptions of dirty entities (LLM role `entity.describe`, offline fallback).
+#[derive(clap::Args, Debug, Clone)]
+pub struct DescribeArgs {
+    /// Newest memories naming the entity shown with it.
+    #[arg(long, default_value_t = 8)]
+    pub memories: usize,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+    /// The clock the run computes at (RFC 3339); default the current time.
+    #[arg(long)]
+    pub now: Option<String>,
+    #[command(flatten)]
+    pub scope: JobScope,
+}
+
+impl Job for DescribeArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
+    }
+}
+
+fn text_of(row: &serde_json::Map<String, Value>, field: &str) -> String {
+    row.get(field)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The notes of an entity row, oldest first: (text, date_added).
+fn notes_of(row: &serde_json::Map<String, Value>) -> Vec<(String, String)> {
+    let mut notes: Vec<(String, String)> = row
+        .get("notes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|n| {
+            Some((
+                n.get("text")?.as_str()?.to_string(),
+                n.get("added_at")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            ))
+        })
+        .collect();
+    notes.sort_by(|a, b| a.1.cmp(&b.1));
+    notes
+}
+
+/// The text the entity's vector is made from: name, description, notes (at most 1000 chars).
+fn embedding_text(name: &str, description: &str, notes: &[(String, String)]) -> String {
+    let mut text = format!("{name}: {description}");
+    for (note, _) in notes {
+        text.push(' ');
+        text.push_str(note);
+    }
+    text.chars().take(1000).collect()
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
+    let llm = ctx.app.llm(&args.llm).await?;
+    if llm.mode == Mode::Batch {
+        bail!(
+            "describe runs online only (--mode online): a night's descriptions are few and short"
+        );
+    }
+    let params =
+        json!({"memories": args.memories, "judge": format!("{:?}", llm.judge).to_lowercase()});
+    let log = RunLog::start(ctx, JobName::Describe.as_str(), &params).await?;
+    let mut report = JobReport::new(JobName::Describe.as_str(), ctx);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let now = ctx.now.timestamp_micros();
+    let dim = ctx.store.embedding_dim();
+
+    let mut filter = "is_dirty = true AND archived_at IS NULL".to_string();
+    if let Some(user) = &ctx.user {
+        filter.push_str(&format!(" AND user_id = {}", sql_string(user)));
+    }
+    let mut dirty = json_rows(&ctx.store.scan(ENTITIES.name, Some(&filter)).await?);
+    dirty.sort_by_key(|r| text_of(r, "id"));
+    counts.insert("dirty".into(), dirty.len() as u64);
+    if dirty.is_empty() {
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
+
+    // The newest memories naming each dirty entity.
+    let ids: Vec<String> = dirty.iter().map(|r| text_of(r, "id")).collect();
+    let mut named: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for chunk in ids.chunks(1000) {
+        let filter = format!("entity_id IN ({})", sql_list(chunk));
+        for row in json_rows(&ctx.store.scan(MEMORY_ENTITIES.name, Some(&filter)).await?) {
+            named
+                .entry(text_of(&row, "entity_id"))
+                .or_default()
+                .push(text_of(&row, "memory_id"));
+        }
+    }
+    let memory_ids: Vec<String> = named.values().flatten().cloned().collect();
+    let live = "state != 'archived' AND archived_at IS NULL";
+    let memories: BTreeMap<String, MemoryView> = ctx
+        .store
+        .rows_with_ids(
+            "memories",
+            &memory_ids,
+            Some(live),
+            &["id", "kind", "created_at", "happens_at", "text"],
+        )
+        .await?
+        .iter()
+        .map(|row| (text_of(row, "id"), MemoryView::from_row(row)))
+        .collect();
+
+    let clock = format_timestamp(now);
+    let items: Vec<Item> = dirty
+        .iter()
+        .map(|row| {
+            let id = text_of(row, "id");
+            let mut views = vec![MemoryView {
+                id: id.clone(),
+                kind: "entity".into(),
+                created_at: text_of(row, "created_at"),
+                happens_at: None,
+                text: entity_view_text(&text_of(row, "name"), &text_of(row, "entity_type")),
+            }];
+            let description = text_of(row, "description");
+            if !description.trim().is_empty() {
+                views.push(MemoryView {
+                    id: format!("{id}#description"),
+                    kind: "description".into(),
+                    created_at: text_of(row, "updated_at"),
+                    happens_at: None,
+                    text: description,
+                });
+            }
+            for (i, (note, added)) in notes_of(row).into_iter().enumerate() {
+                views.push(MemoryView {
+                    id: format!("{id}#note{i}"),
+                    kind: "note".into(),
+                    created_at: added,
+                    happens_at: None,
+                    text: note,
+                });
+            }
+            let mut facts: Vec<&MemoryView> = named
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| memories.get(m))
+                .collect();
+            facts.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+            views.extend(facts.into_iter().take(args.memories).cloned());
+            Item {
+                custom_id: id,
+                input: TaskInput {
+                    task: Task::EntityDescribe,
+                    memories: views,
+                    proposal: None,
+                    now: clock.clone(),
+                },
+            }
+        })
+        .collect();
+    let outcomes = llm.run(items.clone()).await;
+    report.llm = Some(llm.usage(&outcomes));
+
+    let mut changed: Vec<(serde_json::Map<String, Value>, String, String)> = Vec::new(); // row, old, new
+    let mut unchanged: Vec<String> = Vec::new();
+    let mut fallbacks = 0u64;
+    for (row, (item, outcome)) in dirty.iter().zip(items.iter().zip(&outcomes)) {
+        let description = match (&outcome.reply, &outcome.failure) {
+            (Some(Reply::Describe(r)), None) => r.description.trim().to_string(),
+            (_, failure) => {
+                // No trusted reply: the offline rules answer, and the report says so.
+                fallbacks += 1;
+                report.notes.push(format!(
+                    "{}: offline description ({})",
+                    text_of(row, "name"),
+                    failure.as_deref().unwrap_or("no reply")
+                ));
+                offline_describe(&item.input.memories).description
+            }
+        };
+        let old = text_of(row, "description");
+        if description == old.trim() {
+            unchanged.push(text_of(row, "id"));
+        } else {
+            changed.push((row.clone(), old, description));
+        }
+    }
+    counts.insert("described".into(), changed.len() as u64);
+    counts.insert("unchanged".into(), unchanged.len() as u64);
+    counts.insert("offline_fallbacks".into(), fallbacks);
+
+    if ctx.dry_run {
+        for (row, _, new) in changed.iter().take(50) {
+            report
+                .notes
+                .push(format!("{}: {new}", text_of(row, "name")));
+        }
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
+
+    if !changed.is_empty() {
+        let embedder = ctx.app.embedder(&args.embedder, dim, 64).await?;
+        let model = embedder.model_name();
+        let texts: Vec<String> = changed
+            .iter()
+            .map(|(row, _, new)| embedding_text(&text_of(row, "name"), new, &notes_of(row)))
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = embedder.embed(&refs).await?;
+        let audit: Vec<AuditRow> = changed
+            .iter()
+            .map(|(row, old, new)| {
+                let id = text_of(row, "id");
+                let mut a = AuditRow::new(log.run_id(), "DESCRIBE", &format!("{id}|{new}"), now);
+                a.user_id = Some(text_of(row, "user_id"));
+                a.source_ids = vec![id];
+                a.before_state = Some(json!({"description": old}).to_string());
+                a.after_state = Some(json!({"description": new}).to_string());
+                a
+            })
+            .collect();
+        ctx.store.write_audit(&audit).await?;
+        crate::crash::point("describe.after-audit");
+        let rows: Vec<Value> = changed
+            .into_iter()
+            .zip(vectors)
+            .map(|((mut row, _, new), embedded)| {
+                row.insert("description".into(), json!(new));
+                row.insert("is_dirty".into(), json!(false));
+                row.insert("updated_at".into(), json!(clock));
+                if let Embedded::Vector { values, .. } = embedded {
+                    row.insert("embedding".into(), json!(values));
+                    row.insert("embedding_model".into(), json!(model));
+                }
+                Value::Object(row)
+            })
+            .collect();
+        for chunk in rows.chunks(5_000) {
+            let batch = batch_from_json(&ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
+            ctx.store.upsert_batch(&ENTITIES, batch).await?;
+        }
+        crate::crash::point("describe.after-entities");
+    }
+    for chunk in unchanged.chunks(1000) {
+        ctx.store
+            .update_where(
+                ENTITIES.name,
+                &format!("id IN ({})", sql_list(chunk)),
+                &[("is_dirty", "false".to_string())],
+            )
+            .await?;
+    }
+    report.counts = counts;
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}

@@ -1,0 +1,676 @@
+//! `memlife entity-gc` (monthly, seed 000): keeps the entity side of the graph clean.
+//!
+//! - Near-duplicate entities of a user are merged (`logic::entity_gc` says which and why): the
+//!   survivor keeps the other names as aliases, takes over their `memory_entities` rows, and
+//!   its `shares_entity` chain is rebuilt over all its memories; the merged entities go.
+//! - An entity no live memory names is archived (`archived_at`); one archived for longer than
+//!   the grace period (default 30 days, by `--now`) is deleted with its remaining
+//!   `memory_entities` rows (those of archived memories). An archived entity a live memory
+//!   names again is brought back.
+//! - `memory_entities` rows of memories that no longer exist are dropped.
+//!
+//! Every merge, archive and deletion is written to `audit_log` (with the entity as it was and
+//! the memories that named it) before any of them happens; each write is one Lance commit and
+//! every step is an upsert or a delete of what the plan names, so a run killed at any point is
+//! completed by the next: the merged entities are deleted last, and until then the same plan
+//! is found again. `--dry-run` reports every merge and removal without writing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Result, anyhow};
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::TimestampMicrosecondType;
+use serde_json::{Value, json};
+
+use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::logic::entity_gc::{GcEntity, chain, plan_merges};
+use crate::model::encoding::format_timestamp;
+use crate::model::schema::{ENTITIES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX};
+use crate::store::audit::AuditRow;
+use crate::store::{batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
+
+/// Monthly entity garbage collection: merge near-duplicates, archive entities no live memory
+/// names, delete them after a grace period.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EntityGcArgs {
+    /// Days an entity stays archived before it is deleted.
+    #[arg(long, default_value_t = 30)]
+    pub grace_days: i64,
+    /// Also merge entities of one type whose name embeddings are at least this similar.
+    #[arg(long)]
+    pub merge_similarity: Option<f32>,
+    /// Do not merge; only archive and delete.
+    #[arg(long)]
+    pub no_merge: bool,
+    /// Earlier memories naming the entity each memory is linked to (as `memlife entities`).
+    #[arg(long, default_value_t = 3)]
+    pub links_per_memory: usize,
+    /// The clock the run computes at (RFC 3339); default the current time.
+    #[arg(long)]
+    pub now: Option<String>,
+    #[command(flatten)]
+    pub scope: JobScope,
+}
+
+impl Job for EntityGcArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
+    }
+}
+
+/// The report lists this many actions; `audit_log` holds every one.
+const LISTED: usize = 200;
+
+struct Entity {
+    id: String,
+    user: String,
+    name: String,
+    entity_type: String,
+    aliases: Vec<String>,
+    archived_at: Option<i64>,
+    vector: Option<Vec<f32>>,
+}
+
+/// A memory as the GC sees it: when it was made, and whether it is live.
+struct MemoryInfo {
+    created_at: i64,
+    live: bool,
+}
+
+fn user_filter(ctx: &JobCtx<'_>) -> Option<String> {
+    ctx.user
+        .as_ref()
+        .map(|u| format!("user_id = {}", sql_string(u)))
+}
+
+async fn load_entities(ctx: &JobCtx<'_>, with_vectors: bool) -> Result<Vec<Entity>> {
+    let mut columns = vec![
+        "id",
+        "user_id",
+        "name",
+        "entity_type",
+        "aliases",
+        "archived_at",
+    ];
+    if with_vectors {
+        columns.push("embedding");
+    }
+    let dim = ctx.store.embedding_dim();
+    let mut out = Vec::new();
+    for batch in ctx
+        .store
+        .scan_columns(ENTITIES.name, user_filter(ctx).as_deref(), &columns)
+        .await?
+    {
+        let ids = batch.column(0).as_string::<i32>();
+        let users = batch.column(1).as_string::<i32>();
+        let names = batch.column(2).as_string::<i32>();
+        let types = batch.column(3).as_string::<i32>();
+        let aliases = batch.column(4).as_list::<i32>();
+        let archived = batch.column(5).as_primitive::<TimestampMicrosecondType>();
+        for row in 0..batch.num_rows() {
+            let list = if aliases.is_valid(row) {
+                let values = aliases.value(row);
+                let values = values.as_string::<i32>();
+                (0..values.len())
+                    .map(|i| values.value(i).to_string())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let vector = if with_vectors && batch.column(6).is_valid(row) {
+                let list = batch.column(6).as_fixed_size_list();
+                let values = list
+                    .values()
+                    .as_primitive::<arrow::datatypes::Float32Type>();
+                let start = list.value_offset(row) as usize;
+                Some(values.values()[start..start + dim].to_vec())
+            } else {
+                None
+            };
+            out.push(Entity {
+                id: ids.value(row).to_string(),
+                user: users.value(row).to_string(),
+                name: names.value(row).to_string(),
+                entity_type: types.value(row).to_string(),
+                aliases: list,
+                archived_at: archived.is_valid(row).then(|| archived.value(row)),
+                vector,
+            });
+        }
+    }
+    out.sort_by(|a, b| (&a.user, &a.id).cmp(&(&b.user, &b.id)));
+    Ok(out)
+}
+
+async fn load_memories(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, MemoryInfo>> {
+    let mut out = BTreeMap::new();
+    for batch in ctx
+        .store
+        .scan_columns(
+            "memories",
+            user_filter(ctx).as_deref(),
+            &["id", "state", "archived_at", "created_at"],
+        )
+        .await?
+    {
+        let ids = batch.column(0).as_string::<i32>();
+        let states = batch.column(1).as_string::<i32>();
+        let archived = batch.column(2);
+        let created = batch.column(3).as_primitive::<TimestampMicrosecondType>();
+        for row in 0..batch.num_rows() {
+            out.insert(
+                ids.value(row).to_string(),
+                MemoryInfo {
+                    created_at: created.value(row),
+                    live: states.value(row) != "archived" && !archived.is_valid(row),
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// (memory id, entity id, user id) rows.
+async fn load_memberships(ctx: &JobCtx<'_>) -> Result<Vec<(String, String, String)>> {
+    let mut out = Vec::new();
+    for batch in ctx
+        .store
+        .scan_columns(
+            MEMORY_ENTITIES.name,
+            user_filter(ctx).as_deref(),
+            &["memory_id", "entity_id", "user_id"],
+        )
+        .await?
+    {
+        let memories = batch.column(0).as_string::<i32>();
+        let entities = batch.column(1).as_string::<i32>();
+        let users = batch.column(2).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            out.push((
+                memories.value(row).to_string(),
+                entities.value(row).to_string(),
+                users.value(row).to_string(),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The entity rows (all columns) of `ids`, as JSON objects by id.
+async fn full_rows(
+    ctx: &JobCtx<'_>,
+    ids: &BTreeSet<&str>,
+) -> Result<BTreeMap<String, serde_json::Map<String, Value>>> {
+    let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    let mut out = BTreeMap::new();
+    for chunk in ids.chunks(1000) {
+        let filter = format!("id IN ({})", sql_list(chunk));
+        for row in json_rows(&ctx.store.scan(ENTITIES.name, Some(&filter)).await?) {
+            if let Some(id) = row.get("id").and_then(Value::as_str) {
+                out.insert(id.to_string(), row.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An entity row for the audit log: everything but the vector (re-made from the name).
+fn snapshot(row: Option<&serde_json::Map<String, Value>>, memories: &[&str]) -> String {
+    let mut row = row.cloned().unwrap_or_default();
+    row.remove("embedding");
+    row.insert("memory_ids".into(), json!(memories));
+    Value::Object(row).to_string()
+}
+
+fn link_type(name: &str) -> String {
+    format!("{SHARES_ENTITY_PREFIX}{name}")
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
+    let params = json!({
+        "grace_days": args.grace_days,
+        "merge_similarity": args.merge_similarity,
+        "no_merge": args.no_merge,
+        "links_per_memory": args.links_per_memory,
+        "now": format_timestamp(ctx.now.timestamp_micros()),
+    });
+    let log = RunLog::start(ctx, JobName::EntityGc.as_str(), &params).await?;
+    let mut report = JobReport::new(JobName::EntityGc.as_str(), ctx);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let now = ctx.now.timestamp_micros();
+    let grace_cutoff = now - args.grace_days * 86_400_000_000;
+    let dim = ctx.store.embedding_dim();
+
+    let entities = load_entities(ctx, args.merge_similarity.is_some() && !args.no_merge).await?;
+    let memories = load_memories(ctx).await?;
+    let memberships = load_memberships(ctx).await?;
+    counts.insert("entities".into(), entities.len() as u64);
+
+    // Rows naming a memory that no longer exists.
+    let orphan_rows: Vec<&(String, String, String)> = memberships
+        .iter()
+        .filter(|(m, _, _)| !memories.contains_key(m))
+        .collect();
+    counts.insert("orphan_memory_entities".into(), orphan_rows.len() as u64);
+    let mut named_by: BTreeMap<&str, Vec<&str>> = BTreeMap::new(); // entity -> existing memories
+    for (m, e, _) in &memberships {
+        if memories.contains_key(m) {
+            named_by.entry(e.as_str()).or_default().push(m.as_str());
+        }
+    }
+    let live_refs = |id: &str| {
+        named_by
+            .get(id)
+            .map_or(0, |ms| ms.iter().filter(|m| memories[**m].live).count())
+    };
+
+    // 1. Merges, per user, among entities that are not archived.
+    let mut merges: Vec<(usize, usize, &'static str)> = Vec::new(); // (survivor, merged, rule)
+    if !args.no_merge {
+        let mut by_user: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, e) in entities.iter().enumerate() {
+            if e.archived_at.is_none() {
+                by_user.entry(e.user.as_str()).or_default().push(i);
+            }
+        }
+        for list in by_user.values() {
+            let gc: Vec<GcEntity> = list
+                .iter()
+                .map(|&i| GcEntity {
+                    id: entities[i].id.clone(),
+                    name: entities[i].name.clone(),
+                    entity_type: entities[i].entity_type.clone(),
+                    aliases: entities[i].aliases.clone(),
+                    references: live_refs(&entities[i].id),
+                })
+                .collect();
+            let vectors: Vec<Option<Vec<f32>>> =
+                list.iter().map(|&i| entities[i].vector.clone()).collect();
+            let found = plan_merges(&gc, args.merge_similarity.map(|s| (vectors.as_slice(), s)));
+            merges.extend(
+                found
+                    .into_iter()
+                    .map(|m| (list[m.survivor], list[m.merged], m.rule)),
+            );
+        }
+    }
+    let merged: BTreeSet<usize> = merges.iter().map(|m| m.1).collect();
+    let survivors: BTreeSet<usize> = merges.iter().map(|m| m.0).collect();
+    counts.insert("merged".into(), merges.len() as u64);
+
+    // 2. Archive, revive and delete (merged entities are deleted by their merge instead).
+    let mut to_archive = Vec::new();
+    let mut to_revive = Vec::new();
+    let mut to_delete = Vec::new();
+    for (i, e) in entities.iter().enumerate() {
+        if merged.contains(&i) {
+            continue;
+        }
+        // A survivor's references include its merged entities' memories.
+        let refs = live_refs(&e.id)
+            + merges
+                .iter()
+                .filter(|m| m.0 == i)
+                .map(|m| live_refs(&entities[m.1].id))
+                .sum::<usize>();
+        match (e.archived_at, refs) {
+            (None, 0) => to_archive.push(i),
+            (Some(_), r) if r > 0 => to_revive.push(i),
+            (Some(at), 0) if at <= grace_cutoff => to_delete.push(i),
+            _ => {}
+        }
+    }
+    counts.insert("archived".into(), to_archive.len() as u64);
+    counts.insert("revived".into(), to_revive.len() as u64);
+    counts.insert("deleted".into(), to_delete.len() as u64);
+
+    let mut listed = Vec::new();
+    for &(s, m, rule) in &merges {
+        listed.push(format!(
+            "merge: {} '{}' ({}) into '{}' ({}), rule {rule}",
+            entities[m].user,
+            entities[m].name,
+            entities[m].entity_type,
+            entities[s].name,
+            entities[s].entity_type
+        ));
+    }
+    for (verb, list) in [
+        ("archive", &to_archive),
+        ("revive", &to_revive),
+        ("delete", &to_delete),
+    ] {
+        for &i in list {
+            listed.push(format!(
+                "{verb}: {} '{}' ({})",
+                entities[i].user, entities[i].name, entities[i].entity_type
+            ));
+        }
+    }
+    let total = listed.len();
+    report.notes.extend(listed.into_iter().take(LISTED));
+    if total > LISTED {
+        report.notes.push(format!(
+            "... and {} more (audit_log has every one)",
+            total - LISTED
+        ));
+    }
+
+    if ctx.dry_run {
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
+
+    // The audit rows, before anything changes.
+    let touched: BTreeSet<&str> = merged
+        .iter()
+        .chain(&survivors)
+        .chain(&to_delete)
+        .map(|&i| entities[i].id.as_str())
+        .collect();
+    let rows = full_rows(ctx, &touched).await?;
+    let refs_of = |id: &str| named_by.get(id).cloned().unwrap_or_default();
+    let mut audit = Vec::new();
+    for &(s, m, rule) in &merges {
+        let (e, into) = (&entities[m], &entities[s]);
+        let mut row = AuditRow::new(
+            log.run_id(),
+            "ENTITY_MERGE",
+            &format!("{}|{}", e.id, into.id),
+            now,
+        );
+        row.user_id = Some(e.user.clone());
+        row.source_ids = vec![e.id.clone()];
+        row.target_id = Some(into.id.clone());
+        row.classification = Some(rule.to_string());
+        row.reasoning = Some(format!(
+            "'{}' and '{}' name the same {} (rule {rule})",
+            e.name, into.name, into.entity_type
+        ));
+        row.before_state = Some(snapshot(rows.get(&e.id), &refs_of(&e.id)));
+        row.after_state = Some(json!({"merged_into": into.id, "name": into.name}).to_string());
+        audit.push(row);
+    }
+    for (operation, list) in [
+        ("ENTITY_ARCHIVE", &to_archive),
+        ("ENTITY_DELETE", &to_delete),
+    ] {
+        for &i in list {
+            let e = &entities[i];
+            let mut row = AuditRow::new(
+                log.run_id(),
+                operation,
+                &format!("{}|{}", e.id, e.archived_at.unwrap_or(0)),
+                now,
+            );
+            row.user_id = Some(e.user.clone());
+            row.source_ids = vec![e.id.clone()];
+            row.classification = Some(e.entity_type.clone());
+            row.reasoning = Some(if operation == "ENTITY_ARCHIVE" {
+                format!("no live memory names '{}'", e.name)
+            } else {
+                format!(
+                    "'{}' archived for more than {} days and named by no live memory",
+                    e.name, args.grace_days
+                )
+            });
+            row.before_state = Some(if operation == "ENTITY_DELETE" {
+                snapshot(rows.get(&e.id), &refs_of(&e.id))
+            } else {
+                json!({"archived_at": null}).to_string()
+            });
+            audit.push(row);
+        }
+    }
+    // A rerun after a crash keeps the rows the first run wrote (the rule that found a merge
+    // may read differently once the survivor holds the merged name as an alias).
+    let ids: Vec<String> = audit.iter().map(|r| r.id.clone()).collect();
+    let present = ctx.store.audit_ids_present(&ids).await?;
+    audit.retain(|r| !present.contains(&r.id));
+    for chunk in audit.chunks(20_000) {
+        ctx.store.write_audit(chunk).await?;
+    }
+    crate::crash::point("entity-gc.after-audit");
+
+    // Merges: survivors with the merged names as aliases, their memory_entities rows, the
+    // rebuilt chains, then the merged entities' own rows.
+    if !merges.is_empty() {
+        let mut survivor_rows = Vec::new();
+        for &s in &survivors {
+            let Some(mut row) = rows.get(&entities[s].id).cloned() else {
+                continue;
+            };
+            let mut aliases = entities[s].aliases.clone();
+            let mut notes: Vec<Value> = row
+                .get("notes")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let mut description = row.get("description").cloned().unwrap_or(Value::Null);
+            for &(_, m, _) in merges.iter().filter(|x| x.0 == s) {
+                let e = &entities[m];
+                for name in std::iter::once(&e.name).chain(&e.aliases) {
+                    if *name != entities[s].name && !aliases.contains(name) {
+                        aliases.push(name.clone());
+                    }
+                }
+                if let Some(other) = rows.get(&e.id) {
+                    for note in other
+                        .get("notes")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        if !notes.contains(note) {
+                            notes.push(note.clone());
+                        }
+                    }
+                    if description.is_null() {
+                        description = other.get("description").cloned().unwrap_or(Value::Null);
+                    }
+                }
+            }
+            row.insert("aliases".into(), json!(aliases));
+            row.insert("notes".into(), Value::Array(notes));
+            row.insert("description".into(), description);
+            // The description is reconsidered by `memlife describe` with the merged notes.
+            row.insert("is_dirty".into(), json!(true));
+            row.insert("updated_at".into(), json!(format_timestamp(now)));
+            survivor_rows.push(Value::Object(row));
+        }
+        let batch = batch_from_json(&ENTITIES, dim, now, &survivor_rows).map_err(|e| anyhow!(e))?;
+        ctx.store.upsert_batch(&ENTITIES, batch).await?;
+
+        let into: BTreeMap<&str, usize> = merges
+            .iter()
+            .map(|&(s, m, _)| (entities[m].id.as_str(), s))
+            .collect();
+        let moved: Vec<Value> = memberships
+            .iter()
+            .filter(|(mem, _, _)| memories.contains_key(mem))
+            .filter_map(|(mem, e, user)| {
+                into.get(e.as_str()).map(
+                    |&s| json!({"memory_id": mem, "entity_id": entities[s].id, "user_id": user}),
+                )
+            })
+            .collect();
+        for chunk in moved.chunks(50_000) {
+            let batch =
+                batch_from_json(&MEMORY_ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
+            ctx.store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
+        }
+        crate::crash::point("entity-gc.after-survivors");
+
+        // Chains of every entity of the users whose names a merge touched, from the
+        // memberships as they are after the merge (a name shared by two entities of different
+        // types keeps both entities' links).
+        let mut members: BTreeMap<&str, Vec<(i64, String)>> = BTreeMap::new();
+        for (mem, e, _) in &memberships {
+            let Some(info) = memories.get(mem) else {
+                continue;
+            };
+            if !info.live {
+                continue;
+            }
+            let owner = into
+                .get(e.as_str())
+                .map_or(e.as_str(), |&s| entities[s].id.as_str());
+            members
+                .entry(owner)
+                .or_default()
+                .push((info.created_at, mem.clone()));
+        }
+        let mut affected: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new(); // user -> names
+        for &(s, m, _) in &merges {
+            let names = affected.entry(entities[s].user.as_str()).or_default();
+            names.insert(entities[s].name.as_str());
+            names.insert(entities[m].name.as_str());
+        }
+        let mut wanted: BTreeSet<(String, String, String)> = BTreeSet::new();
+        let mut users_of_link: BTreeMap<(String, String, String), String> = BTreeMap::new();
+        for (i, e) in entities.iter().enumerate() {
+            if merged.contains(&i)
+                || !affected
+                    .get(e.user.as_str())
+                    .is_some_and(|n| n.contains(e.name.as_str()))
+            {
+                continue;
+            }
+            let Some(list) = members.get_mut(e.id.as_str()) else {
+                continue;
+            };
+            list.sort();
+            list.dedup();
+            for (a, b) in chain(list, args.links_per_memory) {
+                let key = (list[a].1.clone(), list[b].1.clone(), link_type(&e.name));
+                users_of_link.insert(key.clone(), e.user.clone());
+                wanted.insert(key);
+            }
+        }
+        let rows: Vec<Value> = wanted
+            .iter()
+            .map(|k| {
+                json!({"source_id": k.0, "target_id": k.1, "user_id": users_of_link[k],
+                       "link_type": k.2, "confidence": 1.0, "origin": "structural"})
+            })
+            .collect();
+        for chunk in rows.chunks(50_000) {
+            let batch = batch_from_json(&LINKS, dim, now, chunk).map_err(|e| anyhow!(e))?;
+            ctx.store.upsert_batch(&LINKS, batch).await?;
+        }
+        // Stale links of the touched names: what the merged entities' chains had.
+        let mut stale = Vec::new();
+        for (user, names) in &affected {
+            let types: Vec<String> = names.iter().map(|n| link_type(n)).collect();
+            let filter = format!(
+                "user_id = {} AND link_type IN ({})",
+                sql_string(user),
+                sql_list(&types)
+            );
+            for batch in ctx
+                .store
+                .scan_columns(
+                    LINKS.name,
+                    Some(&filter),
+                    &["source_id", "target_id", "link_type"],
+                )
+                .await?
+            {
+                let s = batch.column(0).as_string::<i32>();
+                let t = batch.column(1).as_string::<i32>();
+                let ty = batch.column(2).as_string::<i32>();
+                for row in 0..batch.num_rows() {
+                    let key = (
+                        s.value(row).to_string(),
+                        t.value(row).to_string(),
+                        ty.value(row).to_string(),
+                    );
+                    if !wanted.contains(&key) {
+                        stale.push(key);
+                    }
+                }
+            }
+        }
+        for chunk in stale.chunks(200) {
+            let predicate = chunk
+                .iter()
+                .map(|(s, t, ty)| {
+                    format!(
+                        "(source_id = {} AND target_id = {} AND link_type = {})",
+                        sql_string(s),
+                        sql_string(t),
+                        sql_string(ty)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" OR ");
+            ctx.store.delete_where(LINKS.name, &predicate).await?;
+        }
+        counts.insert("links_rewritten".into(), rows.len() as u64);
+        counts.insert("links_removed".into(), stale.len() as u64);
+        crate::crash::point("entity-gc.after-links");
+        let gone: Vec<String> = merged.iter().map(|&m| entities[m].id.clone()).collect();
+        for chunk in gone.chunks(1000) {
+            let ids = sql_list(chunk);
+            ctx.store
+                .delete_where(MEMORY_ENTITIES.name, &format!("entity_id IN ({ids})"))
+                .await?;
+            ctx.store
+                .delete_where(ENTITIES.name, &format!("id IN ({ids})"))
+                .await?;
+        }
+        crate::crash::point("entity-gc.after-merges");
+    }
+
+    // Archive and revive (one commit each), then delete.
+    let stamp = sql_timestamp(now);
+    for (list, value) in [(&to_archive, stamp.as_str()), (&to_revive, "NULL")] {
+        let ids: Vec<String> = list.iter().map(|&i| entities[i].id.clone()).collect();
+        for chunk in ids.chunks(1000) {
+            ctx.store
+                .update_where(
+                    ENTITIES.name,
+                    &format!("id IN ({})", sql_list(chunk)),
+                    &[
+                        ("archived_at", value.to_string()),
+                        ("updated_at", stamp.clone()),
+                    ],
+                )
+                .await?;
+        }
+    }
+    crate::crash::point("entity-gc.after-archive");
+    let ids: Vec<String> = to_delete.iter().map(|&i| entities[i].id.clone()).collect();
+    for chunk in ids.chunks(1000) {
+        let list = sql_list(chunk);
+        ctx.store
+            .delete_where(MEMORY_ENTITIES.name, &format!("entity_id IN ({list})"))
+            .await?;
+        ctx.store
+            .delete_where(ENTITIES.name, &format!("id IN ({list})"))
+            .await?;
+    }
+    let orphans: Vec<String> = orphan_rows
+        .iter()
+        .map(|(m, _, _)| m.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for chunk in orphans.chunks(1000) {
+        ctx.store
+            .delete_where(
+                MEMORY_ENTITIES.name,
+                &format!("memory_id IN ({})", sql_list(chunk)),
+            )
+            .await?;
+    }
+    report.counts = counts;
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}
