@@ -1,7 +1,8 @@
 //! `memlife bench`: measurements that need no database, reported as JSON for BENCHMARKS.md.
 //! `similarity`: top-k neighbours of every vector of one user-sized set with the blocked,
 //! parallel kernel, and the single-threaded naive loop on a sample (its time extrapolated).
-//! `embed`: sentences per second of an embedder on synthetic memory texts.
+//! `embed`: sentences per second of an embedder on synthetic memory texts. `consolidate` and
+//! `graph` build a store of their own (`bench_consolidate`, `bench_graph`).
 
 use std::io::Write;
 use std::time::Instant;
@@ -36,6 +37,8 @@ pub enum BenchCommand {
     /// The whole consolidation (cluster, both passes, apply) over a synthetic store against
     /// `memlife mock-llm`, online or as Batch API rounds.
     Consolidate(super::bench_consolidate::ConsolidateBench),
+    /// Link traversal from random starts on a synthetic graph (indexed, read only).
+    Graph(super::bench_graph::GraphBench),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +112,7 @@ pub async fn run(app: &App, args: &BenchArgs, out: &mut dyn Write) -> Result<Exi
             .await?
         }
         BenchCommand::Consolidate(bench) => super::bench_consolidate::run(bench, out)?,
+        BenchCommand::Graph(bench) => super::bench_graph::run(bench, out).await?,
         BenchCommand::Embed(bench) => {
             let embedder = app
                 .embedder(&bench.embedder, bench.dim, bench.batch_size)

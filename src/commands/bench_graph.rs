@@ -1,0 +1,175 @@
+//! `memlife bench graph`: link traversal at scale (issue 14's target: depth-3 traversal from
+//! 1000 random starts on 100k memories and 1M links, median at most 20 ms). Builds a store of
+//! synthetic memories and random links within each user (seeded), builds the scalar indexes,
+//! then walks from random starts with the same `Walker` `memlife traverse` uses, reading
+//! only (no heal). Prints JSON for BENCHMARKS.md.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Result, anyhow};
+use arrow::array::RecordBatchIterator;
+use serde_json::json;
+
+use super::traverse::{TraverseArgs, Walker};
+use crate::model::schema::{LINKS, MEMORIES};
+use crate::store::{Store, batch_from_json};
+
+#[derive(clap::Args, Debug)]
+pub struct GraphBench {
+    #[arg(long, default_value_t = 100_000)]
+    pub memories: usize,
+    #[arg(long, default_value_t = 1_000_000)]
+    pub links: usize,
+    #[arg(long, default_value_t = 100)]
+    pub users: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub starts: usize,
+    #[arg(long, default_value_t = 3)]
+    pub depth: usize,
+    /// Memories one walk returns at most (`memlife traverse --limit`).
+    #[arg(long, default_value_t = 1000)]
+    pub limit: usize,
+    /// Measure without the scalar indexes (every level scans the link table).
+    #[arg(long)]
+    pub no_index: bool,
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Keep the database in this folder (default: a temporary folder, removed afterwards).
+    #[arg(long)]
+    pub keep: Option<PathBuf>,
+}
+
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub async fn run(bench: &GraphBench, out: &mut dyn Write) -> Result<()> {
+    let (dir, keep) = match &bench.keep {
+        Some(dir) => (dir.clone(), true),
+        None => (
+            std::env::temp_dir().join(format!("memlife-bench-graph-{}", std::process::id())),
+            false,
+        ),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let uri = dir.join("db").display().to_string();
+    let result = measure(bench, &uri).await;
+    if !keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let report = result?;
+    serde_json::to_writer_pretty(&mut *out, &report)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
+    let (store, _) = Store::init(uri, 384).await?;
+    let dim = store.embedding_dim();
+    let now = chrono::Utc::now().timestamp_micros();
+    let per_user = bench.memories.div_ceil(bench.users.max(1));
+    let id = |i: usize| format!("u{:03}-{:07}", i / per_user, i);
+    let build = Instant::now();
+    for start in (0..bench.memories).step_by(50_000) {
+        let rows: Vec<serde_json::Value> = (start..(start + 50_000).min(bench.memories))
+            .map(|i| {
+                json!({"id": id(i), "user_id": format!("u{:03}", i / per_user),
+                       "text": format!("Synthetic memory {i} for the traversal benchmark"),
+                       "state": if i % 50 == 0 { "archived" } else { "active" }})
+            })
+            .collect();
+        let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        let schema = batch.schema();
+        store
+            .append(&MEMORIES, Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema)))
+            .await?;
+    }
+    // Links: each a random pair within one user, of a random type; duplicates skipped.
+    let types = ["related_to", "causes", "supersedes", "instance_of", "shares_entity:Bench"];
+    let mut seen = std::collections::HashSet::new();
+    let mut state = bench.seed.max(1);
+    let mut written = 0;
+    while written < bench.links {
+        let mut rows = Vec::with_capacity(100_000);
+        while rows.len() < 100_000 && written + rows.len() < bench.links {
+            let source = (next(&mut state) % bench.memories as u64) as usize;
+            let user = source / per_user;
+            let first = user * per_user;
+            let size = per_user.min(bench.memories - first);
+            let target = first + (next(&mut state) % size as u64) as usize;
+            let link_type = types[(next(&mut state) % types.len() as u64) as usize];
+            if source == target || !seen.insert((source, target, link_type)) {
+                continue;
+            }
+            rows.push(json!({"source_id": id(source), "target_id": id(target),
+                             "user_id": format!("u{user:03}"), "link_type": link_type,
+                             "confidence": 0.5 + (next(&mut state) % 50) as f64 / 100.0,
+                             "origin": "llm"}));
+        }
+        written += rows.len();
+        let batch = batch_from_json(&LINKS, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        let schema = batch.schema();
+        store
+            .append(&LINKS, Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema)))
+            .await?;
+    }
+    let build_s = build.elapsed().as_secs_f64();
+    let indexing = Instant::now();
+    if !bench.no_index {
+        store.refresh_scalar_indexes(1).await?;
+    }
+    let index_s = indexing.elapsed().as_secs_f64();
+
+    let walker = Walker::open(&store).await?;
+    let mut times = Vec::with_capacity(bench.starts);
+    let (mut reached, mut followed, mut truncated) = (0usize, 0usize, 0usize);
+    for _ in 0..bench.starts {
+        let start = (next(&mut state) % bench.memories as u64) as usize;
+        let args = TraverseArgs {
+            id: id(start),
+            depth: bench.depth,
+            types: Vec::new(),
+            min_confidence: 0.0,
+            limit: bench.limit,
+            no_heal: true,
+        };
+        let began = Instant::now();
+        let (walk, _) = walker.walk(&args).await?;
+        times.push(began.elapsed().as_secs_f64() * 1000.0);
+        reached += walk.memories.len();
+        followed += walk.links_followed;
+        truncated += usize::from(walk.truncated);
+    }
+    times.sort_by(f64::total_cmp);
+    let n = bench.starts.max(1) as f64;
+    Ok(json!({
+        "cpu": super::bench_consolidate::cpu_name(),
+        "memories": bench.memories,
+        "links": written,
+        "users": bench.users,
+        "depth": bench.depth,
+        "limit": bench.limit,
+        "indexed": !bench.no_index,
+        "build_seconds": build_s,
+        "index_seconds": index_s,
+        "starts": bench.starts,
+        "median_ms": percentile(&times, 0.5),
+        "p95_ms": percentile(&times, 0.95),
+        "max_ms": times.last().copied().unwrap_or(0.0),
+        "mean_memories_reached": reached as f64 / n,
+        "mean_links_followed": followed as f64 / n,
+        "walks_stopped_at_limit": truncated,
+    }))
+}
