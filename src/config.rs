@@ -21,6 +21,7 @@ pub const DEFAULT_TASK_ROLES: &[(&str, &str)] = &[
     ("refine", "reasoning"),
     ("summarize", "fast"),
     ("entity.describe", "fast"),
+    ("entities.extract", "fast"),
 ];
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]

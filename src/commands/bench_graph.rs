@@ -93,11 +93,20 @@ async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
         let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
         let schema = batch.schema();
         store
-            .append(&MEMORIES, Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema)))
+            .append(
+                &MEMORIES,
+                Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema)),
+            )
             .await?;
     }
     // Links: each a random pair within one user, of a random type; duplicates skipped.
-    let types = ["related_to", "causes", "supersedes", "instance_of", "shares_entity:Bench"];
+    let types = [
+        "related_to",
+        "causes",
+        "supersedes",
+        "instance_of",
+        "shares_entity:Bench",
+    ];
     let mut seen = std::collections::HashSet::new();
     let mut state = bench.seed.max(1);
     let mut written = 0;
@@ -122,7 +131,10 @@ async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
         let batch = batch_from_json(&LINKS, dim, now, &rows).map_err(|e| anyhow!(e))?;
         let schema = batch.schema();
         store
-            .append(&LINKS, Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema)))
+            .append(
+                &LINKS,
+                Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema)),
+            )
             .await?;
     }
     let build_s = build.elapsed().as_secs_f64();

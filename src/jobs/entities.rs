@@ -25,10 +25,14 @@ use serde_json::{Value, json};
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, EmbedderArgs};
+use crate::llm::tasks::{EXTRACT_BATCH, ExtractedMemory, MemoryView, Reply, Task, TaskInput};
+use crate::llm::{Item, LlmArgs, Mode};
 use crate::logic::entities::{Mention, believed_names, extract, normalise, vote};
 use crate::logic::hash::fnv1a;
 use crate::logic::similarity::dot;
-use crate::model::schema::{ENTITIES, ENTITY_SCANS, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX};
+use crate::model::schema::{
+    ENTITIES, ENTITY_SCANS, ENTITY_TYPES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX,
+};
 use crate::store::audit::derived_id;
 use crate::store::{batch_from_json, json_rows, sql_list, sql_string};
 
@@ -45,10 +49,23 @@ pub struct EntitiesArgs {
     /// Read every live memory again, not only new or changed ones.
     #[arg(long)]
     pub all: bool,
+    /// Who reads the names: the documented rules (offline), or the `entities.extract` task of
+    /// the LLM layer (`--llm providers`; the rules read what it gives no valid reply for).
+    #[arg(long, value_enum, default_value_t = Extractor::Rules)]
+    pub extractor: Extractor,
+    #[command(flatten)]
+    pub llm: LlmArgs,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
     #[command(flatten)]
     pub scope: JobScope,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Extractor {
+    Rules,
+    Llm,
 }
 
 impl Job for EntitiesArgs {
@@ -56,6 +73,9 @@ impl Job for EntitiesArgs {
         &self.scope
     }
 }
+
+/// `entity_scans.extractor` of a memory the LLM read (`--extractor llm`).
+pub const LLM_EXTRACTOR: &str = "llm-v1";
 
 /// The extractor's name in `entity_scans.extractor`: a change of rules reads everything again.
 pub const RULES_EXTRACTOR: &str = "rules-v2";
@@ -276,8 +296,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         "links_per_memory": args.links_per_memory,
         "name_match": args.name_match,
         "all": args.all,
-        "extractor": RULES_EXTRACTOR,
+        "extractor": args.extractor,
     });
+    let current = match args.extractor {
+        Extractor::Rules => RULES_EXTRACTOR,
+        Extractor::Llm => LLM_EXTRACTOR,
+    };
     let log = RunLog::start(ctx, JobName::Entities.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Entities.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -292,7 +316,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
             let m = &memories[i];
             args.all
                 || scanned.get(&m.id).is_none_or(|(hash, extractor)| {
-                    *hash != text_hash(&m.text) || extractor != RULES_EXTRACTOR
+                    *hash != text_hash(&m.text) || extractor != current
                 })
         })
         .collect();
@@ -331,13 +355,28 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         })
         .collect();
     let empty = BTreeSet::new();
-    let mentions: Vec<Vec<Mention>> = changed
+    let mut mentions: Vec<Vec<Mention>> = changed
         .par_iter()
         .map(|&i| {
             let m = &memories[i];
             extract(&m.text, believed.get(m.user.as_str()).unwrap_or(&empty))
         })
         .collect();
+    // Which extractor read each changed memory (recorded in entity_scans).
+    let mut read_by = vec![RULES_EXTRACTOR; changed.len()];
+    if args.extractor == Extractor::Llm {
+        let fallbacks = llm_mentions(
+            ctx,
+            args,
+            &memories,
+            &changed,
+            &mut mentions,
+            &mut read_by,
+            &mut report,
+        )
+        .await?;
+        counts.insert("llm_fallbacks".into(), fallbacks);
+    }
     counts.insert(
         "mentions".into(),
         mentions.iter().map(|m| m.len() as u64).sum(),
@@ -694,10 +733,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     }
     let rows: Vec<Value> = changed
         .iter()
-        .map(|&i| {
+        .zip(&read_by)
+        .map(|(&i, extractor)| {
             let m = &memories[i];
             json!({"memory_id": m.id, "user_id": m.user, "text_hash": text_hash(&m.text),
-                   "extractor": RULES_EXTRACTOR,
+                   "extractor": extractor,
                    "entity_count": per_memory.get(m.id.as_str()).copied().unwrap_or(0)})
         })
         .collect();
@@ -708,4 +748,92 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     report.counts = counts;
     log.finish(ctx, &mut report).await?;
     Ok(report)
+}
+
+/// `--extractor llm`: the changed memories, `EXTRACT_BATCH` to a request, through the
+/// `entities.extract` task. A request without a valid reply keeps the rules' reading of its
+/// memories (counted, and noted in the report). Returns how many memories fell back.
+async fn llm_mentions(
+    ctx: &JobCtx<'_>,
+    args: &EntitiesArgs,
+    memories: &[Memory],
+    changed: &[usize],
+    mentions: &mut [Vec<Mention>],
+    read_by: &mut [&'static str],
+    report: &mut JobReport,
+) -> Result<u64> {
+    let llm = ctx.app.llm(&args.llm).await?;
+    if llm.mode == Mode::Batch {
+        anyhow::bail!(
+            "entities --extractor llm runs online only: --mode batch is not built for it yet"
+        );
+    }
+    let now = crate::model::encoding::format_timestamp(ctx.now.timestamp_micros());
+    let items: Vec<Item> = changed
+        .chunks(EXTRACT_BATCH)
+        .enumerate()
+        .map(|(n, chunk)| Item {
+            custom_id: format!("extract-{n}"),
+            input: TaskInput {
+                task: Task::EntitiesExtract,
+                memories: chunk
+                    .iter()
+                    .map(|&i| MemoryView {
+                        id: memories[i].id.clone(),
+                        kind: "fact".into(),
+                        created_at: crate::model::encoding::format_timestamp(
+                            memories[i].created_at,
+                        ),
+                        happens_at: None,
+                        text: memories[i].text.clone(),
+                    })
+                    .collect(),
+                proposal: None,
+                now: now.clone(),
+            },
+        })
+        .collect();
+    let outcomes = llm.run(items).await;
+    report.llm = Some(llm.usage(&outcomes));
+    let mut fallbacks = 0;
+    for (n, outcome) in outcomes.iter().enumerate() {
+        let start = n * EXTRACT_BATCH;
+        let end = (start + EXTRACT_BATCH).min(changed.len());
+        match (&outcome.reply, &outcome.failure) {
+            (Some(Reply::Extract(reply)), None) => {
+                let by_id: BTreeMap<&str, &ExtractedMemory> =
+                    reply.memories.iter().map(|m| (m.id.as_str(), m)).collect();
+                for k in start..end {
+                    let Some(found) = by_id.get(memories[changed[k]].id.as_str()) else {
+                        continue;
+                    };
+                    let mut seen = BTreeSet::new();
+                    mentions[k] = found
+                        .entities
+                        .iter()
+                        .filter(|e| seen.insert(normalise(e.name.trim())))
+                        .map(|e| Mention {
+                            name: e.name.trim().to_string(),
+                            entity_type: ENTITY_TYPES
+                                .iter()
+                                .find(|t| **t == e.entity_type)
+                                .copied()
+                                .unwrap_or("other"),
+                            strong: true,
+                        })
+                        .collect();
+                    read_by[k] = LLM_EXTRACTOR;
+                }
+            }
+            (_, failure) => {
+                fallbacks += (end - start) as u64;
+                report.notes.push(format!(
+                    "{} memories read by the rules instead: {}",
+                    end - start,
+                    failure.as_deref().unwrap_or("no reply")
+                ));
+            }
+        }
+    }
+    Ok(fallbacks)
 }

@@ -965,6 +965,30 @@ pub fn describe(items: &[MemoryView]) -> DescribeReply {
     }
 }
 
+/// `entities.extract` offline: the rules of `logic::entities` on each memory, a name at a
+/// sentence start believed when another memory of the request writes it mid-sentence.
+pub fn extract_entities(items: &[MemoryView]) -> ExtractReply {
+    let mut believed = BTreeSet::new();
+    for m in items {
+        believed.extend(crate::logic::entities::names_mid_sentence(&m.text));
+    }
+    ExtractReply {
+        memories: items
+            .iter()
+            .map(|m| ExtractedMemory {
+                id: m.id.clone(),
+                entities: crate::logic::entities::extract(&m.text, &believed)
+                    .into_iter()
+                    .map(|e| ExtractedEntity {
+                        name: e.name,
+                        entity_type: e.entity_type.to_string(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
 /// The offline judge's reply to any task.
 pub fn judge(input: &TaskInput) -> Reply {
     let m = &input.memories;
@@ -979,6 +1003,7 @@ pub fn judge(input: &TaskInput) -> Reply {
         }
         Task::Summarize => Reply::Summary(summarize(m)),
         Task::EntityDescribe => Reply::Describe(describe(m)),
+        Task::EntitiesExtract => Reply::Extract(extract_entities(m)),
     }
 }
 

@@ -27,6 +27,8 @@ pub enum Task {
     Summarize,
     #[serde(rename = "entity.describe")]
     EntityDescribe,
+    #[serde(rename = "entities.extract")]
+    EntitiesExtract,
 }
 
 pub const ALL_TASKS: &[Task] = &[
@@ -38,6 +40,7 @@ pub const ALL_TASKS: &[Task] = &[
     Task::Refine,
     Task::Summarize,
     Task::EntityDescribe,
+    Task::EntitiesExtract,
 ];
 
 /// Bumped whenever a template or schema changes, and recorded with every call.
@@ -54,6 +57,7 @@ impl Task {
             Task::Refine => "refine",
             Task::Summarize => "summarize",
             Task::EntityDescribe => "entity.describe",
+            Task::EntitiesExtract => "entities.extract",
         }
     }
 
@@ -71,6 +75,7 @@ impl Task {
             Task::Refine => include_str!("prompts/refine.v1.txt"),
             Task::Summarize => include_str!("prompts/summarize.v1.txt"),
             Task::EntityDescribe => include_str!("prompts/entity.describe.v1.txt"),
+            Task::EntitiesExtract => include_str!("prompts/entities.extract.v1.txt"),
         }
     }
 
@@ -84,6 +89,7 @@ impl Task {
             Task::Refine => include_str!("prompts/refine.v1.schema.json"),
             Task::Summarize => include_str!("prompts/summarize.v1.schema.json"),
             Task::EntityDescribe => include_str!("prompts/entity.describe.v1.schema.json"),
+            Task::EntitiesExtract => include_str!("prompts/entities.extract.v1.schema.json"),
         }
     }
 
@@ -96,9 +102,13 @@ impl Task {
                 (2, usize::MAX)
             }
             Task::Summarize | Task::EntityDescribe => (1, usize::MAX),
+            Task::EntitiesExtract => (1, EXTRACT_BATCH),
         }
     }
 }
+
+/// Memories per `entities.extract` request.
+pub const EXTRACT_BATCH: usize = 8;
 
 /// A memory as a prompt shows it: with its timestamps, so the model can reason about time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -308,6 +318,27 @@ pub struct DescribeReply {
     pub confidence: f64,
 }
 
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractedEntity {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub entity_type: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractedMemory {
+    pub id: String,
+    pub entities: Vec<ExtractedEntity>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractReply {
+    pub memories: Vec<ExtractedMemory>,
+}
+
 /// A validated reply.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "task", content = "reply")]
@@ -328,6 +359,8 @@ pub enum Reply {
     Summary(SummaryReply),
     #[serde(rename = "entity.describe")]
     Describe(DescribeReply),
+    #[serde(rename = "entities.extract")]
+    Extract(ExtractReply),
 }
 
 impl Reply {
@@ -342,6 +375,7 @@ impl Reply {
             Reply::Verify(r) => serde_json::to_string(r),
             Reply::Summary(r) => serde_json::to_string(r),
             Reply::Describe(r) => serde_json::to_string(r),
+            Reply::Extract(r) => serde_json::to_string(r),
         };
         value.expect("replies serialise")
     }
@@ -506,6 +540,47 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
             }
             Reply::Describe(r)
         }
+        Task::EntitiesExtract => {
+            let r: ExtractReply = parse_as(json)?;
+            let texts: std::collections::BTreeMap<&str, String> = input
+                .memories
+                .iter()
+                .map(|m| (m.id.as_str(), m.text.to_lowercase()))
+                .collect();
+            let mut seen = BTreeSet::new();
+            for m in &r.memories {
+                let Some(text) = texts.get(m.id.as_str()) else {
+                    return Err(format!("memory id {:?} was not in the request", m.id));
+                };
+                if !seen.insert(m.id.as_str()) {
+                    return Err(format!("memory id {:?} is listed twice", m.id));
+                }
+                for e in &m.entities {
+                    let name = e.name.trim();
+                    if name.is_empty() {
+                        return Err(format!("an entity of {:?} has an empty name", m.id));
+                    }
+                    if !crate::model::schema::ENTITY_TYPES.contains(&e.entity_type.as_str()) {
+                        return Err(format!(
+                            "entity type {:?} is not one of the schema's",
+                            e.entity_type
+                        ));
+                    }
+                    // A name the memory does not contain is invented: the reply is not trusted.
+                    if !text.contains(&name.to_lowercase()) {
+                        return Err(format!("{name:?} is not written in memory {:?}", m.id));
+                    }
+                }
+            }
+            if seen.len() != texts.len() {
+                return Err(format!(
+                    "{} of {} memories answered",
+                    seen.len(),
+                    texts.len()
+                ));
+            }
+            Reply::Extract(r)
+        }
     };
     Ok(reply)
 }
@@ -538,7 +613,10 @@ pub fn safe_default(task: Task) -> Option<Reply> {
             reasoning,
         })),
         // No merged text, summary or description: the caller writes nothing.
-        Task::IntegrateMerge | Task::Summarize | Task::EntityDescribe => None,
+        // No entities read by the model: the caller reads them with its rules.
+        Task::IntegrateMerge | Task::Summarize | Task::EntityDescribe | Task::EntitiesExtract => {
+            None
+        }
     }
 }
 
@@ -674,5 +752,38 @@ mod tests {
             Some(Reply::Verify(VerifyReply { approve: false, .. }))
         ));
         assert_eq!(safe_default(Task::IntegrateMerge), None);
+    }
+
+    #[test]
+    fn an_extraction_that_invents_names_or_drops_memories_is_refused() {
+        let mut request = input(Task::EntitiesExtract, 2);
+        request.memories[0].text = "Ana took Pickle to the vet in Leeds".into();
+        request.memories[1].text = "Tobias called".into();
+        let reply = |body: &str| parse_reply(&request, body);
+        let good = r#"{"memories":[{"id":"m0","entities":[{"name":"Pickle","type":"pet"},
+            {"name":"leeds","type":"place"}]},{"id":"m1","entities":[{"name":"Tobias","type":"person"}]}]}"#;
+        assert!(matches!(reply(good), Ok(Reply::Extract(r)) if r.memories.len() == 2));
+        for (bad, why) in [
+            (
+                r#"{"memories":[{"id":"m0","entities":[{"name":"Paris","type":"place"}]},{"id":"m1","entities":[]}]}"#,
+                "not written",
+            ),
+            (
+                r#"{"memories":[{"id":"m0","entities":[]}]}"#,
+                "1 of 2 memories",
+            ),
+            (
+                r#"{"memories":[{"id":"m9","entities":[]},{"id":"m1","entities":[]}]}"#,
+                "not in the request",
+            ),
+            (
+                r#"{"memories":[{"id":"m0","entities":[{"name":"Ana","type":"friend"}]},{"id":"m1","entities":[]}]}"#,
+                "not one of",
+            ),
+        ] {
+            let error = reply(bad).unwrap_err();
+            assert!(error.contains(why), "{why}: {error}");
+        }
+        assert_eq!(safe_default(Task::EntitiesExtract), None);
     }
 }

@@ -234,3 +234,61 @@ fn a_new_spelling_close_to_an_entity_of_its_type_becomes_its_alias() {
         "\"pet\""
     );
 }
+
+#[test]
+fn an_llm_extractor_reads_over_http_and_the_rules_read_what_it_gives_no_valid_reply_for() {
+    use crate::llm::{Mock, both_roles_config};
+    let db = TestDb::new();
+    import(&db, false);
+    let mock = Mock::start(&[]);
+    let config = both_roles_config(&db, &mock);
+    let run = |db: &TestDb, config: &str, extractor: &str| -> serde_json::Value {
+        let out = db.run(&[
+            "--json",
+            "--config",
+            config,
+            "entities",
+            "--embedder",
+            "hash",
+            "--extractor",
+            extractor,
+            "--llm",
+            "providers",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let report = run(&db, &config, "llm");
+    // 9 memories, 8 to a request: two requests, both answered by the provider.
+    assert_eq!(report["llm"]["providers"]["mock"]["served"], 2, "{report}");
+    assert_eq!(report["counts"]["llm_fallbacks"], 0);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entity_scans WHERE extractor = 'llm-v1'"),
+        "9"
+    );
+    // The mock answers with the offline rules: the same names the rules find (types may be
+    // voted otherwise: a model's type counts as a strong cue, the rules' weak cues do not).
+    let rules_db = TestDb::new();
+    import(&rules_db, false);
+    run_entities(&rules_db);
+    let names = |db: &TestDb| db.rows("SELECT user_id, name FROM entities ORDER BY user_id, name");
+    assert_eq!(names(&db), names(&rules_db));
+    // A rerun with the same extractor reads nothing; the rules read everything again.
+    assert_eq!(run(&db, &config, "llm")["counts"]["memories_read"], 0);
+    assert_eq!(run_entities(&db)["counts"]["memories_read"], 9);
+
+    // Every reply malformed: the rules read all, the scans say so, and a later LLM run
+    // reads those memories again.
+    let broken = TestDb::new();
+    import(&broken, false);
+    let faults = format!("[{}]", vec![r#"{"malformed": true}"#; 64].join(","));
+    let bad = Mock::with_script(&broken, &faults);
+    let config = both_roles_config(&broken, &bad);
+    let report = run(&broken, &config, "llm");
+    assert_eq!(report["counts"]["llm_fallbacks"], 9, "{report}");
+    assert_eq!(names(&broken), names(&rules_db));
+    assert_eq!(
+        broken.scalar("SELECT COUNT(*) AS n FROM entity_scans WHERE extractor = 'rules-v2'"),
+        "9"
+    );
+}
