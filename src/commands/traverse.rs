@@ -1,7 +1,7 @@
 //! `memlife traverse ID`: breadth-first over links in both directions (seed 000 "Link
 //! Traversal"), each memory reached once at its shortest depth, so cycles end the walk
-//! instead of looping. Each level is two indexed reads, run together: the memories at the other
-//! ends of the frontier's links, and the links touching those memories (for the next level).
+//! instead of looping. Each level is two indexed reads: the links touching the frontier, then
+//! the memories at their other ends.
 //!
 //! Heal-on-read (seed 000): a link whose other end is no longer a memory is dead. Dead links
 //! met on the way are removed (each logged to `audit_log` as HEAL before the delete) and
@@ -191,18 +191,14 @@ impl Walker {
     /// The walk itself; dead links are collected, not removed (see `heal`).
     pub async fn walk(&self, args: &TraverseArgs) -> Result<(Traversal, Vec<(DeadLink, String)>)> {
         let started = Instant::now();
-        let filter = link_filter(args);
-        // Each level's memories and the next level's links are read together: the links of
-        // an id that turns out dead or past the limit are simply not followed.
-        let first = std::slice::from_ref(&args.id);
-        let (start, mut pending) =
-            futures::try_join!(self.memories_of(first), self.links_of(first, &filter))?;
+        let start = self.memories_of(std::slice::from_ref(&args.id)).await?;
         let Some((state, archived, text)) = start.get(&args.id).cloned() else {
             bail!(
                 "memory {} not found (memlife sql \"SELECT id FROM memories ...\" lists them)",
                 args.id
             );
         };
+        let filter = link_filter(args);
         let mut reached = vec![Reached {
             id: args.id.clone(),
             depth: 0,
@@ -224,7 +220,7 @@ impl Walker {
                 break;
             }
             let in_frontier: BTreeSet<&str> = frontier.iter().map(String::as_str).collect();
-            let mut links = std::mem::take(&mut pending);
+            let mut links = self.links_of(&frontier, &filter).await?;
             // Best link first, so a memory reached by several is reached by the strongest.
             links.sort_by(|a, b| {
                 b.confidence.total_cmp(&a.confidence).then_with(|| {
@@ -249,16 +245,7 @@ impl Walker {
                 .into_iter()
                 .map(str::to_string)
                 .collect();
-            let found = if depth < args.depth {
-                let (found, next_links) = futures::try_join!(
-                    self.memories_of(&unknown),
-                    self.links_of(&unknown, &filter)
-                )?;
-                pending = next_links;
-                found
-            } else {
-                self.memories_of(&unknown).await?
-            };
+            let found = self.memories_of(&unknown).await?;
             let mut next = Vec::new();
             for (l, from, to, direction) in steps {
                 let link = &links[l];

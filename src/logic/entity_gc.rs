@@ -10,9 +10,12 @@
 //! - `surname`: a one-word person name is the last word of exactly one longer person name of
 //!   the user ("Smith" / "Alice Smith"). First names are never merged this way: "John" and
 //!   "John Lennon" are as likely two people as one.
-//! - `abbreviation`: for things that are not people or pets, one name written without spaces or
-//!   punctuation is the other's start with at most two more characters, the shorter at least
-//!   four characters long ("Postgres" / "PostgreSQL", "Github" / "GitHub Inc" does not qualify).
+//! - `abbreviation`: for tools, organisations, projects and untyped names (not people, pets or
+//!   places: "Niger" / "Nigeria", "Mali" / "Malibu" are other places), one name written without
+//!   spaces or punctuation is the other's start plus a product or company suffix (`ql`, `sql`,
+//!   `db`, `js`, `io`, `app`, `hq`, `inc`, `corp`, `ltd`, `llc`, `co`), the shorter at least four
+//!   characters long: "Postgres" / "PostgreSQL", "Mongo" / "MongoDB", "Acme" / "Acme Inc"; not
+//!   "Swift" / "SwiftUI" or "Java" / "JavaScript", which are other things.
 //! - `embedding` (only when a similarity is given): the names' embeddings are at least that
 //!   close, same type.
 //!
@@ -61,8 +64,18 @@ fn types_agree(a: &GcEntity, b: &GcEntity) -> bool {
     a.entity_type == b.entity_type || a.entity_type == "other" || b.entity_type == "other"
 }
 
-fn is_living(e: &GcEntity) -> bool {
-    matches!(e.entity_type.as_str(), "person" | "pet")
+/// What may follow a product's or company's short name in its full name.
+const SUFFIXES: &[&str] = &[
+    "ql", "sql", "db", "js", "io", "app", "hq", "inc", "corp", "ltd", "llc", "co",
+];
+
+/// Types whose names may be shortened by a few letters (products and bodies, not beings or
+/// places).
+fn abbreviates(e: &GcEntity) -> bool {
+    matches!(
+        e.entity_type.as_str(),
+        "tool" | "organization" | "project" | "other"
+    )
 }
 
 struct UnionFind(Vec<usize>);
@@ -157,7 +170,7 @@ pub fn plan_merges(
     let mut compacts: Vec<(String, usize)> = entities
         .iter()
         .enumerate()
-        .filter(|(_, e)| !is_living(e))
+        .filter(|(_, e)| abbreviates(e))
         .flat_map(|(i, _)| all_keys[i].iter().map(move |k| (compact(k), i)))
         .filter(|(c, _)| c.chars().count() >= 4)
         .collect();
@@ -168,7 +181,7 @@ pub fn plan_merges(
             if !long.starts_with(short.as_str()) {
                 break;
             }
-            if long.len() > short.len() && long.chars().count() - short.chars().count() <= 2 {
+            if SUFFIXES.contains(&&long[short.len()..]) {
                 add(*i, *j, "abbreviation");
             }
         }
@@ -294,12 +307,18 @@ mod tests {
             entity("6", "Bern", "place", 1),
             entity("7", "Louvre", "place", 1),
             entity("8", "The Louvre", "place", 2),
+            entity("9", "Mongo", "tool", 1),
+            entity("10", "MongoDB", "tool", 3),
+            entity("11", "Acme", "organization", 2),
+            entity("12", "Acme Inc", "organization", 1),
         ];
         let merges = plan_merges(&entities, None);
         assert_eq!(
             merged_names(&entities, &merges),
             vec![
+                ("Acme Inc".into(), "Acme".into(), "abbreviation".into()),
                 ("Louvre".into(), "The Louvre".into(), "same-name".into()),
+                ("Mongo".into(), "MongoDB".into(), "abbreviation".into()),
                 (
                     "PostgreSQL".into(),
                     "Postgres".into(),
@@ -333,6 +352,12 @@ mod tests {
             entity("12", "JavaScript", "tool", 1),
             entity("13", "Go", "tool", 1),
             entity("14", "Gobi", "place", 1),
+            // Places a letter or two apart are other places.
+            entity("15", "Niger", "place", 1),
+            entity("16", "Nigeria", "place", 1),
+            // A framework is not its language.
+            entity("17", "Swift", "tool", 1),
+            entity("18", "SwiftUI", "tool", 1),
         ];
         assert_eq!(plan_merges(&entities, None), vec![]);
         // One Smith only: the surname rule merges it.
