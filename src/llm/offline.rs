@@ -936,10 +936,10 @@ pub fn describe(items: &[MemoryView]) -> DescribeReply {
         .take(2)
         .filter_map(|m| sentences(&m.text).into_iter().next())
         .collect();
-    if parts.is_empty() {
-        if let Some(current) = items.iter().find(|m| m.kind == "description") {
-            parts.push(current.text.trim().to_string());
-        }
+    if parts.is_empty()
+        && let Some(current) = items.iter().find(|m| m.kind == "description")
+    {
+        parts.push(current.text.trim().to_string());
     }
     if parts.is_empty() {
         parts = newest("fact")
