@@ -1,5 +1,5 @@
 //! `memlife describe`: seed 002's nightly "Description Consolidation" for entities. Every
-//! entity marked dirty (new, merged, or given notes) gets an updated short description from
+//! entity marked dirty (new, merged, given notes, or named by a new or changed memory) gets an updated short description from
 //! its current description, its notes (oldest first) and the newest memories that name it,
 //! through the `entity.describe` task of the LLM layer (role `fast` unless memlife.toml says
 //! otherwise). With `--llm offline`, or when no provider gives a valid reply, the offline

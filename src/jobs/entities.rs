@@ -704,6 +704,29 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         let batch = batch_from_json(&ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
         ctx.store.upsert_batch(&ENTITIES, batch).await?;
     }
+    // Existing entities named by a new or changed memory: `memlife describe` looks again.
+    let named_again: Vec<String> = pairs
+        .iter()
+        .map(|(_, e, _)| e)
+        .filter(|e| {
+            entity_rows
+                .get(*e)
+                .is_some_and(|rs| rs.iter().all(|&r| !resolved[r].new))
+        })
+        .cloned()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    counts.insert("entities_marked_dirty".into(), named_again.len() as u64);
+    for chunk in named_again.chunks(1000) {
+        ctx.store
+            .update_where(
+                ENTITIES.name,
+                &format!("id IN ({}) AND NOT is_dirty", sql_list(chunk)),
+                &[("is_dirty", "true".to_string())],
+            )
+            .await?;
+    }
     crate::crash::point("entities.after-entities");
 
     // 3. memory_entities, 4. links, 5. the scans.

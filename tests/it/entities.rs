@@ -137,9 +137,19 @@ fn entities_are_typed_linked_sparsely_and_reruns_read_only_changed_memories() {
     assert_eq!(db.count("links"), links_before);
 
     // A changed memory is read again; its old entity rows and links go.
+    // Described: nothing dirty (new entities were) until a memory names one again.
+    let out = db.run(&["describe", "--embedder", "hash"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(db.scalar("SELECT COUNT(*) AS n FROM entities WHERE is_dirty"), "0");
     import(&db, true);
     let third = run_entities(&db);
     assert_eq!(third["counts"]["memories_read"], 1, "{third}");
+    // Ana, named by the changed memory, is marked for `describe` to look at again.
+    assert_eq!(third["counts"]["entities_marked_dirty"], 1, "{third}");
+    assert_eq!(
+        db.scalar("SELECT is_dirty FROM entities WHERE user_id = 'ana' AND name = 'Ana'"),
+        "true"
+    );
     assert_eq!(
         db.scalar(
             "SELECT COUNT(*) AS n FROM memory_entities me JOIN entities e ON me.entity_id = e.id \
