@@ -140,7 +140,10 @@ fn entities_are_typed_linked_sparsely_and_reruns_read_only_changed_memories() {
     // Described: nothing dirty (new entities were) until a memory names one again.
     let out = db.run(&["describe", "--embedder", "hash"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(db.scalar("SELECT COUNT(*) AS n FROM entities WHERE is_dirty"), "0");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entities WHERE is_dirty"),
+        "0"
+    );
     import(&db, true);
     let third = run_entities(&db);
     assert_eq!(third["counts"]["memories_read"], 1, "{third}");
