@@ -24,7 +24,7 @@ use crate::app::App;
 use crate::exit::ExitStatus;
 use crate::model::schema::{LINKS, SHARES_ENTITY_PREFIX};
 use crate::store::audit::AuditRow;
-use crate::store::{Store, sql_list, sql_string};
+use crate::store::{Store, sql_list};
 
 /// Walk the link graph from one memory, both directions, breadth-first.
 #[derive(clap::Args, Debug, Clone)]
@@ -362,21 +362,17 @@ pub async fn heal(store: &Store, dead: &[(DeadLink, String)]) -> Result<usize> {
         .collect();
     store.write_audit(&rows).await?;
     crate::crash::point("traverse.after-audit");
-    for chunk in dead.chunks(200) {
-        let predicate = chunk
-            .iter()
-            .map(|(d, _)| {
-                format!(
-                    "(source_id = {} AND target_id = {} AND link_type = {})",
-                    sql_string(&d.source_id),
-                    sql_string(&d.target_id),
-                    sql_string(&d.link_type)
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(" OR ");
-        store.delete_where(LINKS.name, &predicate).await?;
-    }
+    let keys: Vec<(&str, &str, &str)> = dead
+        .iter()
+        .map(|(d, _)| {
+            (
+                d.source_id.as_str(),
+                d.target_id.as_str(),
+                d.link_type.as_str(),
+            )
+        })
+        .collect();
+    store.delete_links(&keys).await?;
     Ok(dead.len())
 }
 

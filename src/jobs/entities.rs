@@ -103,7 +103,8 @@ fn text_hash(text: &str) -> String {
     format!("{:016x}", fnv1a(&[text]))
 }
 
-fn scope_filter(ctx: &JobCtx<'_>, rest: Option<&str>) -> Option<String> {
+/// `user_id = ...` when the run is scoped to one user, joined with `rest`.
+pub(super) fn scope_filter(ctx: &JobCtx<'_>, rest: Option<&str>) -> Option<String> {
     let user = ctx
         .user
         .as_ref()
@@ -212,8 +213,8 @@ async fn known_entities(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, Vec<Known>>
     Ok(out)
 }
 
-/// memory id -> entity ids, for the users in scope.
-async fn memberships(ctx: &JobCtx<'_>) -> Result<Vec<(String, String)>> {
+/// `memory_entities` rows of the users in scope: (memory id, entity id, user id).
+pub(super) async fn memberships(ctx: &JobCtx<'_>) -> Result<Vec<(String, String, String)>> {
     let filter = scope_filter(ctx, None);
     let mut out = Vec::new();
     for batch in ctx
@@ -221,16 +222,18 @@ async fn memberships(ctx: &JobCtx<'_>) -> Result<Vec<(String, String)>> {
         .scan_columns(
             MEMORY_ENTITIES.name,
             filter.as_deref(),
-            &["memory_id", "entity_id"],
+            &["memory_id", "entity_id", "user_id"],
         )
         .await?
     {
         let memories = batch.column(0).as_string::<i32>();
         let entities = batch.column(1).as_string::<i32>();
+        let users = batch.column(2).as_string::<i32>();
         for row in 0..batch.num_rows() {
             out.push((
                 memories.value(row).to_string(),
                 entities.value(row).to_string(),
+                users.value(row).to_string(),
             ));
         }
     }
@@ -546,7 +549,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         })
         .collect();
     let mut members: BTreeMap<String, BTreeSet<(i64, String)>> = BTreeMap::new();
-    for (memory, entity) in memberships(ctx).await? {
+    for (memory, entity, _) in memberships(ctx).await? {
         if changed_ids.contains(memory.as_str()) {
             continue; // replaced by this run's reading
         }

@@ -82,9 +82,7 @@ struct MemoryInfo {
 }
 
 fn user_filter(ctx: &JobCtx<'_>) -> Option<String> {
-    ctx.user
-        .as_ref()
-        .map(|u| format!("user_id = {}", sql_string(u)))
+    super::entities::scope_filter(ctx, None)
 }
 
 async fn load_entities(ctx: &JobCtx<'_>, with_vectors: bool) -> Result<Vec<Entity>> {
@@ -175,32 +173,6 @@ async fn load_memories(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, MemoryInfo>>
     Ok(out)
 }
 
-/// (memory id, entity id, user id) rows.
-async fn load_memberships(ctx: &JobCtx<'_>) -> Result<Vec<(String, String, String)>> {
-    let mut out = Vec::new();
-    for batch in ctx
-        .store
-        .scan_columns(
-            MEMORY_ENTITIES.name,
-            user_filter(ctx).as_deref(),
-            &["memory_id", "entity_id", "user_id"],
-        )
-        .await?
-    {
-        let memories = batch.column(0).as_string::<i32>();
-        let entities = batch.column(1).as_string::<i32>();
-        let users = batch.column(2).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            out.push((
-                memories.value(row).to_string(),
-                entities.value(row).to_string(),
-                users.value(row).to_string(),
-            ));
-        }
-    }
-    Ok(out)
-}
-
 /// The entity rows (all columns) of `ids`, as JSON objects by id.
 async fn full_rows(
     ctx: &JobCtx<'_>,
@@ -248,7 +220,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
 
     let entities = load_entities(ctx, args.merge_similarity.is_some() && !args.no_merge).await?;
     let memories = load_memories(ctx).await?;
-    let memberships = load_memberships(ctx).await?;
+    let memberships = super::entities::memberships(ctx).await?;
     counts.insert("entities".into(), entities.len() as u64);
 
     // Rows naming a memory that no longer exists.
@@ -300,7 +272,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
         }
     }
     let merged: BTreeSet<usize> = merges.iter().map(|m| m.1).collect();
-    let survivors: BTreeSet<usize> = merges.iter().map(|m| m.0).collect();
+    // survivor -> the entities folded into it
+    let mut absorbed: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &(s, m, _) in &merges {
+        absorbed.entry(s).or_default().push(m);
+    }
     counts.insert("merged".into(), merges.len() as u64);
 
     // 2. Archive, revive and delete (merged entities are deleted by their merge instead).
@@ -313,10 +289,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
         }
         // A survivor's references include its merged entities' memories.
         let refs = live_refs(&e.id)
-            + merges
-                .iter()
-                .filter(|m| m.0 == i)
-                .map(|m| live_refs(&entities[m.1].id))
+            + absorbed
+                .get(&i)
+                .into_iter()
+                .flatten()
+                .map(|&m| live_refs(&entities[m].id))
                 .sum::<usize>();
         match (e.archived_at, refs) {
             (None, 0) => to_archive.push(i),
@@ -370,7 +347,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
     // The audit rows, before anything changes.
     let touched: BTreeSet<&str> = merged
         .iter()
-        .chain(&survivors)
+        .chain(absorbed.keys())
         .chain(&to_delete)
         .map(|&i| entities[i].id.as_str())
         .collect();
@@ -442,7 +419,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
     // rebuilt chains, then the merged entities' own rows.
     if !merges.is_empty() {
         let mut survivor_rows = Vec::new();
-        for &s in &survivors {
+        for &s in absorbed.keys() {
             let Some(mut row) = rows.get(&entities[s].id).cloned() else {
                 continue;
             };
@@ -453,7 +430,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
                 .cloned()
                 .unwrap_or_default();
             let mut description = row.get("description").cloned().unwrap_or(Value::Null);
-            for &(_, m, _) in merges.iter().filter(|x| x.0 == s) {
+            for &m in &absorbed[&s] {
                 let e = &entities[m];
                 for name in std::iter::once(&e.name).chain(&e.aliases) {
                     if *name != entities[s].name && !aliases.contains(name) {
@@ -597,21 +574,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
                 }
             }
         }
-        for chunk in stale.chunks(200) {
-            let predicate = chunk
-                .iter()
-                .map(|(s, t, ty)| {
-                    format!(
-                        "(source_id = {} AND target_id = {} AND link_type = {})",
-                        sql_string(s),
-                        sql_string(t),
-                        sql_string(ty)
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" OR ");
-            ctx.store.delete_where(LINKS.name, &predicate).await?;
-        }
+        let keys: Vec<(&str, &str, &str)> = stale
+            .iter()
+            .map(|(s, t, ty)| (s.as_str(), t.as_str(), ty.as_str()))
+            .collect();
+        ctx.store.delete_links(&keys).await?;
         counts.insert("links_rewritten".into(), rows.len() as u64);
         counts.insert("links_removed".into(), stale.len() as u64);
         crate::crash::point("entity-gc.after-links");

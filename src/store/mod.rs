@@ -497,6 +497,26 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes links by their key (source_id, target_id, link_type), 200 to a commit.
+    pub async fn delete_links(&self, keys: &[(&str, &str, &str)]) -> Result<()> {
+        for chunk in keys.chunks(200) {
+            let predicate = chunk
+                .iter()
+                .map(|(s, t, ty)| {
+                    format!(
+                        "(source_id = {} AND target_id = {} AND link_type = {})",
+                        sql_string(s),
+                        sql_string(t),
+                        sql_string(ty)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" OR ");
+            self.delete_where("links", &predicate).await?;
+        }
+        Ok(())
+    }
+
     /// Merges the small fragments that many small commits leave into larger files.
     pub async fn compact(&self, table: &str) -> Result<()> {
         let table = self.table(table).await?;

@@ -10,15 +10,9 @@ const MEMORIES: &str = r#"{"id":"m1","user_id":"ana","text":"Ana's dentist Dr. O
 {"id":"m3","user_id":"ana","text":"Ana flew to Lisbon for a conference in May.","created_at":"2025-02-04T10:00:00Z"}
 "#;
 
-/// `memlife [--config C] describe --embedder hash [--llm ...]`.
-fn describe(db: &TestDb, args: &[&str]) -> serde_json::Value {
+/// `memlife --json [global...] describe --embedder hash [job...]`.
+fn describe(db: &TestDb, global: &[&str], job: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json"];
-    let (global, job) = args.split_at(args.len().min(2));
-    let (global, job) = if global.first() == Some(&"--config") {
-        (global, job)
-    } else {
-        (&[][..], args)
-    };
     all.extend_from_slice(global);
     all.extend_from_slice(&["describe", "--embedder", "hash"]);
     all.extend_from_slice(job);
@@ -51,7 +45,7 @@ fn dirty_entities_are_described_reembedded_and_cleaned_and_a_rerun_writes_nothin
         .parse()
         .unwrap();
     assert!(dirty >= 3, "new entities are dirty");
-    let report = describe(&db, &[]);
+    let report = describe(&db, &[], &[]);
     assert_eq!(report["counts"]["described"], dirty, "{report}");
     let okafor = db.rows("SELECT description, is_dirty FROM entities WHERE name = 'Dr. Okafor'");
     // The newest memories naming him, newest first ("Okafor" without the title counts).
@@ -72,7 +66,7 @@ fn dirty_entities_are_described_reembedded_and_cleaned_and_a_rerun_writes_nothin
     );
 
     let before = entities(&db);
-    let again = describe(&db, &[]);
+    let again = describe(&db, &[], &[]);
     assert_eq!(again["counts"]["dirty"], 0);
     assert_eq!(entities(&db), before, "nothing dirty: nothing written");
 
@@ -92,7 +86,7 @@ fn dirty_entities_are_described_reembedded_and_cleaned_and_a_rerun_writes_nothin
     std::fs::write(db.path("e.jsonl"), format!("{lisbon}\n{okafor}\n")).unwrap();
     let out = db.run(&["import", "--table", "entities", &db.path("e.jsonl")]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let report = describe(&db, &[]);
+    let report = describe(&db, &[], &[]);
     assert_eq!(report["counts"]["described"], 1, "{report}");
     assert_eq!(report["counts"]["unchanged"], 1);
     assert_eq!(
@@ -116,7 +110,7 @@ fn a_provider_describes_over_http_and_bad_replies_fall_back_to_the_offline_rules
     let faults = format!("[{}]", vec![r#"{"malformed": true}"#; 64].join(","));
     let mock = Mock::with_script(&db, &faults);
     let config = both_roles_config(&db, &mock);
-    let report = describe(&db, &["--config", &config, "--llm", "providers"]);
+    let report = describe(&db, &["--config", &config], &["--llm", "providers"]);
     assert_eq!(report["counts"]["offline_fallbacks"], dirty, "{report}");
     assert_eq!(report["counts"]["described"], dirty);
     assert!(
@@ -136,7 +130,7 @@ fn a_provider_describes_over_http_and_bad_replies_fall_back_to_the_offline_rules
     let fresh = prepared();
     let mock = Mock::start(&[]);
     let config = both_roles_config(&fresh, &mock);
-    let report = describe(&fresh, &["--config", &config, "--llm", "providers"]);
+    let report = describe(&fresh, &["--config", &config], &["--llm", "providers"]);
     assert_eq!(report["counts"]["offline_fallbacks"], 0, "{report}");
     assert_eq!(report["llm"]["providers"]["mock"]["served"], dirty);
     assert_eq!(

@@ -205,6 +205,20 @@ fn entities_of_no_live_memory_are_archived_then_deleted_after_the_grace_period()
     // its memory_entities row; the archived memory itself stays.
     let early = gc(&db, &["--now", "2025-05-05T00:00:00Z", "--no-merge"]);
     assert_eq!(early["counts"]["deleted"], 0);
+    // A row naming a memory that no longer exists (deleted by the agent outside memlife).
+    let okafor = entity_id(&db, "ana", "Dr. Okafor");
+    std::fs::write(
+        db.path("orphan.jsonl"),
+        format!(r#"{{"memory_id":"gone","entity_id":"{okafor}","user_id":"ana"}}"#) + "\n",
+    )
+    .unwrap();
+    let out = db.run(&[
+        "import",
+        "--table",
+        "memory_entities",
+        &db.path("orphan.jsonl"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let late = gc(&db, &["--now", "2025-05-12T00:00:00Z", "--no-merge"]);
     assert_eq!(late["counts"]["deleted"], 1, "{late}");
     assert_eq!(
@@ -233,6 +247,16 @@ fn entities_of_no_live_memory_are_archived_then_deleted_after_the_grace_period()
         db.scalar("SELECT archived_at IS NULL AS live FROM entities WHERE name = 'Dr. Okafor'"),
         "true"
     );
-    // Rows of a memory that no longer exists are dropped.
-    assert_eq!(late["counts"]["orphan_memory_entities"], 0);
+    // The row of the memory that no longer exists is dropped; Okafor's live rows stay.
+    assert_eq!(late["counts"]["orphan_memory_entities"], 1, "{late}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memory_entities WHERE memory_id = 'gone'"),
+        "0"
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) AS n FROM memory_entities WHERE entity_id = '{okafor}'"
+        )),
+        "2"
+    );
 }
