@@ -24,17 +24,19 @@ use rayon::prelude::*;
 use serde_json::{Value, json};
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::embedders::{Embedded, EmbedderArgs};
+use crate::embedders::{Embedded, Embedder, EmbedderArgs};
+use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{EXTRACT_BATCH, ExtractedMemory, MemoryView, Reply, Task, TaskInput};
-use crate::llm::{Item, LlmArgs, Mode};
+use crate::llm::{Item, LlmArgs, Mode, Outcome};
 use crate::logic::entities::{Mention, believed_names, extract, normalise, vote};
 use crate::logic::hash::fnv1a;
 use crate::logic::similarity::dot;
+use crate::model::encoding::format_timestamp;
 use crate::model::schema::{
     ENTITIES, ENTITY_SCANS, ENTITY_TYPES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX,
 };
-use crate::store::audit::derived_id;
-use crate::store::{batch_from_json, json_rows, sql_list, sql_string};
+use crate::store::audit::{AuditRow, derived_id};
+use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string};
 
 /// Named entities of memories: `entities`, `memory_entities` and `shares_entity:{Name}` links.
 #[derive(clap::Args, Debug, Clone)]
@@ -72,6 +74,10 @@ impl Job for EntitiesArgs {
     fn scope(&self) -> &JobScope {
         &self.scope
     }
+
+    fn applier() -> Option<Box<dyn Applier>> {
+        Some(Box::new(EntitiesApplier))
+    }
 }
 
 /// `entity_scans.extractor` of a memory the LLM read (`--extractor llm`).
@@ -105,10 +111,12 @@ fn text_hash(text: &str) -> String {
 
 /// `user_id = ...` when the run is scoped to one user, joined with `rest`.
 pub(super) fn scope_filter(ctx: &JobCtx<'_>, rest: Option<&str>) -> Option<String> {
-    let user = ctx
-        .user
-        .as_ref()
-        .map(|u| format!("user_id = {}", sql_string(u)));
+    user_filter(ctx.user.as_deref(), rest)
+}
+
+/// `user_id = ...` for one user (none: every user), joined with `rest`.
+fn user_filter(user: Option<&str>, rest: Option<&str>) -> Option<String> {
+    let user = user.map(|u| format!("user_id = {}", sql_string(u)));
     match (user, rest) {
         (Some(u), Some(r)) => Some(format!("{u} AND {r}")),
         (Some(u), None) => Some(u),
@@ -117,11 +125,10 @@ pub(super) fn scope_filter(ctx: &JobCtx<'_>, rest: Option<&str>) -> Option<Strin
     }
 }
 
-async fn live_memories(ctx: &JobCtx<'_>) -> Result<Vec<Memory>> {
-    let filter = scope_filter(ctx, Some(LIVE));
+async fn live_memories(store: &Store, user: Option<&str>) -> Result<Vec<Memory>> {
+    let filter = user_filter(user, Some(LIVE));
     let mut out = Vec::new();
-    for batch in ctx
-        .store
+    for batch in store
         .scan_columns(
             "memories",
             filter.as_deref(),
@@ -147,11 +154,10 @@ async fn live_memories(ctx: &JobCtx<'_>) -> Result<Vec<Memory>> {
 }
 
 /// memory id -> (text hash, extractor) of the last read.
-async fn scans(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, (String, String)>> {
-    let filter = scope_filter(ctx, None);
+async fn scans(store: &Store, user: Option<&str>) -> Result<BTreeMap<String, (String, String)>> {
+    let filter = user_filter(user, None);
     let mut out = BTreeMap::new();
-    for batch in ctx
-        .store
+    for batch in store
         .scan_columns(
             ENTITY_SCANS.name,
             filter.as_deref(),
@@ -176,11 +182,10 @@ async fn scans(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, (String, String)>> {
 }
 
 /// The users' entities (archived ones too: a name seen again brings its entity back).
-async fn known_entities(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, Vec<Known>>> {
-    let filter = scope_filter(ctx, None);
+async fn known_entities(store: &Store, user: Option<&str>) -> Result<BTreeMap<String, Vec<Known>>> {
+    let filter = user_filter(user, None);
     let mut out: BTreeMap<String, Vec<Known>> = BTreeMap::new();
-    for batch in ctx
-        .store
+    for batch in store
         .scan_columns(
             ENTITIES.name,
             filter.as_deref(),
@@ -214,11 +219,13 @@ async fn known_entities(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, Vec<Known>>
 }
 
 /// `memory_entities` rows of the users in scope: (memory id, entity id, user id).
-pub(super) async fn memberships(ctx: &JobCtx<'_>) -> Result<Vec<(String, String, String)>> {
-    let filter = scope_filter(ctx, None);
+pub(super) async fn memberships(
+    store: &Store,
+    user: Option<&str>,
+) -> Result<Vec<(String, String, String)>> {
+    let filter = user_filter(user, None);
     let mut out = Vec::new();
-    for batch in ctx
-        .store
+    for batch in store
         .scan_columns(
             MEMORY_ENTITIES.name,
             filter.as_deref(),
@@ -254,7 +261,7 @@ struct Resolved {
 
 /// The name vectors of the users' entities made by `model`: (entity id, type, vector) by user.
 async fn entity_vectors(
-    ctx: &JobCtx<'_>,
+    store: &Store,
     users: &[String],
     model: &str,
 ) -> Result<BTreeMap<String, Vec<(String, String, Vec<f32>)>>> {
@@ -262,14 +269,13 @@ async fn entity_vectors(
     if users.is_empty() {
         return Ok(out);
     }
-    let dim = ctx.store.embedding_dim();
+    let dim = store.embedding_dim();
     let filter = format!(
         "user_id IN ({}) AND name_embedding IS NOT NULL AND embedding_model = {}",
         sql_list(users),
         sql_string(model)
     );
-    for batch in ctx
-        .store
+    for batch in store
         .scan_columns(
             ENTITIES.name,
             Some(&filter),
@@ -305,16 +311,20 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         Extractor::Rules => RULES_EXTRACTOR,
         Extractor::Llm => LLM_EXTRACTOR,
     };
+    let llm = match args.extractor {
+        Extractor::Rules => None,
+        Extractor::Llm => Some(ctx.app.llm(&args.llm).await?),
+    };
+    let batch = llm.as_ref().is_some_and(|l| l.mode == Mode::Batch);
     let log = RunLog::start(ctx, JobName::Entities.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Entities.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let now = ctx.now.timestamp_micros();
-    let dim = ctx.store.embedding_dim();
+    let user = ctx.user.as_deref();
 
-    let memories = live_memories(ctx).await?;
-    let scanned = scans(ctx).await?;
+    let memories = live_memories(&ctx.store, user).await?;
+    let scanned = scans(&ctx.store, user).await?;
     counts.insert("memories".into(), memories.len() as u64);
-    let changed: Vec<usize> = (0..memories.len())
+    let mut changed: Vec<usize> = (0..memories.len())
         .filter(|&i| {
             let m = &memories[i];
             args.all
@@ -323,17 +333,117 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
                 })
         })
         .collect();
+    if batch {
+        // Memories waiting in a submitted batch are not submitted again.
+        let pending =
+            crate::llm::batch::memories_in_pending(&ctx.store, JobName::Entities.as_str()).await?;
+        let before = changed.len();
+        changed.retain(|&i| !pending.contains(&memories[i].id));
+        counts.insert(
+            "memories_in_pending_batches".into(),
+            (before - changed.len()) as u64,
+        );
+    }
     counts.insert("memories_read".into(), changed.len() as u64);
     if changed.is_empty() {
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
         return Ok(report);
     }
+    let now_text = format_timestamp(ctx.now.timestamp_micros());
+    if let (Some(llm), true) = (&llm, batch) {
+        // Batch mode: the requests go to the Batch API; `batches poll` writes the readings.
+        let requests = extract_items(&memories, &changed, &now_text);
+        counts.insert("requests".into(), requests.len() as u64);
+        if !ctx.dry_run {
+            log.submit_batches_by_user(
+                ctx,
+                llm,
+                (
+                    Task::EntitiesExtract,
+                    requests.into_iter().map(|(user, item, _)| (user, item)),
+                    "requests",
+                ),
+                &mut counts,
+                &mut report.notes,
+            )
+            .await?;
+        }
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
 
-    // Names believed at a sentence start (logic::entities::believed_names): existing
-    // entities' names and aliases, and what any of the user's live memories establishes.
-    let known = known_entities(ctx).await?;
-    // Only users with something to read: a rerun with one changed memory reads one user's.
+    let known = known_entities(&ctx.store, user).await?;
+    let mut mentions = rules_mentions(&memories, &known, &changed);
+    // Which extractor read each changed memory (recorded in entity_scans).
+    let mut read_by = vec![RULES_EXTRACTOR; changed.len()];
+    if let Some(llm) = &llm {
+        let requests = extract_items(&memories, &changed, &now_text);
+        let outcomes = llm
+            .run(requests.iter().map(|(_, item, _)| item.clone()).collect())
+            .await;
+        report.llm = Some(llm.usage(&outcomes));
+        let by_id: BTreeMap<&str, &Outcome> =
+            outcomes.iter().map(|o| (o.custom_id.as_str(), o)).collect();
+        let mut fallbacks = 0;
+        for (_, item, positions) in &requests {
+            let outcome = by_id.get(item.custom_id.as_str()).copied();
+            if !take_reply(
+                outcome,
+                positions,
+                &memories,
+                &changed,
+                &mut mentions,
+                &mut read_by,
+            ) {
+                fallbacks += positions.len() as u64;
+                report.notes.push(format!(
+                    "{} memories read by the rules instead: {}",
+                    positions.len(),
+                    outcome
+                        .and_then(|o| o.failure.as_deref())
+                        .unwrap_or("no reply")
+                ));
+            }
+        }
+        counts.insert("llm_fallbacks".into(), fallbacks);
+    }
+
+    let config = ctx.app.config().await?;
+    let dim = ctx.store.embedding_dim();
+    let make_embedder = || Embedder::from_args(&args.embedder, &config.embedder, dim, 64);
+    let writer = Writer {
+        store: &ctx.store,
+        user,
+        now: ctx.now.timestamp_micros(),
+        dry_run: ctx.dry_run,
+        links_per_memory: args.links_per_memory,
+        name_match: args.name_match,
+        embedder: &make_embedder,
+    };
+    let reading = Reading {
+        memories: &memories,
+        scanned: &scanned,
+        known: &known,
+        changed: &changed,
+        mentions: &mentions,
+        read_by: &read_by,
+    };
+    write_readings(&writer, &reading, &mut counts).await?;
+    report.counts = counts;
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}
+
+/// The rules' reading (`logic::entities::extract`) of the `changed` memories, with the names
+/// believed at a sentence start: existing entities' names and aliases, and what any of the
+/// user's live memories establishes (only users with something to read are looked at).
+fn rules_mentions(
+    memories: &[Memory],
+    known: &BTreeMap<String, Vec<Known>>,
+    changed: &[usize],
+) -> Vec<Vec<Mention>> {
     let readers: BTreeSet<&str> = changed.iter().map(|&i| memories[i].user.as_str()).collect();
     let mut texts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for m in memories
@@ -358,28 +468,56 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         })
         .collect();
     let empty = BTreeSet::new();
-    let mut mentions: Vec<Vec<Mention>> = changed
+    changed
         .par_iter()
         .map(|&i| {
             let m = &memories[i];
             extract(&m.text, believed.get(m.user.as_str()).unwrap_or(&empty))
         })
-        .collect();
-    // Which extractor read each changed memory (recorded in entity_scans).
-    let mut read_by = vec![RULES_EXTRACTOR; changed.len()];
-    if args.extractor == Extractor::Llm {
-        let fallbacks = llm_mentions(
-            ctx,
-            args,
-            &memories,
-            &changed,
-            &mut mentions,
-            &mut read_by,
-            &mut report,
-        )
-        .await?;
-        counts.insert("llm_fallbacks".into(), fallbacks);
-    }
+        .collect()
+}
+
+/// Where and how a reading is written: by the job's own run, or by `batches poll` applying
+/// a batch the job submitted.
+struct Writer<'a> {
+    store: &'a Store,
+    user: Option<&'a str>,
+    now: i64,
+    dry_run: bool,
+    links_per_memory: usize,
+    name_match: f32,
+    /// Made on first use (only new names are embedded).
+    embedder: &'a (dyn Fn() -> Result<Embedder> + Send + Sync),
+}
+
+/// What was read: the live memories in scope, their last scans, the known entities, and for
+/// the `changed` ones (positions in `memories`) their mentions and who read them.
+struct Reading<'a> {
+    memories: &'a [Memory],
+    scanned: &'a BTreeMap<String, (String, String)>,
+    known: &'a BTreeMap<String, Vec<Known>>,
+    changed: &'a [usize],
+    mentions: &'a [Vec<Mention>],
+    read_by: &'a [&'static str],
+}
+
+/// Resolves the mentions to entities and writes them, each step one commit: unlink the
+/// changed memories' old rows, entities, memory_entities, links, then the scans.
+async fn write_readings(
+    w: &Writer<'_>,
+    r: &Reading<'_>,
+    counts: &mut BTreeMap<String, u64>,
+) -> Result<()> {
+    let Reading {
+        memories,
+        scanned,
+        known,
+        changed,
+        mentions,
+        read_by,
+    } = *r;
+    let now = w.now;
+    let dim = w.store.embedding_dim();
     counts.insert(
         "mentions".into(),
         mentions.iter().map(|m| m.len() as u64).sum(),
@@ -387,7 +525,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
 
     // One entity per (user, normalised name, type): the type voted over this run's mentions.
     let mut groups: BTreeMap<(String, String), Vec<&Mention>> = BTreeMap::new();
-    for (&i, found) in changed.iter().zip(&mentions) {
+    for (&i, found) in changed.iter().zip(mentions) {
         for mention in found {
             groups
                 .entry((memories[i].user.clone(), normalise(&mention.name)))
@@ -456,7 +594,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     let mut name_vectors: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
     let mut model = String::new();
     if !unmatched.is_empty() {
-        let embedder = ctx.app.embedder(&args.embedder, dim, 64).await?;
+        let embedder = (w.embedder)()?;
         model = embedder.model_name();
         let texts: Vec<&str> = unmatched
             .iter()
@@ -467,14 +605,14 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
                 name_vectors.insert(r, values);
             }
         }
-        if args.name_match <= 1.0 {
+        if w.name_match <= 1.0 {
             let users: Vec<String> = unmatched
                 .iter()
                 .map(|&r| resolved[r].user.clone())
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            let existing = entity_vectors(ctx, &users, &model).await?;
+            let existing = entity_vectors(w.store, &users, &model).await?;
             for &r in &unmatched {
                 let Some(vector) = name_vectors.get(&r) else {
                     continue;
@@ -485,7 +623,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
                     .flatten()
                     .filter(|(_, t, _)| *t == resolved[r].entity_type)
                     .map(|(id, _, v)| (dot(vector, v), id))
-                    .filter(|(score, _)| *score >= args.name_match)
+                    .filter(|(score, _)| *score >= w.name_match)
                     .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(a.1)));
                 if let Some((score, id)) = best {
                     let Some(k) = known
@@ -528,7 +666,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
 
     // memory_entities of the changed memories.
     let mut pairs: BTreeSet<(String, String, String)> = BTreeSet::new(); // (memory, entity, user)
-    for (&i, found) in changed.iter().zip(&mentions) {
+    for (&i, found) in changed.iter().zip(mentions) {
         let m = &memories[i];
         for mention in found {
             let r = by_key[&(m.user.clone(), normalise(&mention.name))];
@@ -549,7 +687,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         })
         .collect();
     let mut members: BTreeMap<String, BTreeSet<(i64, String)>> = BTreeMap::new();
-    for (memory, entity, _) in memberships(ctx).await? {
+    for (memory, entity, _) in memberships(w.store, w.user).await? {
         if changed_ids.contains(memory.as_str()) {
             continue; // replaced by this run's reading
         }
@@ -575,7 +713,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         };
         let at = (order[memory.as_str()].0, memory.clone());
         let link_type = format!("{SHARES_ENTITY_PREFIX}{}", names[entity.as_str()]);
-        for (_, earlier) in list.range(..at.clone()).rev().take(args.links_per_memory) {
+        for (_, earlier) in list.range(..at.clone()).rev().take(w.links_per_memory) {
             links.insert(
                 (memory.clone(), earlier.clone(), link_type.clone()),
                 user.clone(),
@@ -587,13 +725,13 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
                 std::ops::Bound::Excluded(at.clone()),
                 std::ops::Bound::Unbounded,
             ))
-            .take(args.links_per_memory)
+            .take(w.links_per_memory)
         {
             let later_at = (order[later.as_str()].0, later.clone());
             if list
                 .range(..later_at)
                 .rev()
-                .take(args.links_per_memory)
+                .take(w.links_per_memory)
                 .any(|(_, m)| m == memory)
             {
                 links.insert(
@@ -605,10 +743,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     }
     counts.insert("links".into(), links.len() as u64);
 
-    if ctx.dry_run {
-        report.counts = counts;
-        log.finish(ctx, &mut report).await?;
-        return Ok(report);
+    if w.dry_run {
+        return Ok(());
     }
 
     // 1. The old reading of changed memories goes: their entity rows and entity links.
@@ -619,10 +755,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         .collect();
     for chunk in previously.chunks(1000) {
         let ids = sql_list(chunk);
-        ctx.store
+        w.store
             .delete_where(MEMORY_ENTITIES.name, &format!("memory_id IN ({ids})"))
             .await?;
-        ctx.store
+        w.store
             .delete_where(
                 LINKS.name,
                 &format!(
@@ -642,7 +778,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     let mut current: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
     for chunk in existing_ids.chunks(1000) {
         let filter = format!("id IN ({})", sql_list(chunk));
-        for row in json_rows(&ctx.store.scan(ENTITIES.name, Some(&filter)).await?) {
+        for row in json_rows(&w.store.scan(ENTITIES.name, Some(&filter)).await?) {
             if let Some(id) = row.get("id").and_then(Value::as_str) {
                 current.insert(id.to_string(), row.clone());
             }
@@ -705,7 +841,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     counts.insert("entities_written".into(), rows.len() as u64);
     for chunk in rows.chunks(10_000) {
         let batch = batch_from_json(&ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        ctx.store.upsert_batch(&ENTITIES, batch).await?;
+        w.store.upsert_batch(&ENTITIES, batch).await?;
     }
     // Existing entities named by a new or changed memory: `memlife describe` looks again.
     let named_again: Vec<String> = pairs
@@ -722,7 +858,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         .collect();
     counts.insert("entities_marked_dirty".into(), named_again.len() as u64);
     for chunk in named_again.chunks(1000) {
-        ctx.store
+        w.store
             .update_where(
                 ENTITIES.name,
                 &format!("id IN ({}) AND NOT is_dirty", sql_list(chunk)),
@@ -739,7 +875,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         .collect();
     for chunk in rows.chunks(50_000) {
         let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        ctx.store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
+        w.store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
     }
     let rows: Vec<Value> = links
         .iter()
@@ -750,7 +886,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         .collect();
     for chunk in rows.chunks(50_000) {
         let batch = batch_from_json(&LINKS, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        ctx.store.upsert_batch(&LINKS, batch).await?;
+        w.store.upsert_batch(&LINKS, batch).await?;
     }
     crate::crash::point("entities.after-links");
     let mut per_memory: BTreeMap<&str, usize> = BTreeMap::new();
@@ -759,7 +895,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     }
     let rows: Vec<Value> = changed
         .iter()
-        .zip(&read_by)
+        .zip(read_by)
         .map(|(&i, extractor)| {
             let m = &memories[i];
             json!({"memory_id": m.id, "user_id": m.user, "text_hash": text_hash(&m.text),
@@ -769,97 +905,259 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         .collect();
     for chunk in rows.chunks(50_000) {
         let batch = batch_from_json(&ENTITY_SCANS, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        ctx.store.upsert_batch(&ENTITY_SCANS, batch).await?;
+        w.store.upsert_batch(&ENTITY_SCANS, batch).await?;
     }
-    report.counts = counts;
-    log.finish(ctx, &mut report).await?;
-    Ok(report)
+    Ok(())
 }
 
-/// `--extractor llm`: the changed memories, `EXTRACT_BATCH` to a request, through the
-/// `entities.extract` task. A request without a valid reply keeps the rules' reading of its
-/// memories (counted, and noted in the report). Returns how many memories fell back.
-async fn llm_mentions(
-    ctx: &JobCtx<'_>,
-    args: &EntitiesArgs,
+/// The `entities.extract` requests for the `changed` memories: up to `EXTRACT_BATCH`
+/// memories of one user each. Returns each request with its user and the positions in
+/// `changed` it covers.
+fn extract_items(
+    memories: &[Memory],
+    changed: &[usize],
+    now: &str,
+) -> Vec<(String, Item, Vec<usize>)> {
+    let mut by_user: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (k, &i) in changed.iter().enumerate() {
+        by_user
+            .entry(memories[i].user.as_str())
+            .or_default()
+            .push(k);
+    }
+    let mut out = Vec::new();
+    for (user, positions) in by_user {
+        for chunk in positions.chunks(EXTRACT_BATCH) {
+            let item = Item {
+                custom_id: format!("extract-{}", out.len()),
+                input: TaskInput {
+                    task: Task::EntitiesExtract,
+                    memories: chunk
+                        .iter()
+                        .map(|&k| {
+                            let m = &memories[changed[k]];
+                            MemoryView {
+                                id: m.id.clone(),
+                                kind: "fact".into(),
+                                created_at: format_timestamp(m.created_at),
+                                happens_at: None,
+                                text: m.text.clone(),
+                            }
+                        })
+                        .collect(),
+                    proposal: None,
+                    now: now.to_string(),
+                },
+            };
+            out.push((user.to_string(), item, chunk.to_vec()));
+        }
+    }
+    out
+}
+
+/// Takes a request's valid reply as the reading of its memories (`positions` in `changed`).
+/// Returns false when there is no valid reply: the rules' reading stays.
+fn take_reply(
+    outcome: Option<&Outcome>,
+    positions: &[usize],
     memories: &[Memory],
     changed: &[usize],
     mentions: &mut [Vec<Mention>],
     read_by: &mut [&'static str],
-    report: &mut JobReport,
-) -> Result<u64> {
-    let llm = ctx.app.llm(&args.llm).await?;
-    if llm.mode == Mode::Batch {
-        anyhow::bail!(
-            "entities --extractor llm runs online only: --mode batch is not built for it yet"
-        );
-    }
-    let now = crate::model::encoding::format_timestamp(ctx.now.timestamp_micros());
-    let items: Vec<Item> = changed
-        .chunks(EXTRACT_BATCH)
-        .enumerate()
-        .map(|(n, chunk)| Item {
-            custom_id: format!("extract-{n}"),
-            input: TaskInput {
-                task: Task::EntitiesExtract,
-                memories: chunk
+) -> bool {
+    let Some(Outcome {
+        reply: Some(Reply::Extract(reply)),
+        failure: None,
+        ..
+    }) = outcome
+    else {
+        return false;
+    };
+    let by_id: BTreeMap<&str, &ExtractedMemory> =
+        reply.memories.iter().map(|m| (m.id.as_str(), m)).collect();
+    for &k in positions {
+        let Some(found) = by_id.get(memories[changed[k]].id.as_str()) else {
+            continue;
+        };
+        let mut seen = BTreeSet::new();
+        mentions[k] = found
+            .entities
+            .iter()
+            .filter(|e| seen.insert(normalise(e.name.trim())))
+            .map(|e| Mention {
+                name: e.name.trim().to_string(),
+                entity_type: ENTITY_TYPES
                     .iter()
-                    .map(|&i| MemoryView {
-                        id: memories[i].id.clone(),
-                        kind: "fact".into(),
-                        created_at: crate::model::encoding::format_timestamp(
-                            memories[i].created_at,
-                        ),
-                        happens_at: None,
-                        text: memories[i].text.clone(),
-                    })
-                    .collect(),
-                proposal: None,
-                now: now.clone(),
-            },
-        })
-        .collect();
-    let outcomes = llm.run(items).await;
-    report.llm = Some(llm.usage(&outcomes));
-    let mut fallbacks = 0;
-    for (n, outcome) in outcomes.iter().enumerate() {
-        let start = n * EXTRACT_BATCH;
-        let end = (start + EXTRACT_BATCH).min(changed.len());
-        match (&outcome.reply, &outcome.failure) {
-            (Some(Reply::Extract(reply)), None) => {
-                let by_id: BTreeMap<&str, &ExtractedMemory> =
-                    reply.memories.iter().map(|m| (m.id.as_str(), m)).collect();
-                for k in start..end {
-                    let Some(found) = by_id.get(memories[changed[k]].id.as_str()) else {
-                        continue;
-                    };
-                    let mut seen = BTreeSet::new();
-                    mentions[k] = found
-                        .entities
-                        .iter()
-                        .filter(|e| seen.insert(normalise(e.name.trim())))
-                        .map(|e| Mention {
-                            name: e.name.trim().to_string(),
-                            entity_type: ENTITY_TYPES
-                                .iter()
-                                .find(|t| **t == e.entity_type)
-                                .copied()
-                                .unwrap_or("other"),
-                            strong: true,
-                        })
-                        .collect();
-                    read_by[k] = LLM_EXTRACTOR;
-                }
-            }
-            (_, failure) => {
-                fallbacks += (end - start) as u64;
-                report.notes.push(format!(
-                    "{} memories read by the rules instead: {}",
-                    end - start,
-                    failure.as_deref().unwrap_or("no reply")
-                ));
-            }
+                    .find(|t| **t == e.entity_type)
+                    .copied()
+                    .unwrap_or("other"),
+                strong: true,
+            })
+            .collect();
+        read_by[k] = LLM_EXTRACTOR;
+    }
+    true
+}
+
+/// The options of the run that submitted a batch (`runs.params`), defaults where absent.
+async fn submitted_options(store: &Store, run_id: &str) -> Result<(usize, f32)> {
+    let filter = format!("run_id = {}", sql_string(run_id));
+    let mut params = Value::Null;
+    for batch in store
+        .scan_columns("runs", Some(&filter), &["params"])
+        .await?
+    {
+        let column = batch.column(0).as_string::<i32>();
+        if batch.num_rows() > 0 {
+            params = serde_json::from_str(column.value(0)).unwrap_or(Value::Null);
         }
     }
-    Ok(fallbacks)
+    let links = params
+        .get("links_per_memory")
+        .and_then(Value::as_u64)
+        .unwrap_or(3) as usize;
+    let name_match = params
+        .get("name_match")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.92) as f32;
+    Ok((links, name_match))
+}
+
+/// What an EXTRACT audit row derives its id from: the batch and the request.
+fn audit_key(batch_key: &str, item: &Item) -> String {
+    format!("{batch_key}|{}", item.custom_id)
+}
+
+/// Applies `entities --extractor llm --mode batch` in `batches poll`. The batch's memories
+/// still live with the text they were submitted with are read as the replies say (the rules
+/// where a request has no valid reply) and written as an online run writes them, with the
+/// submitting run's options and clock; memories changed or gone since are left to the next
+/// run. One EXTRACT audit row per request, written last, marks the batch applied; a poll
+/// killed before that applies the same replies again to the same keys.
+pub struct EntitiesApplier;
+
+#[async_trait::async_trait]
+impl Applier for EntitiesApplier {
+    async fn apply(
+        &self,
+        env: &ApplyEnv<'_>,
+        record: &BatchRecord,
+        items: &[Item],
+        outcomes: &[Outcome],
+    ) -> Result<BTreeMap<String, u64>> {
+        let now = super::batch_clock(record, items)?;
+        let (links_per_memory, name_match) = submitted_options(env.store, &record.run_id).await?;
+        let user = record.user_id.as_deref();
+        let memories = live_memories(env.store, user).await?;
+        let scanned = scans(env.store, user).await?;
+        let known = known_entities(env.store, user).await?;
+        let position: BTreeMap<&str, usize> = memories
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.id.as_str(), i))
+            .collect();
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut changed = Vec::new();
+        let mut requests: Vec<Vec<usize>> = Vec::new();
+        for item in items {
+            let mut positions = Vec::new();
+            for m in &item.input.memories {
+                match position.get(m.id.as_str()) {
+                    Some(&i) if memories[i].text == m.text => {
+                        positions.push(changed.len());
+                        changed.push(i);
+                    }
+                    _ => {
+                        *counts
+                            .entry("memories_changed_since_submission".into())
+                            .or_default() += 1
+                    }
+                }
+            }
+            requests.push(positions);
+        }
+        let mut mentions = rules_mentions(&memories, &known, &changed);
+        let mut read_by = vec![RULES_EXTRACTOR; changed.len()];
+        let by_id: BTreeMap<&str, &Outcome> =
+            outcomes.iter().map(|o| (o.custom_id.as_str(), o)).collect();
+        let mut audit = Vec::new();
+        let mut fallbacks = 0;
+        for (item, positions) in items.iter().zip(&requests) {
+            let outcome = by_id.get(item.custom_id.as_str()).copied();
+            let taken = take_reply(
+                outcome,
+                positions,
+                &memories,
+                &changed,
+                &mut mentions,
+                &mut read_by,
+            );
+            if !taken {
+                fallbacks += positions.len() as u64;
+            }
+            let mut row = AuditRow::new(
+                &record.run_id,
+                "EXTRACT",
+                &audit_key(&record.batch_key, item),
+                now,
+            );
+            row.user_id = record.user_id.clone();
+            row.source_ids = item.input.memories.iter().map(|m| m.id.clone()).collect();
+            row.classification = Some(
+                if taken {
+                    LLM_EXTRACTOR
+                } else {
+                    RULES_EXTRACTOR
+                }
+                .to_string(),
+            );
+            row.reasoning = outcome.and_then(|o| o.failure.clone());
+            row.after_state = Some(
+                json!({"served_by": outcome.and_then(|o| o.served_by.clone()),
+                       "memories_read": positions.len()})
+                .to_string(),
+            );
+            audit.push(row);
+        }
+        counts.insert("memories_read".into(), changed.len() as u64);
+        counts.insert("llm_fallbacks".into(), fallbacks);
+        if !changed.is_empty() {
+            let writer = Writer {
+                store: env.store,
+                user,
+                now,
+                dry_run: false,
+                links_per_memory,
+                name_match,
+                embedder: env.embedder,
+            };
+            let reading = Reading {
+                memories: &memories,
+                scanned: &scanned,
+                known: &known,
+                changed: &changed,
+                mentions: &mentions,
+                read_by: &read_by,
+            };
+            write_readings(&writer, &reading, &mut counts).await?;
+        }
+        crate::crash::point("entities.batch.after-readings");
+        env.store.write_audit(&audit).await?;
+        Ok(counts)
+    }
+
+    fn result_keys(&self, record: &BatchRecord, items: &[Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|item| {
+                AuditRow::new(
+                    &record.run_id,
+                    "EXTRACT",
+                    &audit_key(&record.batch_key, item),
+                    0,
+                )
+                .id
+            })
+            .collect()
+    }
 }

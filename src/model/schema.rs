@@ -74,6 +74,8 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "ENTITY_DELETE",
     "ENTITY_MERGE",
     "DESCRIBE",
+    // `batches poll` applying an `entities --extractor llm --mode batch` request.
+    "EXTRACT",
 ];
 /// The life of a Batch API submission (see `llm::batch`).
 pub const BATCH_STATUSES: &[&str] = &[

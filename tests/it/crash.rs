@@ -269,6 +269,19 @@ const REFINE_BATCH: &[&str] = &[
     "--mode",
     "batch",
 ];
+const ENTITIES_BATCH: &[&str] = &[
+    "--config",
+    "{config}",
+    "entities",
+    "--embedder",
+    "hash",
+    "--extractor",
+    "llm",
+    "--llm",
+    "providers",
+    "--mode",
+    "batch",
+];
 const POLL_POINTS: &[&str] = &[
     "batches.poll.started",
     "batches.poll.before-claim",
@@ -351,6 +364,27 @@ const BATCH_SCENARIOS: &[Scenario] = &[
             "batches.poll.after-apply",
         ],
         witness: "SELECT COUNT(*) AS n FROM memories WHERE source = 'refine'",
+    },
+    Scenario {
+        name: "entities (batch submission)",
+        setup: &[IMPORT],
+        job: ENTITIES_BATCH,
+        points: &["entities.started", "entities.finishing"],
+        witness: "SELECT COUNT(*) AS n FROM llm_batches WHERE task = 'entities.extract'",
+    },
+    Scenario {
+        name: "batches poll (entities)",
+        setup: &[IMPORT, ENTITIES_BATCH],
+        job: POLL,
+        points: &[
+            "batches.poll.after-download",
+            "entities.after-unlink",
+            "entities.after-entities",
+            "entities.after-links",
+            "entities.batch.after-readings",
+            "batches.poll.after-apply",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'EXTRACT'",
     },
     Scenario {
         name: "batches cleanup",

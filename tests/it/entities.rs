@@ -305,3 +305,135 @@ fn an_llm_extractor_reads_over_http_and_the_rules_read_what_it_gives_no_valid_re
         "9"
     );
 }
+
+fn json(out: std::process::Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+fn submit_batch(db: &TestDb, config: &str) -> serde_json::Value {
+    json(db.run(&[
+        "--json",
+        "--config",
+        config,
+        "entities",
+        "--embedder",
+        "hash",
+        "--extractor",
+        "llm",
+        "--llm",
+        "providers",
+        "--mode",
+        "batch",
+    ]))
+}
+
+fn poll(db: &TestDb, config: &str) -> serde_json::Value {
+    json(db.run(&[
+        "--json",
+        "--config",
+        config,
+        "batches",
+        "poll",
+        "--embedder",
+        "hash",
+    ]))
+}
+
+#[test]
+fn an_llm_extractor_in_batch_mode_is_applied_by_the_poll_exactly_once() {
+    use crate::llm::{Mock, both_roles_config};
+    let db = TestDb::new();
+    import(&db, false);
+    let mock = Mock::start(&[]);
+    let config = both_roles_config(&db, &mock);
+    let submit = |db: &TestDb| submit_batch(db, &config);
+    let poll = |db: &TestDb| poll(db, &config);
+    // Two users: ana's 8 memories in one request, ben's 1 in another, one batch each.
+    let report = submit(&db);
+    assert_eq!(report["counts"]["requests"], 2, "{report}");
+    assert_eq!(report["counts"]["batches_submitted"], 2, "{report}");
+    assert_eq!(db.scalar("SELECT COUNT(*) AS n FROM entities"), "0");
+    // Submitted memories are not submitted again while their batch is pending.
+    let again = submit(&db);
+    assert_eq!(again["counts"]["memories_in_pending_batches"], 9, "{again}");
+    assert_eq!(again["counts"]["memories_read"], 0, "{again}");
+
+    let polled = poll(&db);
+    assert_eq!(polled["counts"]["applied"], 2, "{polled}");
+    assert_eq!(polled["counts"]["memories_read"], 9, "{polled}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entity_scans WHERE extractor = 'llm-v1'"),
+        "9"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'EXTRACT'"),
+        "2"
+    );
+    // The same entities and links as an online run of the same extractor.
+    let online = TestDb::new();
+    import(&online, false);
+    let online_config = both_roles_config(&online, &mock);
+    json(online.run(&[
+        "--json",
+        "--config",
+        &online_config,
+        "entities",
+        "--embedder",
+        "hash",
+        "--extractor",
+        "llm",
+        "--llm",
+        "providers",
+    ]));
+    for query in [
+        "SELECT user_id, name, entity_type FROM entities ORDER BY user_id, name",
+        "SELECT source_id, target_id, link_type FROM links ORDER BY source_id, target_id, link_type",
+        "SELECT memory_id, entity_id FROM memory_entities ORDER BY memory_id, entity_id",
+    ] {
+        assert_eq!(db.rows(query), online.rows(query), "{query}");
+    }
+    // A second poll applies nothing; a later run has nothing to read.
+    let second = poll(&db);
+    assert_eq!(second["notes"][0], "no batch to poll", "{second}");
+    let later = submit(&db);
+    assert_eq!(later["counts"]["memories_read"], 0, "{later}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'EXTRACT'"),
+        "2"
+    );
+}
+
+#[test]
+fn a_memory_changed_before_the_poll_is_left_to_the_next_run() {
+    use crate::llm::{Mock, both_roles_config};
+    let db = TestDb::new();
+    import(&db, false);
+    let mock = Mock::start(&[]);
+    let config = both_roles_config(&db, &mock);
+    submit_batch(&db, &config);
+    import(&db, true); // a8's text changes while its batch is out
+    let polled = poll(&db, &config);
+    assert_eq!(
+        polled["counts"]["memories_changed_since_submission"], 1,
+        "{polled}"
+    );
+    assert_eq!(polled["counts"]["memories_read"], 8, "{polled}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entity_scans WHERE memory_id = 'a8'"),
+        "0"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entities WHERE name LIKE 'PostgreSQL%'"),
+        "0",
+        "the old text's names are not written"
+    );
+    // The next run submits the changed memory, and its poll reads the new text.
+    assert_eq!(submit_batch(&db, &config)["counts"]["memories_read"], 1);
+    poll(&db, &config);
+    assert_eq!(db.scalar("SELECT COUNT(*) AS n FROM entity_scans"), "9");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entities WHERE name = 'Helix'"),
+        "1"
+    );
+}
