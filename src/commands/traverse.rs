@@ -15,6 +15,7 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::Float64Type;
+use datafusion::prelude::{Expr, col, lit};
 use futures::TryStreamExt;
 use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use serde::Serialize;
@@ -23,8 +24,8 @@ use serde_json::json;
 use crate::app::App;
 use crate::exit::ExitStatus;
 use crate::model::schema::{LINKS, SHARES_ENTITY_PREFIX};
+use crate::store::Store;
 use crate::store::audit::AuditRow;
-use crate::store::{Store, sql_list};
 
 /// Walk the link graph from one memory, both directions, breadth-first.
 #[derive(clap::Args, Debug, Clone)]
@@ -93,7 +94,6 @@ struct Link {
     target: String,
     link_type: String,
     confidence: f64,
-    user: String,
 }
 
 /// The walk's reader: the two tables opened once.
@@ -110,24 +110,25 @@ impl Walker {
         })
     }
 
-    async fn links_of(&self, ids: &[String], filter: &Option<String>) -> Result<Vec<Link>> {
+    /// The links touching `ids` (either end), filtered as `--types` and `--min-confidence`
+    /// ask. The filter is a DataFusion expression, not SQL text: a level's list of up to 1000
+    /// ids is not printed and parsed again on every read.
+    async fn links_of(&self, ids: &[String], filter: &Option<Expr>) -> Result<Vec<Link>> {
         let mut out = Vec::new();
         for chunk in ids.chunks(1000) {
-            let list = sql_list(chunk);
-            let mut condition = format!("(source_id IN ({list}) OR target_id IN ({list}))");
+            let mut condition = id_in("source_id", chunk).or(id_in("target_id", chunk));
             if let Some(filter) = filter {
-                condition.push_str(&format!(" AND ({filter})"));
+                condition = condition.and(filter.clone());
             }
             let batches: Vec<RecordBatch> = self
                 .links
                 .query()
-                .only_if(condition)
+                .only_if_expr(condition)
                 .select(Select::columns(&[
                     "source_id",
                     "target_id",
                     "link_type",
                     "confidence",
-                    "user_id",
                 ]))
                 .execute()
                 .await?
@@ -138,7 +139,6 @@ impl Walker {
                 let targets = batch.column(1).as_string::<i32>();
                 let types = batch.column(2).as_string::<i32>();
                 let confidences = batch.column(3).as_primitive::<Float64Type>();
-                let users = batch.column(4).as_string::<i32>();
                 for row in 0..batch.num_rows() {
                     out.push(Link {
                         source: sources.value(row).to_string(),
@@ -149,7 +149,6 @@ impl Walker {
                         } else {
                             1.0
                         },
-                        user: users.value(row).to_string(),
                     });
                 }
             }
@@ -157,15 +156,59 @@ impl Walker {
         Ok(out)
     }
 
-    /// id -> (state, archived, text) of the memories among `ids`.
-    async fn memories_of(&self, ids: &[String]) -> Result<HashMap<String, (String, bool, String)>> {
+    /// The user of each dead link (for its HEAL audit row), read only when there are any.
+    async fn users_of(&self, dead: &BTreeSet<DeadLink>) -> Result<BTreeMap<DeadLink, String>> {
+        let mut out = BTreeMap::new();
+        let sources: Vec<String> = dead
+            .iter()
+            .map(|d| d.source_id.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        for chunk in sources.chunks(1000) {
+            let batches: Vec<RecordBatch> = self
+                .links
+                .query()
+                .only_if_expr(id_in("source_id", chunk))
+                .select(Select::columns(&[
+                    "source_id",
+                    "target_id",
+                    "link_type",
+                    "user_id",
+                ]))
+                .execute()
+                .await?
+                .try_collect()
+                .await?;
+            for batch in &batches {
+                let sources = batch.column(0).as_string::<i32>();
+                let targets = batch.column(1).as_string::<i32>();
+                let types = batch.column(2).as_string::<i32>();
+                let users = batch.column(3).as_string::<i32>();
+                for row in 0..batch.num_rows() {
+                    if let Some(d) = dead.iter().find(|d| {
+                        d.source_id == sources.value(row)
+                            && d.target_id == targets.value(row)
+                            && d.link_type == types.value(row)
+                    }) {
+                        out.insert(d.clone(), users.value(row).to_string());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// id -> (state, archived) of the memories among `ids`: what tells a live end from a
+    /// dead one. Texts are read apart (`texts_of`), only for the memories a walk returns.
+    async fn memories_of(&self, ids: &[String]) -> Result<HashMap<String, (String, bool)>> {
         let mut out = HashMap::new();
         for chunk in ids.chunks(1000) {
             let batches: Vec<RecordBatch> = self
                 .memories
                 .query()
-                .only_if(format!("id IN ({})", sql_list(chunk)))
-                .select(Select::columns(&["id", "state", "archived_at", "text"]))
+                .only_if_expr(id_in("id", chunk))
+                .select(Select::columns(&["id", "state", "archived_at"]))
                 .execute()
                 .await?
                 .try_collect()
@@ -174,14 +217,34 @@ impl Walker {
                 let ids = batch.column(0).as_string::<i32>();
                 let states = batch.column(1).as_string::<i32>();
                 let archived = batch.column(2);
-                let texts = batch.column(3).as_string::<i32>();
                 for row in 0..batch.num_rows() {
                     let state = states.value(row).to_string();
                     let is_archived = archived.is_valid(row) || state == "archived";
-                    out.insert(
-                        ids.value(row).to_string(),
-                        (state, is_archived, texts.value(row).to_string()),
-                    );
+                    out.insert(ids.value(row).to_string(), (state, is_archived));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// id -> text of the memories among `ids`.
+    async fn texts_of(&self, ids: &[String]) -> Result<HashMap<String, String>> {
+        let mut out = HashMap::new();
+        for chunk in ids.chunks(1000) {
+            let batches: Vec<RecordBatch> = self
+                .memories
+                .query()
+                .only_if_expr(id_in("id", chunk))
+                .select(Select::columns(&["id", "text"]))
+                .execute()
+                .await?
+                .try_collect()
+                .await?;
+            for batch in &batches {
+                let ids = batch.column(0).as_string::<i32>();
+                let texts = batch.column(1).as_string::<i32>();
+                for row in 0..batch.num_rows() {
+                    out.insert(ids.value(row).to_string(), texts.value(row).to_string());
                 }
             }
         }
@@ -192,7 +255,7 @@ impl Walker {
     pub async fn walk(&self, args: &TraverseArgs) -> Result<(Traversal, Vec<(DeadLink, String)>)> {
         let started = Instant::now();
         let start = self.memories_of(std::slice::from_ref(&args.id)).await?;
-        let Some((state, archived, text)) = start.get(&args.id).cloned() else {
+        let Some((state, archived)) = start.get(&args.id).cloned() else {
             bail!(
                 "memory {} not found (memlife sql \"SELECT id FROM memories ...\" lists them)",
                 args.id
@@ -208,10 +271,10 @@ impl Walker {
             path: vec![args.id.clone()],
             state,
             archived,
-            text,
+            text: String::new(),
         }];
         let mut index: HashMap<String, usize> = HashMap::from([(args.id.clone(), 0)]);
-        let mut dead: BTreeMap<DeadLink, String> = BTreeMap::new();
+        let mut dead: BTreeSet<DeadLink> = BTreeSet::new();
         let mut frontier = vec![args.id.clone()];
         let mut followed = 0;
         let mut truncated = false;
@@ -250,15 +313,12 @@ impl Walker {
             for (l, from, to, direction) in steps {
                 let link = &links[l];
                 if !index.contains_key(to) && !found.contains_key(to) {
-                    dead.insert(
-                        DeadLink {
-                            source_id: link.source.clone(),
-                            target_id: link.target.clone(),
-                            link_type: link.link_type.clone(),
-                            missing: to.to_string(),
-                        },
-                        link.user.clone(),
-                    );
+                    dead.insert(DeadLink {
+                        source_id: link.source.clone(),
+                        target_id: link.target.clone(),
+                        link_type: link.link_type.clone(),
+                        missing: to.to_string(),
+                    });
                     continue;
                 }
                 followed += 1;
@@ -269,7 +329,7 @@ impl Walker {
                     truncated = true;
                     continue;
                 }
-                let (state, archived, text) = found[to].clone();
+                let (state, archived) = found[to].clone();
                 let mut path = reached[index[from]].path.clone();
                 path.push(to.to_string());
                 index.insert(to.to_string(), reached.len());
@@ -282,14 +342,30 @@ impl Walker {
                     path,
                     state,
                     archived,
-                    text,
+                    text: String::new(),
                 });
                 next.push(to.to_string());
             }
             frontier = next;
         }
+        let ids: Vec<String> = reached.iter().map(|r| r.id.clone()).collect();
+        let mut texts = self.texts_of(&ids).await?;
+        for r in &mut reached {
+            r.text = texts.remove(&r.id).unwrap_or_default();
+        }
         let archived_reached = reached.iter().skip(1).filter(|r| r.archived).count();
-        let dead: Vec<(DeadLink, String)> = dead.into_iter().collect();
+        let mut users = if dead.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.users_of(&dead).await?
+        };
+        let dead: Vec<(DeadLink, String)> = dead
+            .into_iter()
+            .map(|d| {
+                let user = users.remove(&d).unwrap_or_default();
+                (d, user)
+            })
+            .collect();
         Ok((
             Traversal {
                 start: args.id.clone(),
@@ -307,30 +383,35 @@ impl Walker {
     }
 }
 
-/// The SQL condition on links that `--types` and `--min-confidence` ask for.
-fn link_filter(args: &TraverseArgs) -> Option<String> {
-    let mut parts = Vec::new();
+/// `column IN (ids)` as a DataFusion expression.
+fn id_in(column: &str, ids: &[String]) -> Expr {
+    col(column).in_list(ids.iter().map(|id| lit(id.as_str())).collect(), false)
+}
+
+/// The condition on links that `--types` and `--min-confidence` ask for.
+fn link_filter(args: &TraverseArgs) -> Option<Expr> {
+    let mut parts: Vec<Expr> = Vec::new();
     if !args.types.is_empty() {
         let family = SHARES_ENTITY_PREFIX.trim_end_matches(':');
-        let exact: Vec<String> = args
+        let exact: Vec<Expr> = args
             .types
             .iter()
             .filter(|t| t.as_str() != family)
-            .cloned()
+            .map(|t| lit(t.as_str()))
             .collect();
         let mut any = Vec::new();
         if !exact.is_empty() {
-            any.push(format!("link_type IN ({})", sql_list(&exact)));
+            any.push(col("link_type").in_list(exact, false));
         }
         if args.types.iter().any(|t| t == family) {
-            any.push(format!("link_type LIKE '{SHARES_ENTITY_PREFIX}%'"));
+            any.push(col("link_type").like(lit(format!("{SHARES_ENTITY_PREFIX}%"))));
         }
-        parts.push(format!("({})", any.join(" OR ")));
+        parts.extend(any.into_iter().reduce(Expr::or));
     }
     if args.min_confidence > 0.0 {
-        parts.push(format!("confidence >= {}", args.min_confidence));
+        parts.push(col("confidence").gt_eq(lit(args.min_confidence)));
     }
-    (!parts.is_empty()).then(|| parts.join(" AND "))
+    parts.into_iter().reduce(Expr::and)
 }
 
 /// Removes dead links: each one's HEAL audit row first (with the link as it was), then the
