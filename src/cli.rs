@@ -47,6 +47,10 @@ pub enum Command {
     MockLlm(mock::MockOptions),
     Similar(commands::similar::SimilarArgs),
     Traverse(commands::traverse::TraverseArgs),
+    /// Facts `integrate` queued because its judge was unsure.
+    Review(commands::review::ReviewArgs),
+    /// A memory's supersession chain, or the version true at a time.
+    History(commands::history::HistoryArgs),
 }
 
 /// Runs the parsed command; its output goes to `out`.
@@ -69,5 +73,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
             .map(|()| ExitStatus::Success),
         Command::Similar(args) => commands::similar::run(&app, args, out).await,
         Command::Traverse(args) => commands::traverse::run(&app, args, out).await,
+        Command::Review(args) => commands::review::run(&app, args, out).await,
+        Command::History(args) => commands::history::run(&app, args, out).await,
     }
 }

@@ -54,6 +54,9 @@ pub struct Config {
     /// Which memories `memlife refine` splits or trims.
     #[serde(default)]
     pub refine: crate::jobs::refine::RefineParams,
+    /// Candidates, confidence and operations of `memlife integrate`.
+    #[serde(default)]
+    pub integrate: crate::logic::integrate::IntegrateParams,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,

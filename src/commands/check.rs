@@ -104,6 +104,41 @@ fn reference_queries() -> Vec<(String, String)> {
             "SELECT id, member FROM (SELECT id, unnest(consolidates_memory_ids) AS member \
              FROM memories) WHERE member NOT IN (SELECT id FROM memories)",
         ),
+        // Supersession chains (`memlife integrate`, `memlife link`): each version points to
+        // its successor (`superseded_by`, in the same chain, with `valid_until` set) and its
+        // predecessor (a `supersedes` link from the successor); one first and one current
+        // version per chain, so no fork, no cycle, no orphan.
+        (
+            "supersession: a superseded memory has valid_until and its successor is in its chain",
+            "SELECT o.id, o.superseded_by, o.supersession_chain_id FROM memories o \
+             LEFT JOIN memories n ON n.id = o.superseded_by \
+             WHERE o.superseded_by IS NOT NULL AND (o.valid_until IS NULL \
+                OR o.supersession_chain_id IS NULL \
+                OR n.supersession_chain_id IS NULL \
+                OR n.supersession_chain_id <> o.supersession_chain_id)",
+        ),
+        (
+            "supersession: the successor links back to its predecessor (supersedes)",
+            "SELECT o.id, o.superseded_by FROM memories o \
+             LEFT JOIN (SELECT source_id, target_id FROM links WHERE link_type = 'supersedes') l \
+               ON l.source_id = o.superseded_by AND l.target_id = o.id \
+             WHERE o.superseded_by IS NOT NULL AND l.source_id IS NULL",
+        ),
+        (
+            "supersession: no version has two predecessors",
+            "SELECT superseded_by, COUNT(*) AS predecessors FROM memories \
+             WHERE superseded_by IS NOT NULL GROUP BY superseded_by HAVING COUNT(*) > 1",
+        ),
+        (
+            "supersession: each chain has one current version and one first version",
+            "SELECT * FROM (SELECT m.supersession_chain_id, \
+                    SUM(CASE WHEN m.superseded_by IS NULL THEN 1 ELSE 0 END) AS current_versions, \
+                    SUM(CASE WHEN p.superseded_by IS NULL THEN 1 ELSE 0 END) AS first_versions \
+               FROM memories m LEFT JOIN (SELECT DISTINCT superseded_by FROM memories \
+                    WHERE superseded_by IS NOT NULL) p ON p.superseded_by = m.id \
+               WHERE m.supersession_chain_id IS NOT NULL GROUP BY m.supersession_chain_id) \
+             WHERE current_versions <> 1 OR first_versions <> 1",
+        ),
         // Consolidation (`memlife consolidate`): an approved consolidation's memory exists
         // and every member is archived and held by exactly one live consolidated memory.
         (

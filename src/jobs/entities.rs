@@ -596,13 +596,25 @@ async fn write_readings(
     if !unmatched.is_empty() {
         let embedder = (w.embedder)()?;
         model = embedder.model_name();
+        // Users share names ("Python", "Google", "Mom"): each distinct name is embedded once.
         let texts: Vec<&str> = unmatched
             .iter()
             .map(|&r| resolved[r].name.as_str())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
             .collect();
-        for (&r, embedded) in unmatched.iter().zip(embedder.embed(&texts).await?) {
-            if let Embedded::Vector { values, .. } = embedded {
-                name_vectors.insert(r, values);
+        let vectors: BTreeMap<&str, Vec<f32>> = texts
+            .iter()
+            .zip(embedder.embed(&texts).await?)
+            .filter_map(|(&text, embedded)| match embedded {
+                Embedded::Vector { values, .. } => Some((text, values)),
+                _ => None,
+            })
+            .collect();
+        counts.insert("names_embedded".into(), vectors.len() as u64);
+        for &r in &unmatched {
+            if let Some(values) = vectors.get(resolved[r].name.as_str()) {
+                name_vectors.insert(r, values.clone());
             }
         }
         if w.name_match <= 1.0 {

@@ -446,3 +446,47 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ImportArgs) -> Result<JobReport> {
     );
     Ok(report)
 }
+
+/// A file's rows validated against `spec` as `import` validates them, read whole (for jobs
+/// that take a file of rows as their input, such as `integrate`): the valid rows as batches,
+/// the refused ones with their location, or the error that stopped the read (naming the file).
+pub fn read_validated(
+    path: &std::path::Path,
+    format: Option<Format>,
+    spec: &'static TableSpec,
+    embedding_dim: usize,
+    now_micros: i64,
+    user: Option<String>,
+) -> Result<(Vec<RecordBatch>, Vec<ItemFailure>)> {
+    let format = match format {
+        Some(f) => f,
+        None => Format::from_path(path)?,
+    };
+    let source = formats::open_source(path, format)?;
+    let tally = Arc::new(Mutex::new(Tally {
+        user,
+        ..Tally::default()
+    }));
+    let fatal = Arc::new(Mutex::new(None));
+    let builder = RowBuilder::new(spec, embedding_dim, now_micros);
+    let (reader, producer) = spawn_producer(source, builder, tally.clone(), fatal.clone(), false);
+    let batches: Vec<RecordBatch> = reader.filter_map(|b| b.ok()).collect();
+    producer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the reader thread of {} panicked", path.display()))?;
+    if let Some(e) = fatal.lock().expect("fatal lock").take() {
+        bail!("{}: {e}", path.display());
+    }
+    let file = path.display().to_string();
+    let rejected = std::mem::take(&mut tally.lock().expect("tally lock").rejected)
+        .into_iter()
+        .map(|e| ItemFailure {
+            item: format!("{file}:{}", e.location),
+            reason: match &e.field {
+                Some(field) => format!("field '{field}': {}", e.reason),
+                None => e.reason.clone(),
+            },
+        })
+        .collect();
+    Ok((batches, rejected))
+}

@@ -13,6 +13,7 @@ pub mod embed;
 pub mod entities;
 pub mod entity_gc;
 pub mod import;
+pub mod integrate;
 pub mod link;
 pub mod lock;
 pub mod refine;
@@ -148,6 +149,7 @@ register_jobs! {
     Entities => entities::EntitiesArgs, "entities";
     EntityGc => entity_gc::EntityGcArgs, "entity-gc";
     Describe => describe::DescribeArgs, "describe";
+    Integrate => integrate::IntegrateArgs, "integrate";
 }
 
 impl std::fmt::Display for JobName {

@@ -65,6 +65,10 @@ pub struct MockOptions {
     /// duplicate and merge groups) instead of the offline rules.
     #[arg(long)]
     pub truth: Option<PathBuf>,
+    /// Scripted replies: JSON Lines of {"task", "texts", "reply"} (a prompt of that task on
+    /// memories with exactly those texts gets that reply); other prompts get the offline rules.
+    #[arg(long)]
+    pub answers: Option<PathBuf>,
 }
 
 /// What to do to one request; the empty object means answer normally.
@@ -123,6 +127,8 @@ struct StoredBatch {
 struct State {
     /// Answers consolidation prompts from a truth file (`--truth`).
     oracle: Option<super::oracle::Oracle>,
+    /// Scripted replies (`--answers`): (task, the memories' texts in prompt order, reply).
+    answers: Vec<(String, Vec<String>, Value)>,
     options: MockOptions,
     latency: Duration,
     batch_delay: Duration,
@@ -168,8 +174,13 @@ pub async fn serve(options: &MockOptions, out: &mut dyn std::io::Write) -> Resul
         Some(path) => Some(super::oracle::Oracle::load(path)?),
         None => None,
     };
+    let answers = match &options.answers {
+        Some(path) => load_answers(path)?,
+        None => Vec::new(),
+    };
     let state = Arc::new(State {
         oracle,
+        answers,
         script: Mutex::new(script.into()),
         rng: Mutex::new(Rng::new(options.seed)),
         latency: Duration::from_millis(options.latency_ms),
@@ -245,6 +256,34 @@ async fn next_fault(state: &State) -> Fault {
     }
 }
 
+/// `--answers FILE`: JSON Lines of `{"task": NAME, "texts": [TEXT, ...], "reply": {...}}`; a
+/// prompt of that task whose memories have exactly those texts, in order, gets that reply
+/// (sent as is, so a test can also script a reply the parser must refuse).
+fn load_answers(path: &std::path::Path) -> Result<Vec<(String, Vec<String>, Value)>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read answers {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let v: Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", path.display(), n + 1))?;
+        let task = v["task"].as_str().map(str::to_string);
+        let texts: Option<Vec<String>> = v["texts"].as_array().map(|a| {
+            a.iter()
+                .filter_map(|t| t.as_str().map(str::to_string))
+                .collect()
+        });
+        match (task, texts) {
+            (Some(task), Some(texts)) => out.push((task, texts, v["reply"].clone())),
+            _ => anyhow::bail!("{}:{}: needs task, texts and reply", path.display(), n + 1),
+        }
+    }
+    Ok(out)
+}
+
 /// The content a model would send for a chat request body.
 fn answer(state: &State, body: &Value) -> (String, u64) {
     let prompt = body["messages"]
@@ -253,12 +292,23 @@ fn answer(state: &State, body: &Value) -> (String, u64) {
         .and_then(|m| m["content"].as_str())
         .unwrap_or("");
     let content = match TaskInput::from_prompt(prompt) {
-        Some(input) if input.check().is_ok() => state
-            .oracle
-            .as_ref()
-            .and_then(|o| o.answer(&input))
-            .unwrap_or_else(|| offline::judge(&input))
-            .to_model_json(),
+        Some(input) if input.check().is_ok() => {
+            match state.answers.iter().find(|(task, texts, _)| {
+                task == input.task.name()
+                    && texts.len() == input.memories.len()
+                    && texts.iter().zip(&input.memories).all(|(t, m)| *t == m.text)
+            }) {
+                Some((_, _, reply)) => {
+                    return (reply.to_string(), (prompt.len() / 4) as u64);
+                }
+                None => state
+                    .oracle
+                    .as_ref()
+                    .and_then(|o| o.answer(&input))
+                    .unwrap_or_else(|| offline::judge(&input))
+                    .to_model_json(),
+            }
+        }
         _ => "I can only answer memlife prompts.".to_string(),
     };
     (content, (prompt.len() / 4) as u64)

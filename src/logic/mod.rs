@@ -8,6 +8,7 @@ pub mod entities;
 pub mod entity_gc;
 pub mod eval;
 pub mod hash;
+pub mod integrate;
 pub mod reading;
 pub mod scores;
 pub mod similarity;

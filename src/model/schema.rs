@@ -10,12 +10,12 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
 /// 4: table `clusters`. 5: table `entity_scans`; columns `entities.aliases`, `entities.archived_at`.
-/// 6: column `entities.name_embedding`.
+/// 6: column `entities.name_embedding`. 7: table `review_queue`.
 pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (2, "llm_batches table; runs.llm_usage column"),
     (3, "memories.salience_anchor column"),
@@ -25,6 +25,7 @@ pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
         "entity_scans table; entities.aliases, entities.archived_at columns",
     ),
     (6, "entities.name_embedding column"),
+    (7, "review_queue table"),
 ];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
@@ -76,7 +77,10 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "DESCRIBE",
     // `batches poll` applying an `entities --extractor llm --mode batch` request.
     "EXTRACT",
+    // `memlife integrate`: a fact queued for review (its judge was unsure).
+    "REVIEW",
 ];
+pub const REVIEW_STATUSES: &[&str] = &["pending", "approved", "rejected", "expired"];
 /// The life of a Batch API submission (see `llm::batch`).
 pub const BATCH_STATUSES: &[&str] = &[
     "submitting",
@@ -526,6 +530,40 @@ pub static META: TableSpec = TableSpec {
     ],
 };
 
+/// Facts `memlife integrate` did not apply because its judge was unsure (confidence under
+/// `integrate.min_confidence`): `memlife review` approves (the judge's answer is applied) or
+/// rejects them (the fact is kept beside the memory, COEXIST); pending items expire after
+/// `integrate.review_ttl_days` the same way as a rejection, so no fact is lost.
+pub static REVIEW_QUEUE: TableSpec = TableSpec {
+    name: "review_queue",
+    key: &["id"],
+    id_basis: &["fact_id"],
+    fields: &[
+        field("id", K::Str, R::NonEmpty, D::DerivedId),
+        field("run_id", K::Str, R::NonEmpty, D::Required),
+        field("user_id", K::Str, R::NonEmpty, D::Required),
+        field("fact_id", K::Str, R::NonEmpty, D::Required),
+        // The fact's memory row as JSON (no embedding).
+        field("fact", K::Str, R::NonEmpty, D::Required),
+        field("candidate_id", K::Str, R::NonEmpty, D::Required),
+        // The candidate's text when the judge read it: approval refuses if it changed.
+        field("candidate_text", K::Str, R::Free, D::Required),
+        field("classification", K::Str, R::NonEmpty, D::Required),
+        field("confidence", K::F64, R::UnitInterval, D::Required),
+        field("reasoning", K::Str, R::Free, D::Null),
+        field(
+            "status",
+            K::Str,
+            R::OneOf(REVIEW_STATUSES),
+            D::Str("pending"),
+        ),
+        field("created_at", K::Timestamp, R::Free, D::Now),
+        field("expires_at", K::Timestamp, R::Free, D::Null),
+        field("decided_at", K::Timestamp, R::Free, D::Null),
+        field("decided_by_run", K::Str, R::Free, D::Null),
+    ],
+};
+
 /// Every table of the current schema version, in creation order.
 pub static ALL_TABLES: &[&TableSpec] = &[
     &META,
@@ -538,6 +576,7 @@ pub static ALL_TABLES: &[&TableSpec] = &[
     &LLM_BATCHES,
     &CLUSTERS,
     &ENTITY_SCANS,
+    &REVIEW_QUEUE,
 ];
 
 /// Tables a user may load with `memlife import --table`.

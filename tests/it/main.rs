@@ -16,6 +16,7 @@ mod entity_gc;
 mod eval;
 mod import;
 mod index;
+mod integrate;
 mod llm;
 mod local_model;
 mod loopback;

@@ -1,0 +1,1117 @@
+//! `memlife integrate FILE`: new facts into the store (seed 003). Each fact (a memory row as
+//! `import` validates it) is embedded; its candidates are the user's current memories (not
+//! archived, not superseded, embedded by the same model) at least as similar as the
+//! calibrated `integrate` threshold, at most `top_k`, most similar first; with none it is
+//! ADDed. Otherwise the judge (`integrate.classify`) is asked about the fact against each
+//! candidate and `logic::integrate::decide` chooses:
+//! - DUPLICATE: nothing new is stored; the existing memory's `updated_at` moves to the run's
+//!   clock when the fact is newer (audit `UPDATE`), else audit `NOOP`;
+//! - SUPERSEDE: the old memory gets `valid_until` (the fact's `valid_from`) and
+//!   `superseded_by`, and stays retrievable; the new memory joins the old one's
+//!   `supersession_chain_id` (or starts it, named by the old id); a `supersedes` link new ->
+//!   old. With `enable_delete` the old memory is also archived (never erased), logged as
+//!   `DELETE` first;
+//! - MERGE: `integrate.merge` writes one text keeping every detail; the existing memory keeps
+//!   its id and gets the text, a fresh embedding, importance max, created_at min, tags united,
+//!   the fact's id in `consolidates_memory_ids`; the fact itself is stored archived, with a
+//!   `merged_into` link to it, so its words stay recoverable. A failed merge keeps both
+//!   (COEXIST);
+//! - COEXIST: ADD plus a `related_to` link;
+//! - an answer under `min_confidence` that would change a memory: the fact waits in
+//!   `review_queue` (`memlife review`), nothing else is written.
+//!
+//! Facts of one user run in file order, each seeing the earlier ones' results (two facts that
+//! repeat each other end as one memory); users run side by side: round r judges the r-th fact
+//! of every user in one concurrent batch of LLM calls. Every decision is an audit row written
+//! before it is applied (operation, classification, confidence, reasoning, before and after
+//! state); a fact whose row exists is not integrated again, and a killed run's logged but
+//! unapplied decisions are applied by the next run from the log. Entities of merged and new
+//! memories are found by `memlife entities`, which reads new and changed memories.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow, bail};
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{Float32Type, TimestampMicrosecondType};
+use serde_json::{Map, Value, json};
+
+use super::import::{OnError, read_validated};
+use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog, Status};
+use crate::embedders::{Embedded, Embedder, EmbedderArgs};
+use crate::formats::Format;
+use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
+use crate::llm::{Item, Llm, LlmArgs, Outcome};
+use crate::logic::integrate::{Answer, Class, Decision, IntegrateParams, decide, union_tags};
+use crate::logic::similarity::dot;
+use crate::model::encoding::{format_timestamp, parse_timestamp};
+use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, REVIEW_QUEUE};
+use crate::store::audit::{AuditRow, derived_id};
+use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
+
+/// Integrate new facts (JSON Lines, CSV or Parquet memory rows): ADD, UPDATE (a duplicate
+/// touched), SUPERSEDE, MERGE or NOOP, judged by the LLM layer (`integrate.classify`,
+/// `integrate.merge`); unsure answers go to `memlife review`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct IntegrateArgs {
+    /// The new facts: memory rows (user_id and text; optional id, timestamps, importance,
+    /// tags, kind ...), validated as `import` validates them.
+    pub file: PathBuf,
+    /// Input format (default: from the file extension).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Invalid rows: abort integrates nothing, skip integrates the valid rows.
+    #[arg(long, value_enum, default_value = "abort")]
+    pub on_error: OnError,
+    /// The clock the run computes at (RFC 3339); default the current time.
+    #[arg(long)]
+    pub now: Option<String>,
+    /// Candidates judged per fact (default `[integrate] top_k`, 5).
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Answers under this confidence go to the review queue (default `[integrate]
+    /// min_confidence`, 0.8).
+    #[arg(long)]
+    pub min_confidence: Option<f64>,
+    /// Archive superseded memories as well (`[integrate] enable_delete`; never erases).
+    #[arg(long)]
+    pub enable_delete: bool,
+    #[command(flatten)]
+    pub scope: JobScope,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+}
+
+impl Job for IntegrateArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
+    }
+}
+
+/// Audit classifications of integrate's decisions (other jobs use other ones).
+const CLASSIFICATIONS: &str = "'NEW', 'COEXIST', 'DUPLICATE', 'SUPERSEDE', 'MERGE'";
+
+/// The audit row id of a fact's decision: one per fact, ever.
+pub fn decision_id(fact_id: &str) -> String {
+    derived_id(&format!("integrate|{fact_id}"))
+}
+
+/// A user's current memories as the candidate search needs them.
+#[derive(Default)]
+struct UserMemories {
+    ids: Vec<String>,
+    views: Vec<MemoryView>,
+    vectors: Vec<Vec<f32>>,
+}
+
+impl UserMemories {
+    fn remove(&mut self, id: &str) {
+        if let Some(i) = self.ids.iter().position(|x| x == id) {
+            self.ids.swap_remove(i);
+            self.views.swap_remove(i);
+            self.vectors.swap_remove(i);
+        }
+    }
+
+    fn upsert(&mut self, view: MemoryView, vector: Vec<f32>) {
+        self.remove(&view.id);
+        self.ids.push(view.id.clone());
+        self.views.push(view);
+        self.vectors.push(vector);
+    }
+
+    /// The `k` most similar at or above `threshold`, most similar first (ties by id).
+    fn candidates(&self, vector: &[f32], threshold: f32, k: usize) -> Vec<(usize, f32)> {
+        let mut scored: Vec<(usize, f32)> = self
+            .vectors
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, dot(vector, v)))
+            .filter(|(_, s)| *s >= threshold)
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(self.ids[a.0].cmp(&self.ids[b.0])));
+        scored.truncate(k);
+        scored
+    }
+}
+
+/// The current memories of `users` embedded by `model`: not archived, not superseded, valid
+/// at `now`.
+async fn current_memories(
+    store: &Store,
+    users: &[String],
+    model: &str,
+    now: i64,
+) -> Result<(BTreeMap<String, UserMemories>, u64)> {
+    let mut out: BTreeMap<String, UserMemories> = BTreeMap::new();
+    let mut other_model = 0u64;
+    let dim = store.embedding_dim();
+    for chunk in users.chunks(500) {
+        let filter = format!(
+            "user_id IN ({}) AND archived_at IS NULL AND state <> 'archived' \
+             AND superseded_by IS NULL AND (valid_until IS NULL OR valid_until > {}) \
+             AND embedding IS NOT NULL",
+            sql_list(chunk),
+            sql_timestamp(now)
+        );
+        let batches = store
+            .scan_columns(
+                "memories",
+                Some(&filter),
+                &[
+                    "id",
+                    "user_id",
+                    "kind",
+                    "created_at",
+                    "happens_at",
+                    "text",
+                    "embedding",
+                    "embedding_model",
+                ],
+            )
+            .await?;
+        for batch in &batches {
+            let ids = batch.column(0).as_string::<i32>();
+            let user_ids = batch.column(1).as_string::<i32>();
+            let kinds = batch.column(2).as_string::<i32>();
+            let created = batch.column(3).as_primitive::<TimestampMicrosecondType>();
+            let happens = batch.column(4).as_primitive::<TimestampMicrosecondType>();
+            let texts = batch.column(5).as_string::<i32>();
+            let list = batch.column(6).as_fixed_size_list();
+            let values = list.values().as_primitive::<Float32Type>();
+            let models = batch.column(7).as_string::<i32>();
+            for row in 0..batch.num_rows() {
+                if models.is_null(row) || models.value(row) != model {
+                    other_model += 1;
+                    continue;
+                }
+                let start = list.value_offset(row) as usize;
+                let m = out.entry(user_ids.value(row).to_string()).or_default();
+                m.ids.push(ids.value(row).to_string());
+                m.views.push(MemoryView {
+                    id: ids.value(row).to_string(),
+                    kind: kinds.value(row).to_string(),
+                    created_at: format_timestamp(created.value(row)),
+                    happens_at: happens
+                        .is_valid(row)
+                        .then(|| format_timestamp(happens.value(row))),
+                    text: texts.value(row).to_string(),
+                });
+                m.vectors.push(values.values()[start..start + dim].to_vec());
+            }
+        }
+    }
+    Ok((out, other_model))
+}
+
+fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
+    *counts.entry(name.to_string()).or_default() += value;
+}
+
+fn text_of(row: &Map<String, Value>, field: &str) -> String {
+    row.get(field)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+fn list_of(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn time_of(row: &Map<String, Value>, field: &str) -> Option<i64> {
+    row.get(field)
+        .and_then(Value::as_str)
+        .and_then(parse_timestamp)
+}
+
+/// A fact as the judge reads it.
+fn fact_view(fact: &Map<String, Value>) -> MemoryView {
+    MemoryView::from_row(fact)
+}
+
+/// One decision, ready to log and apply: its audit rows (the decision's own last) and what
+/// applying it writes.
+pub struct Plan {
+    pub audit: Vec<AuditRow>,
+    /// Memory rows (JSON, no embedding) to upsert; `vectors` holds embeddings known already.
+    pub memories: Vec<Value>,
+    pub links: Vec<Value>,
+    pub review: Option<Value>,
+}
+
+/// What a decision writes, as the audit row's `after_state`.
+fn after_state(plan_memories: &[Value], links: &[Value], review: Option<&Value>) -> String {
+    json!({"memories": plan_memories, "links": links, "review": review}).to_string()
+}
+
+fn link(
+    source: &str,
+    target: &str,
+    user: &str,
+    link_type: &str,
+    confidence: f64,
+    why: &str,
+    now: &str,
+) -> Value {
+    json!({
+        "source_id": source, "target_id": target, "user_id": user, "link_type": link_type,
+        "confidence": confidence.clamp(0.0, 1.0), "reasoning": why, "origin": "llm",
+        "created_at": now,
+    })
+}
+
+/// What the decision about `fact` writes. `candidate` is the full current row of the memory
+/// it was judged against (when it has one); `merged` the merge's text (MERGE only).
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    run_id: &str,
+    fact: &Map<String, Value>,
+    decision: &Decision,
+    candidate: Option<&Map<String, Value>>,
+    merged: Option<&str>,
+    p: &IntegrateParams,
+    now: i64,
+) -> Plan {
+    let now_text = format_timestamp(now);
+    let fact_id = text_of(fact, "id");
+    let user = text_of(fact, "user_id");
+    let mut new_row = Value::Object(fact.clone());
+    new_row["embedding"] = Value::Null;
+    new_row["embedding_model"] = Value::Null;
+    new_row["updated_at"] = json!(now_text);
+    if new_row["source"].is_null() {
+        new_row["source"] = json!("integrate");
+    }
+    let mut row = AuditRow::new(run_id, decision.operation(), "", now);
+    row.id = decision_id(&fact_id);
+    row.user_id = Some(user.clone());
+    row.source_ids = vec![fact_id.clone()];
+    row.classification = Some(decision.classification().to_string());
+    let before = candidate.map(|c| Value::Object(c.clone()).to_string());
+    let mut audit = Vec::new();
+    let (memories, links, review, target) = match decision {
+        Decision::Add => (vec![new_row], vec![], None, fact_id.clone()),
+        Decision::Coexist {
+            related,
+            confidence,
+            reasoning,
+        } => {
+            row.confidence = Some(confidence.clamp(0.0, 1.0));
+            row.reasoning = Some(reasoning.clone());
+            let links = match (related, candidate) {
+                (Some(_), Some(c)) => vec![link(
+                    &fact_id,
+                    &text_of(c, "id"),
+                    &user,
+                    "related_to",
+                    *confidence,
+                    "related but distinct (integrate: COEXIST)",
+                    &now_text,
+                )],
+                _ => vec![],
+            };
+            (vec![new_row], links, None, fact_id.clone())
+        }
+        Decision::Review {
+            class,
+            confidence,
+            reasoning,
+            ..
+        } => {
+            row.confidence = Some(confidence.clamp(0.0, 1.0));
+            row.reasoning = Some(reasoning.clone());
+            let c = candidate.expect("a review has a candidate");
+            let mut fact_row = Value::Object(fact.clone());
+            fact_row["embedding"] = Value::Null;
+            let review = json!({
+                "id": derived_id(&format!("review|{fact_id}")),
+                "run_id": run_id,
+                "user_id": user,
+                "fact_id": fact_id,
+                "fact": fact_row.to_string(),
+                "candidate_id": c["id"],
+                "candidate_text": c["text"],
+                "classification": class.as_str(),
+                "confidence": confidence.clamp(0.0, 1.0),
+                "reasoning": reasoning,
+                "status": "pending",
+                "created_at": now_text,
+                "expires_at": format_timestamp(now + p.review_ttl_days * 86_400_000_000),
+            });
+            (vec![], vec![], Some(review), text_of(c, "id"))
+        }
+        Decision::Apply {
+            class,
+            confidence,
+            reasoning,
+            ..
+        } => {
+            row.confidence = Some(confidence.clamp(0.0, 1.0));
+            row.reasoning = Some(reasoning.clone());
+            let c = candidate.expect("an applied decision has a candidate");
+            let old_id = text_of(c, "id");
+            let mut old = Value::Object(c.clone());
+            old["embedding"] = Value::Null;
+            match class {
+                Class::Duplicate => {
+                    let newer = time_of(fact, "created_at") > time_of(c, "created_at");
+                    if newer {
+                        row.operation = "UPDATE";
+                        old["updated_at"] = json!(now_text);
+                        (vec![old], vec![], None, old_id)
+                    } else {
+                        row.operation = "NOOP";
+                        (vec![], vec![], None, old_id)
+                    }
+                }
+                Class::Supersede => {
+                    let from = time_of(fact, "valid_from")
+                        .or(time_of(fact, "created_at"))
+                        .unwrap_or(now);
+                    let until = from.max(time_of(c, "valid_from").unwrap_or(i64::MIN));
+                    let chain = c
+                        .get("supersession_chain_id")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                        .unwrap_or_else(|| old_id.clone());
+                    old["valid_until"] = json!(format_timestamp(until));
+                    old["superseded_by"] = json!(fact_id);
+                    old["supersession_chain_id"] = json!(chain);
+                    old["updated_at"] = json!(now_text);
+                    if p.enable_delete {
+                        old["archived_at"] = json!(now_text);
+                        old["state"] = json!("archived");
+                        old["tier"] = json!("archived");
+                        let mut delete = AuditRow::new(run_id, "DELETE", "", now);
+                        delete.id = derived_id(&format!("integrate-delete|{fact_id}"));
+                        delete.user_id = Some(user.clone());
+                        delete.source_ids = vec![fact_id.clone()];
+                        delete.target_id = Some(old_id.clone());
+                        delete.classification = Some("SUPERSEDE".into());
+                        delete.confidence = row.confidence;
+                        delete.reasoning =
+                            Some("superseded, archived (enable_delete): never erased".into());
+                        delete.before_state = before.clone();
+                        delete.after_state = Some(json!({"archived_at": now_text}).to_string());
+                        audit.push(delete);
+                    }
+                    new_row["supersession_chain_id"] = json!(chain);
+                    let links = vec![link(
+                        &fact_id,
+                        &old_id,
+                        &user,
+                        "supersedes",
+                        *confidence,
+                        reasoning,
+                        &now_text,
+                    )];
+                    (vec![old, new_row], links, None, fact_id.clone())
+                }
+                Class::Merge => {
+                    let text = merged.unwrap_or("");
+                    let importance = c["importance"]
+                        .as_f64()
+                        .unwrap_or(0.5)
+                        .max(fact["importance"].as_f64().unwrap_or(0.5));
+                    let created = time_of(c, "created_at")
+                        .into_iter()
+                        .chain(time_of(fact, "created_at"))
+                        .min()
+                        .unwrap_or(now);
+                    let mut sources = list_of(&c["consolidates_memory_ids"]);
+                    sources.push(fact_id.clone());
+                    old["text"] = json!(text);
+                    old["importance"] = json!(importance);
+                    old["created_at"] = json!(format_timestamp(created));
+                    old["updated_at"] = json!(now_text);
+                    old["tags"] = json!(union_tags(&list_of(&c["tags"]), &list_of(&fact["tags"])));
+                    old["consolidates_memory_ids"] = json!(sources);
+                    // The fact is kept, archived, so its own words stay recoverable.
+                    new_row["archived_at"] = json!(now_text);
+                    new_row["state"] = json!("archived");
+                    new_row["tier"] = json!("archived");
+                    let links = vec![link(
+                        &fact_id,
+                        &old_id,
+                        &user,
+                        "merged_into",
+                        *confidence,
+                        "merged into the target (integrate: MERGE)",
+                        &now_text,
+                    )];
+                    (vec![old, new_row], links, None, old_id)
+                }
+                Class::Coexist => unreachable!("COEXIST is Decision::Coexist"),
+            }
+        }
+    };
+    row.target_id = Some(target);
+    row.before_state = before;
+    row.after_state = Some(after_state(&memories, &links, review.as_ref()));
+    audit.push(row);
+    Plan {
+        audit,
+        memories,
+        links,
+        review,
+    }
+}
+
+/// Writes plans: their audit rows (one commit), then links, review items and memories (one
+/// commit each; memories last, so a decision with memory rows counts as applied once its
+/// memories are written). `vectors` holds the embeddings of rows whose text is known; every
+/// other row is embedded here.
+pub async fn write_plans(
+    store: &Store,
+    embedder: &Embedder,
+    plans: &[Plan],
+    vectors: &BTreeMap<String, Vec<f32>>,
+    now: i64,
+    job: &str,
+) -> Result<()> {
+    if plans.is_empty() {
+        return Ok(());
+    }
+    let dim = store.embedding_dim();
+    let audit: Vec<AuditRow> = plans.iter().flat_map(|p| p.audit.clone()).collect();
+    store.write_audit(&audit).await?;
+    crate::crash::point(&format!("{job}.after-audit"));
+    apply_plans(store, embedder, plans, vectors, now, job).await?;
+    let _ = dim;
+    Ok(())
+}
+
+/// Applies logged plans (idempotent: upserts on keys; review items only when absent).
+async fn apply_plans(
+    store: &Store,
+    embedder: &Embedder,
+    plans: &[Plan],
+    vectors: &BTreeMap<String, Vec<f32>>,
+    now: i64,
+    job: &str,
+) -> Result<()> {
+    let dim = store.embedding_dim();
+    let links: Vec<Value> = plans.iter().flat_map(|p| p.links.clone()).collect();
+    if !links.is_empty() {
+        let batch = batch_from_json(&LINKS, dim, now, &links).map_err(|e| anyhow!(e))?;
+        store.upsert_batch(&LINKS, batch).await?;
+    }
+    crate::crash::point(&format!("{job}.after-links"));
+    let reviews: Vec<Value> = plans.iter().filter_map(|p| p.review.clone()).collect();
+    if !reviews.is_empty() {
+        let ids: Vec<String> = reviews
+            .iter()
+            .map(|r| r["id"].as_str().unwrap_or("").to_string())
+            .collect();
+        let present: BTreeSet<String> = store
+            .rows_with_ids(REVIEW_QUEUE.name, &ids, None, &["id"])
+            .await?
+            .into_iter()
+            .map(|r| text_of(&r, "id"))
+            .collect();
+        let fresh: Vec<Value> = reviews
+            .into_iter()
+            .filter(|r| !present.contains(r["id"].as_str().unwrap_or("")))
+            .collect();
+        if !fresh.is_empty() {
+            let batch = batch_from_json(&REVIEW_QUEUE, dim, now, &fresh).map_err(|e| anyhow!(e))?;
+            store.upsert_batch(&REVIEW_QUEUE, batch).await?;
+        }
+    }
+    crate::crash::point(&format!("{job}.after-review"));
+    let mut rows: Vec<Value> = plans.iter().flat_map(|p| p.memories.clone()).collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    // Texts without a known vector are embedded in one call.
+    let missing: Vec<String> = rows
+        .iter()
+        .filter(|r| !vectors.contains_key(r["id"].as_str().unwrap_or("")))
+        .map(|r| r["text"].as_str().unwrap_or("").to_string())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut by_text: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+    if !missing.is_empty() {
+        let texts: Vec<&str> = missing.iter().map(String::as_str).collect();
+        for (text, e) in missing.iter().zip(embedder.embed(&texts).await?) {
+            match e {
+                Embedded::Vector { values, .. } => {
+                    by_text.insert(text.clone(), values);
+                }
+                Embedded::Refused(why) => bail!("the embedder refused {text:?}: {why}"),
+            }
+        }
+    }
+    let model = embedder.model_name();
+    for row in &mut rows {
+        let id = row["id"].as_str().unwrap_or("").to_string();
+        let text = row["text"].as_str().unwrap_or("").to_string();
+        let vector = vectors.get(&id).or_else(|| by_text.get(&text));
+        row["embedding"] = json!(vector);
+        row["embedding_model"] = json!(model);
+    }
+    let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
+    store.upsert_batch(&MEMORIES, batch).await?;
+    Ok(())
+}
+
+/// Plans a killed run logged and did not apply: decisions whose memory (the audit row's
+/// target) is missing or older than the decision, and review items not in the queue.
+async fn unfinished(store: &Store, user: Option<&str>) -> Result<Vec<Plan>> {
+    let mut filter = format!(
+        "((operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE') AND classification IN \
+         ({CLASSIFICATIONS})) OR operation = 'REVIEW')"
+    );
+    if let Some(u) = user {
+        filter = format!("{filter} AND user_id = {}", sql_string(u));
+    }
+    let heads = json_rows(
+        &store
+            .scan_columns(
+                AUDIT_LOG.name,
+                Some(&filter),
+                &["id", "operation", "source_ids", "target_id", "created_at"],
+            )
+            .await?,
+    );
+    if heads.is_empty() {
+        return Ok(Vec::new());
+    }
+    let targets: Vec<String> = heads.iter().map(|h| text_of(h, "target_id")).collect();
+    let updated: BTreeMap<String, i64> = store
+        .rows_with_ids("memories", &targets, None, &["id", "updated_at"])
+        .await?
+        .iter()
+        .filter_map(|r| Some((text_of(r, "id"), time_of(r, "updated_at")?)))
+        .collect();
+    let review_ids: Vec<String> = heads
+        .iter()
+        .filter(|h| h["operation"] == "REVIEW")
+        .flat_map(|h| list_of(&h["source_ids"]))
+        .map(|f| derived_id(&format!("review|{f}")))
+        .collect();
+    let queued: BTreeSet<String> = store
+        .rows_with_ids(REVIEW_QUEUE.name, &review_ids, None, &["id"])
+        .await?
+        .iter()
+        .map(|r| text_of(r, "id"))
+        .collect();
+    let pending: Vec<String> = heads
+        .iter()
+        .filter(|h| {
+            if h["operation"] == "REVIEW" {
+                let fact = list_of(&h["source_ids"]).pop().unwrap_or_default();
+                !queued.contains(&derived_id(&format!("review|{fact}")))
+            } else {
+                let at = time_of(h, "created_at").unwrap_or(i64::MAX);
+                updated
+                    .get(&text_of(h, "target_id"))
+                    .is_none_or(|u| *u < at)
+            }
+        })
+        .map(|h| text_of(h, "id"))
+        .collect();
+    let mut plans = Vec::new();
+    for chunk in pending.chunks(500) {
+        let filter = format!("id IN ({})", sql_list(chunk));
+        for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
+            let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
+            plans.push(Plan {
+                audit: Vec::new(),
+                memories: after["memories"].as_array().cloned().unwrap_or_default(),
+                links: after["links"].as_array().cloned().unwrap_or_default(),
+                review: Some(after["review"].clone()).filter(|r| !r.is_null()),
+            });
+        }
+    }
+    Ok(plans)
+}
+
+/// Finishes what a killed `integrate` or `review` run logged but did not apply.
+pub async fn resume(
+    store: &Store,
+    embedder: &Embedder,
+    user: Option<&str>,
+    now: i64,
+    job: &str,
+) -> Result<u64> {
+    let plans = unfinished(store, user).await?;
+    if !plans.is_empty() {
+        apply_plans(store, embedder, &plans, &BTreeMap::new(), now, job).await?;
+    }
+    Ok(plans.len() as u64)
+}
+
+/// Asks the judge about each fact of a round against its candidates; returns the answers per
+/// fact (by position in `round`).
+async fn classify(
+    llm: &Llm,
+    round: &[(usize, Vec<MemoryView>)],
+    facts: &[MemoryView],
+    now: &str,
+    outcomes_seen: &mut Vec<Outcome>,
+) -> Vec<Vec<Answer>> {
+    let mut items = Vec::new();
+    for (slot, (f, candidates)) in round.iter().enumerate() {
+        for (j, c) in candidates.iter().enumerate() {
+            items.push(Item {
+                custom_id: format!("{slot}:{j}"),
+                input: TaskInput {
+                    task: Task::IntegrateClassify,
+                    memories: vec![c.clone(), facts[*f].clone()],
+                    proposal: None,
+                    now: now.to_string(),
+                },
+            });
+        }
+    }
+    let outcomes = llm.run(items.clone()).await;
+    let mut answers: Vec<Vec<Answer>> = vec![Vec::new(); round.len()];
+    for (item, outcome) in items.iter().zip(&outcomes) {
+        let (slot, j) = item
+            .custom_id
+            .split_once(':')
+            .expect("custom ids are slot:j");
+        let (slot, j): (usize, usize) = (slot.parse().unwrap_or(0), j.parse().unwrap_or(0));
+        let answer = match (&outcome.failure, &outcome.reply) {
+            (None, Some(Reply::Classify(r))) => Answer {
+                candidate: j,
+                class: Class::parse(&format!("{:?}", r.classification).to_uppercase()),
+                confidence: r.confidence,
+                reasoning: r.reasoning.clone(),
+            },
+            (failure, _) => Answer {
+                candidate: j,
+                class: None,
+                confidence: 0.0,
+                reasoning: failure
+                    .clone()
+                    .unwrap_or_else(|| "no classify reply".into()),
+            },
+        };
+        answers[slot].push(answer);
+    }
+    outcomes_seen.extend(outcomes);
+    answers
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
+    let config = ctx.app.config().await?;
+    let mut p = config.integrate.clone();
+    if let Some(k) = args.top_k {
+        p.top_k = k;
+    }
+    if let Some(c) = args.min_confidence {
+        if !(0.0..=1.0).contains(&c) {
+            bail!("--min-confidence must be within 0..1, got {c}");
+        }
+        p.min_confidence = c;
+    }
+    p.enable_delete |= args.enable_delete;
+    let now = ctx.now.timestamp_micros();
+    let now_text = format_timestamp(now);
+    let dim = ctx.store.embedding_dim();
+    let (batches, rejected) = read_validated(
+        &args.file,
+        args.format,
+        &MEMORIES,
+        dim,
+        now,
+        ctx.user.clone(),
+    )?;
+    let llm = ctx.app.llm(&args.llm).await?;
+    if llm.mode == crate::llm::Mode::Batch {
+        bail!(
+            "integrate runs online: facts of one user are judged in order, each against the \
+             store as the earlier ones left it (use --mode online)"
+        );
+    }
+    let log = RunLog::start(
+        ctx,
+        JobName::Integrate.as_str(),
+        &json!({"file": args.file.display().to_string(), "now": now_text, "integrate": p}),
+    )
+    .await?;
+    let run_id = log.run_id().to_string();
+    let mut report = JobReport::new(JobName::Integrate.as_str(), ctx);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let facts: Vec<Map<String, Value>> = json_rows(&batches);
+    add(
+        &mut counts,
+        "facts_read",
+        (facts.len() + rejected.len()) as u64,
+    );
+    add(&mut counts, "facts_rejected", rejected.len() as u64);
+    let file = args.file.display().to_string();
+    report.failures.extend(rejected.iter().cloned());
+    if !rejected.is_empty() && args.on_error == OnError::Abort {
+        report.status = Status::Failed;
+        report.error = Some(format!(
+            "{} of {} rows of {file} are invalid; with --on-error abort nothing was integrated \
+             (use --on-error skip to integrate the valid rows)",
+            rejected.len(),
+            facts.len() + rejected.len()
+        ));
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
+    let embedder = ctx.app.embedder(&args.embedder, dim, 64).await?;
+    let model = embedder.model_name();
+    let (thresholds, _) = config.thresholds_for(&model);
+    let threshold = thresholds.integrate;
+    if !ctx.dry_run {
+        let resumed = resume(
+            &ctx.store,
+            &embedder,
+            ctx.user.as_deref(),
+            now,
+            JobName::Integrate.as_str(),
+        )
+        .await?;
+        if resumed > 0 {
+            add(&mut counts, "resumed", resumed);
+        }
+        let expired = crate::commands::review::expire(ctx, &embedder, &run_id, now).await?;
+        if expired > 0 {
+            add(&mut counts, "reviews_expired", expired);
+        }
+    }
+
+    // Facts already integrated (by any run) are not integrated again.
+    let ids: Vec<String> = facts
+        .iter()
+        .map(|f| decision_id(&text_of(f, "id")))
+        .collect();
+    let done = ctx.store.audit_ids_present(&ids).await?;
+    let existing: BTreeSet<String> = ctx
+        .store
+        .rows_with_ids(
+            "memories",
+            &facts.iter().map(|f| text_of(f, "id")).collect::<Vec<_>>(),
+            None,
+            &["id"],
+        )
+        .await?
+        .iter()
+        .map(|r| text_of(r, "id"))
+        .collect();
+    let mut todo: Vec<usize> = Vec::new();
+    for (i, f) in facts.iter().enumerate() {
+        let id = text_of(f, "id");
+        if done.contains(&ids[i]) {
+            add(&mut counts, "already_integrated", 1);
+        } else if existing.contains(&id) {
+            report.failures.push(ItemFailure {
+                item: format!("{file}: fact {id}"),
+                reason: format!("id '{id}' already names a memory: give the fact another id"),
+            });
+        } else {
+            todo.push(i);
+        }
+    }
+
+    // Embed every fact once.
+    let texts: Vec<&str> = todo
+        .iter()
+        .map(|&i| facts[i]["text"].as_str().unwrap_or(""))
+        .collect();
+    let mut vectors: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+    let mut embedded = Vec::new();
+    for (&i, e) in todo.iter().zip(embedder.embed(&texts).await?) {
+        match e {
+            Embedded::Vector { values, .. } => {
+                vectors.insert(text_of(&facts[i], "id"), values);
+                embedded.push(i);
+            }
+            Embedded::Refused(why) => report.failures.push(ItemFailure {
+                item: format!("{file}: fact {}", text_of(&facts[i], "id")),
+                reason: format!("not embedded: {why}"),
+            }),
+        }
+    }
+    let users: Vec<String> = embedded
+        .iter()
+        .map(|&i| text_of(&facts[i], "user_id"))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let (mut memories, other_model) = current_memories(&ctx.store, &users, &model, now).await?;
+    if other_model > 0 {
+        report.notes.push(format!(
+            "{other_model} current memories are embedded by another model than {model} and \
+             were not candidates (run `memlife embed`)"
+        ));
+    }
+    // Rounds: the r-th fact of every user.
+    let mut by_user: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for &i in &embedded {
+        by_user
+            .entry(text_of(&facts[i], "user_id"))
+            .or_default()
+            .push(i);
+    }
+    let rounds = by_user.values().map(Vec::len).max().unwrap_or(0);
+    let views: Vec<MemoryView> = facts.iter().map(fact_view).collect();
+    let mut outcomes = Vec::new();
+    for r in 0..rounds {
+        let round_facts: Vec<usize> = by_user.values().filter_map(|f| f.get(r).copied()).collect();
+        // Candidates from the store as earlier rounds left it.
+        let mut round: Vec<(usize, Vec<MemoryView>)> = Vec::new();
+        for &f in &round_facts {
+            let user = text_of(&facts[f], "user_id");
+            let vector = &vectors[&text_of(&facts[f], "id")];
+            let found = memories
+                .get(&user)
+                .map(|m| {
+                    m.candidates(vector, threshold, p.top_k)
+                        .into_iter()
+                        .map(|(i, _)| m.views[i].clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            round.push((f, found));
+        }
+        let answers = classify(&llm, &round, &views, &now_text, &mut outcomes).await;
+        let mut decisions: Vec<Decision> = round
+            .iter()
+            .zip(&answers)
+            .map(|((_, c), a)| decide(c.len(), a, &p))
+            .collect();
+        for (slot, a) in answers.iter().enumerate() {
+            if a.iter().any(|a| a.class.is_none()) {
+                let failed: Vec<&str> = a
+                    .iter()
+                    .filter(|a| a.class.is_none())
+                    .map(|a| a.reasoning.as_str())
+                    .collect();
+                report.failures.push(ItemFailure {
+                    item: format!("fact {}", text_of(&facts[round[slot].0], "id")),
+                    reason: format!("integrate.classify: {}", failed.join("; ")),
+                });
+            }
+        }
+        // Merges: one integrate.merge call each; a failed merge keeps both (COEXIST).
+        let mut merge_items = Vec::new();
+        for (slot, d) in decisions.iter().enumerate() {
+            if let Decision::Apply {
+                class: Class::Merge,
+                candidate,
+                ..
+            } = d
+            {
+                let (f, cands) = &round[slot];
+                merge_items.push(Item {
+                    custom_id: slot.to_string(),
+                    input: TaskInput {
+                        task: Task::IntegrateMerge,
+                        memories: vec![cands[*candidate].clone(), views[*f].clone()],
+                        proposal: None,
+                        now: now_text.clone(),
+                    },
+                });
+            }
+        }
+        let mut merged: BTreeMap<usize, String> = BTreeMap::new();
+        if !merge_items.is_empty() {
+            let merge_outcomes = llm.run(merge_items.clone()).await;
+            for (item, outcome) in merge_items.iter().zip(&merge_outcomes) {
+                let slot: usize = item.custom_id.parse().unwrap_or(0);
+                match (&outcome.failure, &outcome.reply) {
+                    (None, Some(Reply::Merge(m))) if !m.text.trim().is_empty() => {
+                        merged.insert(slot, m.text.trim().to_string());
+                    }
+                    (failure, _) => {
+                        let why = failure.clone().unwrap_or_else(|| "empty merge".into());
+                        report.failures.push(ItemFailure {
+                            item: format!("fact {}", text_of(&facts[round[slot].0], "id")),
+                            reason: format!("integrate.merge: {why}; kept beside the memory"),
+                        });
+                        if let Decision::Apply {
+                            candidate,
+                            confidence,
+                            ..
+                        } = decisions[slot]
+                        {
+                            decisions[slot] = Decision::Coexist {
+                                related: Some(candidate),
+                                confidence,
+                                reasoning: format!("the merge failed ({why}): kept both"),
+                            };
+                        }
+                    }
+                }
+            }
+            outcomes.extend(merge_outcomes);
+        }
+        // Full rows of the candidates decisions name.
+        let touched: Vec<String> = decisions
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, d)| match d {
+                Decision::Apply { candidate, .. }
+                | Decision::Review { candidate, .. }
+                | Decision::Coexist {
+                    related: Some(candidate),
+                    ..
+                } => Some(round[slot].1[*candidate].id.clone()),
+                _ => None,
+            })
+            .collect();
+        let rows: BTreeMap<String, Map<String, Value>> = ctx
+            .store
+            .rows_with_ids(
+                "memories",
+                &touched,
+                None,
+                &MEMORIES.columns_except("embedding"),
+            )
+            .await?
+            .into_iter()
+            .map(|r| (text_of(&r, "id"), r))
+            .collect();
+        // Rows rewritten unchanged in text keep their vectors.
+        for id in &touched {
+            if vectors.contains_key(id) {
+                continue;
+            }
+            let found = memories.values().find_map(|m| {
+                m.ids
+                    .iter()
+                    .position(|x| x == id)
+                    .map(|i| m.vectors[i].clone())
+            });
+            if let Some(v) = found {
+                vectors.insert(id.clone(), v);
+            }
+        }
+        // Merged texts are embedded together.
+        let merged_ids: Vec<(String, String)> = merged
+            .iter()
+            .filter_map(|(slot, text)| match &decisions[*slot] {
+                Decision::Apply { candidate, .. } => {
+                    Some((round[*slot].1[*candidate].id.clone(), text.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        if !merged_ids.is_empty() {
+            let texts: Vec<&str> = merged_ids.iter().map(|(_, t)| t.as_str()).collect();
+            for ((id, _), e) in merged_ids.iter().zip(embedder.embed(&texts).await?) {
+                if let Embedded::Vector { values, .. } = e {
+                    vectors.insert(id.clone(), values);
+                }
+            }
+        }
+        let mut plans = Vec::new();
+        for (slot, d) in decisions.iter().enumerate() {
+            let (f, cands) = &round[slot];
+            let candidate_id = match d {
+                Decision::Apply { candidate, .. }
+                | Decision::Review { candidate, .. }
+                | Decision::Coexist {
+                    related: Some(candidate),
+                    ..
+                } => Some(&cands[*candidate].id),
+                _ => None,
+            };
+            let candidate = candidate_id.and_then(|id| rows.get(id));
+            let d = match (candidate_id, candidate) {
+                // The candidate vanished since it was read: keep the fact as new.
+                (Some(_), None) => Decision::Coexist {
+                    related: None,
+                    confidence: 0.0,
+                    reasoning: "the candidate changed while it was judged: kept as new".into(),
+                },
+                _ => d.clone(),
+            };
+            let plan = plan(
+                &run_id,
+                &facts[*f],
+                &d,
+                candidate,
+                merged.get(&slot).map(String::as_str),
+                &p,
+                now,
+            );
+            let user = text_of(&facts[*f], "user_id");
+            let fact_id = text_of(&facts[*f], "id");
+            let state = memories.entry(user).or_default();
+            match &d {
+                Decision::Add | Decision::Coexist { .. } => {
+                    state.upsert(views[*f].clone(), vectors[&fact_id].clone());
+                    add(
+                        &mut counts,
+                        if matches!(d, Decision::Add) {
+                            "added"
+                        } else {
+                            "coexisting"
+                        },
+                        1,
+                    );
+                }
+                Decision::Review { .. } => add(&mut counts, "queued_for_review", 1),
+                Decision::Apply { class, .. } => {
+                    let old = candidate_id.cloned().unwrap_or_default();
+                    match class {
+                        Class::Duplicate => add(&mut counts, "duplicates", 1),
+                        Class::Supersede => {
+                            state.remove(&old);
+                            state.upsert(views[*f].clone(), vectors[&fact_id].clone());
+                            add(&mut counts, "superseded", 1);
+                            if p.enable_delete {
+                                add(&mut counts, "archived", 1);
+                            }
+                        }
+                        Class::Merge => {
+                            let mut view = cands
+                                .iter()
+                                .find(|c| c.id == old)
+                                .cloned()
+                                .expect("candidate");
+                            view.text = merged.get(&slot).cloned().unwrap_or_default();
+                            if let Some(v) = vectors.get(&old) {
+                                state.upsert(view, v.clone());
+                            }
+                            add(&mut counts, "merged", 1);
+                        }
+                        Class::Coexist => {}
+                    }
+                }
+            }
+            plans.push(plan);
+        }
+        if !ctx.dry_run {
+            write_plans(
+                &ctx.store,
+                &embedder,
+                &plans,
+                &vectors,
+                now,
+                JobName::Integrate.as_str(),
+            )
+            .await?;
+        }
+        add(&mut counts, "rounds", 1);
+    }
+    add(&mut counts, "facts_integrated", embedded.len() as u64);
+    report.counts = counts;
+    report.llm = Some(llm.usage(&outcomes));
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}

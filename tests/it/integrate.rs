@@ -1,0 +1,429 @@
+//! `memlife integrate`, `memlife review` and `memlife history` on real Lance tables, judged
+//! over real HTTP by the mock LLM (scripted answers for seed 003's four examples) or by the
+//! offline judge.
+
+use crate::common::{TestDb, stderr, stdout};
+use crate::llm::{Mock, mock_provider};
+
+const OLD: &str = r#"{"id":"m1","user_id":"u","text":"User prefers dark mode","created_at":"2025-01-01T10:00:00Z"}
+{"id":"m2","user_id":"u","text":"User works at Google","created_at":"2025-01-02T10:00:00Z"}
+{"id":"m3","user_id":"u","text":"User has a dog","created_at":"2025-01-03T10:00:00Z"}
+{"id":"m4","user_id":"u","text":"User enjoys hiking","created_at":"2025-01-04T10:00:00Z"}
+"#;
+
+const NEW: &str = r#"{"id":"f1","user_id":"u","text":"User likes dark theme","created_at":"2025-03-01T10:00:00Z"}
+{"id":"f2","user_id":"u","text":"User now works at Anthropic","created_at":"2025-03-02T10:00:00Z"}
+{"id":"f3","user_id":"u","text":"User's dog is named Max","created_at":"2025-03-03T10:00:00Z","tags":["pets"]}
+{"id":"f4","user_id":"u","text":"User went hiking last weekend","created_at":"2025-03-04T10:00:00Z"}
+"#;
+
+fn classify(old: &str, new: &str, class: &str, confidence: f64) -> String {
+    format!(
+        r#"{{"task":"integrate.classify","texts":["{old}","{new}"],"reply":{{"classification":"{class}","confidence":{confidence},"reasoning":"scripted {class}"}}}}"#
+    )
+}
+
+/// The seed's four examples as a model would answer them, plus the merge text.
+fn seed_answers() -> String {
+    [
+        classify("User prefers dark mode", "User likes dark theme", "DUPLICATE", 0.95),
+        classify("User works at Google", "User now works at Anthropic", "SUPERSEDE", 0.9),
+        classify("User has a dog", "User's dog is named Max", "MERGE", 0.9),
+        classify("User enjoys hiking", "User went hiking last weekend", "COEXIST", 0.9),
+        r#"{"task":"integrate.merge","texts":["User has a dog","User's dog is named Max"],"reply":{"text":"User has a dog named Max","confidence":0.9}}"#.to_string(),
+    ]
+    .join("\n")
+}
+
+/// A database with the old memories embedded, a mock answering `answers`, and a config whose
+/// roles are the mock and whose `integrate` threshold suits the hash embedder.
+fn setup(answers: &str) -> (TestDb, Mock, String) {
+    let db = TestDb::new();
+    let old = db.path("old.jsonl");
+    std::fs::write(&old, OLD).unwrap();
+    for args in [
+        vec!["import", old.as_str()],
+        vec!["embed", "--embedder", "hash"],
+    ] {
+        let out = db.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let path = db.path("answers.jsonl");
+    std::fs::write(&path, answers).unwrap();
+    let mock = Mock::start(&["--answers", &path]);
+    let config = db.path("memlife.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n\
+             [thresholds.\"hash-lexical-v1\"]\nintegrate = 0.1\n",
+            mock_provider("mock", &mock.url, "")
+        ),
+    )
+    .unwrap();
+    (db, mock, config)
+}
+
+fn integrate(
+    db: &TestDb,
+    config: &str,
+    file: &str,
+    now: &str,
+    extra: &[&str],
+) -> serde_json::Value {
+    let mut args = vec![
+        "--json",
+        "--config",
+        config,
+        "integrate",
+        file,
+        "--embedder",
+        "hash",
+        "--llm",
+        "providers",
+        "--top-k",
+        "1",
+        "--now",
+        now,
+    ];
+    args.extend_from_slice(extra);
+    let out = db.run(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+fn write(db: &TestDb, name: &str, text: &str) -> String {
+    let path = db.path(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn the_seed_examples_take_their_four_branches_and_a_rerun_changes_nothing() {
+    let (db, _mock, config) = setup(&seed_answers());
+    let facts = write(&db, "new.jsonl", NEW);
+    let report = integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
+    let counts = &report["counts"];
+    for (name, n) in [
+        ("duplicates", 1),
+        ("superseded", 1),
+        ("merged", 1),
+        ("coexisting", 1),
+    ] {
+        assert_eq!(counts[name], n, "{name}: {report}");
+    }
+    let ops = db.rows(
+        "SELECT source_ids[1] AS fact, operation, classification, target_id FROM audit_log \
+         WHERE operation IN ('ADD','UPDATE','NOOP','SUPERSEDE','MERGE') ORDER BY fact",
+    );
+    let ops: Vec<String> = ops
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {} {}",
+                r["fact"], r["operation"], r["classification"], r["target_id"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            r#""f1" "UPDATE" "DUPLICATE" "m1""#,
+            r#""f2" "SUPERSEDE" "SUPERSEDE" "f2""#,
+            r#""f3" "MERGE" "MERGE" "m3""#,
+            r#""f4" "ADD" "COEXIST" "f4""#,
+        ]
+    );
+    // DUPLICATE: no new memory; the existing one touched at the run's clock.
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE id = 'f1'"),
+        "0"
+    );
+    assert_eq!(
+        db.scalar("SELECT CAST(updated_at AS VARCHAR) AS t FROM memories WHERE id = 'm1'"),
+        "\"2025-03-10T00:00:00Z\""
+    );
+    // SUPERSEDE: the old memory stays, valid until the new fact, in one chain with it.
+    let old = &db.rows(
+        "SELECT CAST(valid_until AS VARCHAR) AS until, superseded_by, supersession_chain_id, \
+         archived_at FROM memories WHERE id = 'm2'",
+    )[0];
+    assert_eq!(old["until"], "2025-03-02T10:00:00Z");
+    assert_eq!(old["superseded_by"], "f2");
+    assert_eq!(old["supersession_chain_id"], "m2");
+    assert!(old["archived_at"].is_null());
+    assert_eq!(
+        db.scalar("SELECT supersession_chain_id FROM memories WHERE id = 'f2'"),
+        "\"m2\""
+    );
+    // MERGE: the existing memory keeps its id and gets the merged text and united tags; the
+    // fact is kept, archived, with a merged_into link.
+    let merged = &db.rows(
+        "SELECT text, tags, consolidates_memory_ids AS sources, CAST(created_at AS VARCHAR) AS c \
+         FROM memories WHERE id = 'm3'",
+    )[0];
+    assert_eq!(merged["text"], "User has a dog named Max");
+    assert_eq!(merged["tags"], serde_json::json!(["pets"]));
+    assert_eq!(merged["sources"], serde_json::json!(["f3"]));
+    assert_eq!(merged["c"], "2025-01-03T10:00:00Z");
+    assert_ne!(
+        db.scalar("SELECT CAST(archived_at AS VARCHAR) AS a FROM memories WHERE id = 'f3'"),
+        "\"null\""
+    );
+    let links: Vec<String> = db
+        .rows("SELECT source_id, target_id, link_type FROM links ORDER BY source_id")
+        .iter()
+        .map(|r| format!("{}>{}:{}", r["source_id"], r["target_id"], r["link_type"]))
+        .map(|s| s.replace('"', ""))
+        .collect();
+    assert_eq!(
+        links,
+        ["f2>m2:supersedes", "f3>m3:merged_into", "f4>m4:related_to"]
+    );
+    // A rerun of the same file integrates nothing again.
+    let again = integrate(&db, &config, &facts, "2025-03-11T00:00:00Z", &[]);
+    assert_eq!(again["counts"]["already_integrated"], 4, "{again}");
+    assert_eq!(db.count("memories"), 7);
+    assert_eq!(db.count("links"), 3);
+}
+
+#[test]
+fn chains_of_three_versions_read_back_in_order_and_as_of_every_boundary() {
+    let answers = [
+        classify(
+            "User works at Google",
+            "User now works at Anthropic",
+            "SUPERSEDE",
+            0.9,
+        ),
+        classify(
+            "User now works at Anthropic",
+            "User now works at OpenAI",
+            "SUPERSEDE",
+            0.9,
+        ),
+    ]
+    .join("\n");
+    let (db, _mock, config) = setup(&answers);
+    let first = write(
+        &db,
+        "a.jsonl",
+        r#"{"id":"v2","user_id":"u","text":"User now works at Anthropic","created_at":"2025-03-01T00:00:00Z"}"#,
+    );
+    integrate(&db, &config, &first, "2025-03-05T00:00:00Z", &[]);
+    let second = write(
+        &db,
+        "b.jsonl",
+        r#"{"id":"v3","user_id":"u","text":"User now works at OpenAI","created_at":"2025-06-01T00:00:00Z"}"#,
+    );
+    integrate(&db, &config, &second, "2025-06-05T00:00:00Z", &[]);
+    let out = db.run(&["--json", "history", "v2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let history: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let ids: Vec<&str> = history["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m2", "v2", "v3"]);
+    for (at, expected) in [
+        ("2025-01-01T23:59:59Z", None),
+        ("2025-01-02T10:00:00Z", Some("m2")),
+        ("2025-02-28T23:59:59Z", Some("m2")),
+        ("2025-03-01T00:00:00Z", Some("v2")),
+        ("2025-05-31T23:59:59Z", Some("v2")),
+        ("2025-06-01T00:00:00Z", Some("v3")),
+        ("2030-01-01T00:00:00Z", Some("v3")),
+    ] {
+        let out = db.run(&["--json", "history", "m2", "--as-of", at]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let found: Vec<&str> = v["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            found,
+            expected.into_iter().collect::<Vec<_>>(),
+            "as of {at}"
+        );
+    }
+    let text = stdout(&db.run(&["history", "v3"]));
+    assert!(text.contains("V1 m2 -> V2 v2 -> V3 v3"), "{text}");
+}
+
+#[test]
+fn unsure_answers_wait_for_review_and_approve_or_reject_apply_them() {
+    let answers = [
+        classify(
+            "User works at Google",
+            "User now works at Anthropic",
+            "SUPERSEDE",
+            0.6,
+        ),
+        classify(
+            "User prefers dark mode",
+            "User likes dark theme",
+            "DUPLICATE",
+            0.5,
+        ),
+    ]
+    .join("\n");
+    let (db, _mock, config) = setup(&answers);
+    let facts = write(
+        &db,
+        "new.jsonl",
+        &NEW.lines().take(2).collect::<Vec<_>>().join("\n"),
+    );
+    let report = integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
+    assert_eq!(report["counts"]["queued_for_review"], 2, "{report}");
+    assert_eq!(
+        db.count("memories"),
+        4,
+        "nothing applied while under review"
+    );
+    let out = db.run(&["--json", "review", "list"]);
+    let queue: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let queue = queue.as_array().unwrap();
+    assert_eq!(queue.len(), 2);
+    let id_of = |class: &str| {
+        queue.iter().find(|r| r["classification"] == class).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (supersede, duplicate) = (id_of("SUPERSEDE"), id_of("DUPLICATE"));
+    let run = |args: &[&str]| {
+        let mut all = vec!["--json", "--config", config.as_str(), "review"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--embedder", "hash", "--now", "2025-03-12T00:00:00Z"]);
+        let out = db.run(&all);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    };
+    run(&["approve", &supersede]);
+    assert_eq!(
+        db.scalar("SELECT superseded_by FROM memories WHERE id = 'm2'"),
+        "\"f2\""
+    );
+    run(&["reject", &duplicate]);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE id = 'f1'"),
+        "1"
+    );
+    assert_eq!(
+        db.scalar("SELECT link_type FROM links WHERE source_id = 'f1'"),
+        "\"related_to\""
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM review_queue WHERE status = 'pending'"),
+        "0"
+    );
+    // A decided item is not decided again.
+    let out = db.run(&[
+        "--json",
+        "--config",
+        &config,
+        "review",
+        "approve",
+        &duplicate,
+        "--embedder",
+        "hash",
+    ]);
+    assert!(
+        stdout(&out).contains("already rejected"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn unreviewed_items_expire_into_kept_facts() {
+    let answers = classify("User has a dog", "User's dog is named Max", "MERGE", 0.3);
+    let (db, _mock, config) = setup(&answers);
+    let facts = write(&db, "new.jsonl", NEW.lines().nth(2).unwrap());
+    integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
+    assert_eq!(db.scalar("SELECT status FROM review_queue"), "\"pending\"");
+    // 15 days later (the default time to live is 14), any integrate run expires it.
+    let none = write(&db, "none.jsonl", "");
+    let report = integrate(&db, &config, &none, "2025-03-25T00:00:00Z", &[]);
+    assert_eq!(report["counts"]["reviews_expired"], 1, "{report}");
+    assert_eq!(db.scalar("SELECT status FROM review_queue"), "\"expired\"");
+    assert_eq!(
+        db.scalar("SELECT text FROM memories WHERE id = 'f3'"),
+        "\"User's dog is named Max\""
+    );
+    assert_eq!(
+        db.scalar("SELECT text FROM memories WHERE id = 'm3'"),
+        "\"User has a dog\""
+    );
+}
+
+#[test]
+fn facts_of_one_file_that_repeat_each_other_end_as_one_memory_with_the_offline_judge() {
+    let (db, _mock, _config) = setup("");
+    let facts = write(
+        &db,
+        "twice.jsonl",
+        r#"{"id":"r1","user_id":"w","text":"Wren keeps a sourdough starter named Bubbles.","created_at":"2025-04-01T00:00:00Z"}
+{"id":"r2","user_id":"w","text":"Wren keeps a sourdough starter named Bubbles.","created_at":"2025-04-02T00:00:00Z"}
+"#,
+    );
+    let out = db.run(&[
+        "--json",
+        "integrate",
+        &facts,
+        "--embedder",
+        "hash",
+        "--now",
+        "2025-04-03T00:00:00Z",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["counts"]["added"], 1, "{report}");
+    assert_eq!(report["counts"]["duplicates"], 1, "{report}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE user_id = 'w'"),
+        "1"
+    );
+}
+
+#[test]
+fn a_bad_row_is_named_and_nothing_is_integrated() {
+    let (db, _mock, config) = setup("");
+    let facts = write(
+        &db,
+        "bad.jsonl",
+        r#"{"id":"ok","user_id":"u","text":"User bought a kayak"}
+{"id":"bad","user_id":"u","importance":"very"}
+"#,
+    );
+    let out = db.run(&[
+        "--json",
+        "--config",
+        &config,
+        "integrate",
+        &facts,
+        "--embedder",
+        "hash",
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let failures = report["failures"].to_string();
+    assert!(failures.contains("bad.jsonl:line 2"), "{failures}");
+    assert!(failures.contains("field 'text'"), "{failures}");
+    assert_eq!(db.count("memories"), 4);
+}
