@@ -39,6 +39,9 @@ pub enum BenchCommand {
     Consolidate(super::bench_consolidate::ConsolidateBench),
     /// Link traversal from random starts on a synthetic graph (indexed, read only).
     Graph(super::bench_graph::GraphBench),
+    /// New facts integrated into a synthetic store against `memlife mock-llm` at a fixed
+    /// latency per call (facts per second, LLM calls per fact, our own time per fact).
+    Integrate(super::bench_integrate::IntegrateBench),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +116,7 @@ pub async fn run(app: &App, args: &BenchArgs, out: &mut dyn Write) -> Result<Exi
         }
         BenchCommand::Consolidate(bench) => super::bench_consolidate::run(bench, out)?,
         BenchCommand::Graph(bench) => super::bench_graph::run(bench, out).await?,
+        BenchCommand::Integrate(bench) => super::bench_integrate::run(bench, out)?,
         BenchCommand::Embed(bench) => {
             let embedder = app
                 .embedder(&bench.embedder, bench.dim, bench.batch_size)

@@ -76,7 +76,7 @@ impl BenchEmbedder {
 }
 
 /// The mock server, stopped when dropped.
-struct MockServer(Child);
+pub(crate) struct MockServer(pub(crate) Child);
 
 impl Drop for MockServer {
     fn drop(&mut self) {
@@ -86,9 +86,9 @@ impl Drop for MockServer {
 }
 
 /// A temporary folder, removed when dropped unless kept.
-struct Workdir {
-    path: PathBuf,
-    keep: bool,
+pub(crate) struct Workdir {
+    pub(crate) path: PathBuf,
+    pub(crate) keep: bool,
 }
 
 impl Drop for Workdir {
@@ -113,7 +113,7 @@ pub fn cpu_name() -> String {
 }
 
 /// Runs this binary with `args`; returns its JSON report and its wall time in seconds.
-fn memlife(args: &[&str]) -> Result<(Value, f64)> {
+pub(crate) fn memlife(args: &[&str]) -> Result<(Value, f64)> {
     let (text, seconds) = memlife_text(args)?;
     Ok((serde_json::from_str(&text).unwrap_or(Value::Null), seconds))
 }
@@ -224,7 +224,7 @@ fn start_mock(bench: &ConsolidateBench, truth: &str) -> Result<(MockServer, Stri
     Ok((MockServer(child), url))
 }
 
-fn count(report: &Value, name: &str) -> u64 {
+pub(crate) fn count(report: &Value, name: &str) -> u64 {
     report["counts"][name].as_u64().unwrap_or(0)
 }
 

@@ -105,9 +105,10 @@ fn reference_queries() -> Vec<(String, String)> {
              FROM memories) WHERE member NOT IN (SELECT id FROM memories)",
         ),
         // Supersession chains (`memlife integrate`, `memlife link`): each version points to
-        // its successor (`superseded_by`, in the same chain, with `valid_until` set) and its
-        // predecessor (a `supersedes` link from the successor); one first and one current
-        // version per chain, so no fork, no cycle, no orphan.
+        // its successor (`superseded_by`, in the same chain, with `valid_until` set) and is
+        // pointed at by at most one predecessor; one first and one current version per
+        // chain, so no fork, no cycle, no orphan. (The `supersedes` link new -> old that
+        // integrate and link write is for traversal; chains imported without links pass.)
         (
             "supersession: a superseded memory has valid_until and its successor is in its chain",
             "SELECT o.id, o.superseded_by, o.supersession_chain_id FROM memories o \
@@ -116,13 +117,6 @@ fn reference_queries() -> Vec<(String, String)> {
                 OR o.supersession_chain_id IS NULL \
                 OR n.supersession_chain_id IS NULL \
                 OR n.supersession_chain_id <> o.supersession_chain_id)",
-        ),
-        (
-            "supersession: the successor links back to its predecessor (supersedes)",
-            "SELECT o.id, o.superseded_by FROM memories o \
-             LEFT JOIN (SELECT source_id, target_id FROM links WHERE link_type = 'supersedes') l \
-               ON l.source_id = o.superseded_by AND l.target_id = o.id \
-             WHERE o.superseded_by IS NOT NULL AND l.source_id IS NULL",
         ),
         (
             "supersession: no version has two predecessors",

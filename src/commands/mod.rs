@@ -9,6 +9,7 @@ pub mod batches;
 pub mod bench;
 pub mod bench_consolidate;
 pub mod bench_graph;
+pub mod bench_integrate;
 pub mod check;
 pub mod eval;
 pub mod eval_entities;

@@ -1115,3 +1115,121 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
     log.finish(ctx, &mut report).await?;
     Ok(report)
 }
+
+/// Makes `supersedes` links found by `memlife link` (newer -> older) into supersession chains
+/// the way integrate's SUPERSEDE makes them: the older memory gets `valid_until` (the newer
+/// one's `valid_from`) and `superseded_by`, and both share a `supersession_chain_id`. A pair is
+/// left as a link only (and named in the returned notes) when chaining it would fork or join
+/// two chains: the older one is already superseded by another memory, the newer one already
+/// supersedes another, or both already belong to different chains. Idempotent.
+pub async fn chain_supersessions(
+    store: &Store,
+    pairs: &[(String, String)],
+    now: i64,
+) -> Result<(u64, Vec<String>)> {
+    if pairs.is_empty() {
+        return Ok((0, Vec::new()));
+    }
+    let ids: Vec<String> = pairs
+        .iter()
+        .flat_map(|(n, o)| [n.clone(), o.clone()])
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut rows: BTreeMap<String, Map<String, Value>> = store
+        .rows_with_ids(
+            "memories",
+            &ids,
+            None,
+            &[
+                "id",
+                "valid_from",
+                "created_at",
+                "superseded_by",
+                "supersession_chain_id",
+            ],
+        )
+        .await?
+        .into_iter()
+        .map(|r| (text_of(&r, "id"), r))
+        .collect();
+    // Memories that already have a predecessor, and which.
+    let mut predecessor: BTreeMap<String, String> = BTreeMap::new();
+    for chunk in ids.chunks(500) {
+        let filter = format!("superseded_by IN ({})", sql_list(chunk));
+        for r in json_rows(
+            &store
+                .scan_columns("memories", Some(&filter), &["id", "superseded_by"])
+                .await?,
+        ) {
+            predecessor.insert(text_of(&r, "superseded_by"), text_of(&r, "id"));
+        }
+    }
+    let mut chained = 0u64;
+    let mut notes = Vec::new();
+    for (new, old) in pairs {
+        let (Some(n), Some(o)) = (rows.get(new).cloned(), rows.get(old).cloned()) else {
+            continue;
+        };
+        let chain_of = |r: &Map<String, Value>| {
+            r.get("supersession_chain_id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        if o.get("superseded_by").and_then(Value::as_str) == Some(new.as_str()) {
+            continue; // chained already
+        }
+        let why = if let Some(other) = o.get("superseded_by").and_then(Value::as_str) {
+            Some(format!("{old} is already superseded by {other}"))
+        } else if let Some(p) = predecessor.get(new) {
+            Some(format!("{new} already supersedes {p}"))
+        } else {
+            match (chain_of(&o), chain_of(&n)) {
+                (Some(a), Some(b)) if a != b => Some(format!(
+                    "{old} and {new} belong to different chains ({a}, {b})"
+                )),
+                _ => None,
+            }
+        };
+        if let Some(why) = why {
+            notes.push(format!(
+                "supersedes {new} -> {old} left as a link only: {why}"
+            ));
+            continue;
+        }
+        let chain = chain_of(&o).or(chain_of(&n)).unwrap_or_else(|| old.clone());
+        let from = time_of(&n, "valid_from")
+            .or(time_of(&n, "created_at"))
+            .unwrap_or(now);
+        let until = from.max(time_of(&o, "valid_from").unwrap_or(i64::MIN));
+        store
+            .update_where(
+                "memories",
+                &format!("id = {}", sql_string(old)),
+                &[
+                    ("valid_until", sql_timestamp(until)),
+                    ("superseded_by", sql_string(new)),
+                    ("supersession_chain_id", sql_string(&chain)),
+                ],
+            )
+            .await?;
+        store
+            .update_where(
+                "memories",
+                &format!("id = {}", sql_string(new)),
+                &[("supersession_chain_id", sql_string(&chain))],
+            )
+            .await?;
+        // Later pairs see this one.
+        if let Some(r) = rows.get_mut(old) {
+            r.insert("superseded_by".into(), json!(new));
+            r.insert("supersession_chain_id".into(), json!(chain));
+        }
+        if let Some(r) = rows.get_mut(new) {
+            r.insert("supersession_chain_id".into(), json!(chain));
+        }
+        predecessor.insert(new.clone(), old.clone());
+        chained += 1;
+    }
+    Ok((chained, notes))
+}

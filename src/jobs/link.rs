@@ -275,6 +275,28 @@ pub async fn write_outcomes(
         store.upsert_batch(&LINKS, batch).await?;
     }
     crate::crash::point("link.after-links");
+    // `supersedes` links become supersession chains, as integrate makes them.
+    let pairs: Vec<(String, String)> = links
+        .iter()
+        .filter(|l| l["link_type"] == "supersedes")
+        .map(|l| {
+            (
+                l["source_id"].as_str().unwrap_or("").to_string(),
+                l["target_id"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let (chained, notes) = super::integrate::chain_supersessions(store, &pairs, now).await?;
+    if chained > 0 {
+        *counts.entry("supersessions_chained".into()).or_default() += chained;
+    }
+    for note in notes {
+        tracing::warn!("{note}");
+        *counts
+            .entry("supersessions_left_as_links".into())
+            .or_default() += 1;
+    }
+    crate::crash::point("link.after-chains");
     store.write_audit(&audit).await?;
     Ok(counts)
 }

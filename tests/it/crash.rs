@@ -92,7 +92,12 @@ const SCENARIOS: &[Scenario] = &[
         name: "link (online, offline judge)",
         setup: &[IMPORT, EMBED],
         job: &["link", "--min-score", "0.2"],
-        points: &["link.started", "link.after-links", "link.finishing"],
+        points: &[
+            "link.started",
+            "link.after-links",
+            "link.after-chains",
+            "link.finishing",
+        ],
         witness: "SELECT COUNT(*) AS n FROM links",
     },
     Scenario {
@@ -196,6 +201,28 @@ const SCENARIOS: &[Scenario] = &[
         witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'DESCRIBE'",
     },
     Scenario {
+        name: "integrate (online, offline judge)",
+        setup: &[IMPORT, EMBED],
+        job: &[
+            "--config",
+            "{config}",
+            "integrate",
+            "{facts}",
+            "--embedder",
+            "hash",
+            "--now",
+            "2025-09-01T00:00:00Z",
+        ],
+        points: &[
+            "integrate.started",
+            "integrate.after-audit",
+            "integrate.after-links",
+            "integrate.after-review",
+            "integrate.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE superseded_by IS NOT NULL",
+    },
+    Scenario {
         name: "traverse (heal-on-read)",
         setup: &[IMPORT, DEAD_LINKS],
         job: &["traverse", "noor-0", "--depth", "2"],
@@ -220,6 +247,14 @@ fn links() -> String {
     })
     .collect()
 }
+/// New facts for `integrate`: with the offline judge, a duplicate (touched), a supersession,
+/// a merge too unsure to apply (queued for review), an addition and its repetition.
+const FACTS: &str = r#"{"user_id":"noor","text":"Noor runs along the canal on Saturday mornings","created_at":"2025-03-01T09:00:00Z"}
+{"user_id":"noor","text":"Noor now drinks soy milk in her coffee instead of almond milk","created_at":"2025-03-02T09:00:00Z"}
+{"user_id":"noor","text":"Noor is training for the Rotterdam half marathon with her running club in April","created_at":"2025-03-03T09:00:00Z"}
+{"user_id":"omar","text":"Omar adopted a grey kitten called Pixel","created_at":"2025-03-01T09:00:00Z"}
+{"user_id":"omar","text":"Omar adopted a grey kitten called Pixel","created_at":"2025-03-05T09:00:00Z"}
+"#;
 const CLUSTER: &[&str] = &["cluster", "--mode", "full", "--threshold", "0.5"];
 
 const BATCH_SUBMIT: &[&str] = &[
@@ -415,6 +450,7 @@ fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output 
             a.replace("{memories}", &file)
                 .replace("{config}", &config)
                 .replace("{links}", &db.path("links.jsonl"))
+                .replace("{facts}", &db.path("facts.jsonl"))
                 .replace("{entities}", &db.path("entities.jsonl"))
                 .replace("{memory_entities}", &db.path("memory_entities.jsonl"))
         })
@@ -431,6 +467,7 @@ fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     let db = TestDb::new();
     std::fs::write(db.path("memories.jsonl"), memories()).unwrap();
     std::fs::write(db.path("links.jsonl"), links()).unwrap();
+    std::fs::write(db.path("facts.jsonl"), FACTS).unwrap();
     std::fs::write(
         db.path("entities.jsonl"),
         r#"{"id":"e-dr-lina","user_id":"noor","name":"Dr. Lina","entity_type":"person"}"#,
@@ -442,7 +479,8 @@ fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     )
     .unwrap();
     // Refine looks at every memory of the fixture (short, new, never accessed).
-    let refine = "[refine]\nverbose_threshold_chars = 40\nmin_access_count = 0\nmin_age_days = 0\n";
+    let refine = "[refine]\nverbose_threshold_chars = 40\nmin_access_count = 0\nmin_age_days = 0\n\
+                  [thresholds.\"hash-lexical-v1\"]\nintegrate = 0.3\n";
     let config = match mock_url {
         Some(url) => {
             let provider = crate::llm::mock_provider("mock", url, "");
@@ -475,7 +513,9 @@ fn state(db: &TestDb) -> String {
     [
         "SELECT id, text, state, tier, ROUND(salience, 6) AS salience, ROUND(importance, 6) AS importance, \
          archived_at, embedding_model, embedding IS NOT NULL AS embedded, \
-         refinement_rejection_count, last_refined_at FROM memories ORDER BY id",
+         refinement_rejection_count, last_refined_at, updated_at, valid_until, superseded_by, \
+         supersession_chain_id FROM memories ORDER BY id",
+        "SELECT fact_id, candidate_id, classification, status FROM review_queue ORDER BY fact_id",
         "SELECT source_id, target_id, link_type, confidence FROM links \
          ORDER BY source_id, target_id, link_type",
         // Batch keys are random per database: a cleanup row is compared by its count.
