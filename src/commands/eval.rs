@@ -54,6 +54,9 @@ pub enum EvalCommand {
     Judge(JudgeEvalArgs),
     /// Precision and recall of the offline entity extractor on synth truth or hand labels.
     Entities(super::eval_entities::EntitiesEvalArgs),
+    /// `memlife integrate` end to end (candidate retrieval plus judge) on labelled pairs:
+    /// the confusion matrix of the operations it wrote, destructive errors listed.
+    Integrate(super::eval_integrate::IntegrateEvalArgs),
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -460,6 +463,9 @@ pub async fn run(app: &App, args: &EvalArgs, out: &mut dyn Write) -> Result<Exit
     match &args.command {
         EvalCommand::Judge(args) => judge(app, args, out).await,
         EvalCommand::Entities(args) => super::eval_entities::run(args, app.json, out),
+        EvalCommand::Integrate(args) => {
+            super::eval_integrate::run(args, app.json, out).map(|()| ExitStatus::Success)
+        }
     }
 }
 

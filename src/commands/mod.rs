@@ -13,6 +13,7 @@ pub mod bench_integrate;
 pub mod check;
 pub mod eval;
 pub mod eval_entities;
+pub mod eval_integrate;
 pub mod export;
 pub mod history;
 pub mod index;

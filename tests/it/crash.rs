@@ -203,16 +203,7 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "integrate (online, offline judge)",
         setup: &[IMPORT, EMBED],
-        job: &[
-            "--config",
-            "{config}",
-            "integrate",
-            "{facts}",
-            "--embedder",
-            "hash",
-            "--now",
-            "2025-09-01T00:00:00Z",
-        ],
+        job: INTEGRATE,
         points: &[
             "integrate.started",
             "integrate.after-audit",
@@ -221,6 +212,29 @@ const SCENARIOS: &[Scenario] = &[
             "integrate.finishing",
         ],
         witness: "SELECT COUNT(*) AS n FROM memories WHERE superseded_by IS NOT NULL",
+    },
+    Scenario {
+        name: "review expire",
+        // The integrate run leaves one merge in the queue; expiring it keeps the fact.
+        setup: &[IMPORT, EMBED, INTEGRATE],
+        job: &[
+            "--config",
+            "{config}",
+            "review",
+            "expire",
+            "--embedder",
+            "hash",
+            "--now",
+            "2025-12-01T00:00:00Z",
+        ],
+        points: &[
+            "review.started",
+            "review.after-audit",
+            "review.after-links",
+            "review.after-review",
+            "review.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM review_queue WHERE status = 'expired'",
     },
     Scenario {
         name: "traverse (heal-on-read)",
@@ -255,6 +269,16 @@ const FACTS: &str = r#"{"user_id":"noor","text":"Noor runs along the canal on Sa
 {"user_id":"omar","text":"Omar adopted a grey kitten called Pixel","created_at":"2025-03-01T09:00:00Z"}
 {"user_id":"omar","text":"Omar adopted a grey kitten called Pixel","created_at":"2025-03-05T09:00:00Z"}
 "#;
+const INTEGRATE: &[&str] = &[
+    "--config",
+    "{config}",
+    "integrate",
+    "{facts}",
+    "--embedder",
+    "hash",
+    "--now",
+    "2025-09-01T00:00:00Z",
+];
 const CLUSTER: &[&str] = &["cluster", "--mode", "full", "--threshold", "0.5"];
 
 const BATCH_SUBMIT: &[&str] = &[

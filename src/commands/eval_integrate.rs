@@ -1,0 +1,247 @@
+//! `memlife eval integrate --pairs FILE`: new-fact integration judged end to end (candidate
+//! retrieval plus judge) on labelled pairs (`{"old", "new", "label"}`, the `integrate.classify`
+//! cases of `memlife eval judge`). Each pair is its own user of one temporary store: the old
+//! fact is imported and embedded, the new one integrated through the real CLI, and the
+//! operation integrate wrote is read back from the audit log. Reports the confusion matrix
+//! of label against outcome (NEW: no candidate reached the judge), the destructive errors
+//! (COEXIST or SUPERSEDE ending as DUPLICATE or MERGE, listed) and supersession accuracy.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use super::bench_consolidate::{Workdir, cpu_name, memlife};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct IntegrateEvalArgs {
+    /// JSON Lines of `{"old", "new", "label"}` (label DUPLICATE, SUPERSEDE, MERGE or COEXIST).
+    #[arg(long, required = true)]
+    pub pairs: Vec<PathBuf>,
+    /// Embedder of the store: local (all-MiniLM-L6-v2, its calibrated threshold) or hash.
+    #[arg(long, default_value = "local")]
+    pub embedder: String,
+    /// Judge: offline or providers (then `--llm-config` names the providers).
+    #[arg(long, default_value = "offline")]
+    pub llm: String,
+    #[arg(long)]
+    pub llm_config: Option<PathBuf>,
+    /// Keep the store in this folder.
+    #[arg(long)]
+    pub keep: Option<PathBuf>,
+}
+
+const LABELS: &[&str] = &["DUPLICATE", "SUPERSEDE", "MERGE", "COEXIST"];
+
+/// What integrate did with a fact, from its decision's audit row.
+fn outcome(operation: &str, classification: &str) -> String {
+    match (operation, classification) {
+        ("ADD", "NEW") => "NEW".into(),
+        ("ADD", _) => "COEXIST".into(),
+        ("UPDATE" | "NOOP", _) => "DUPLICATE".into(),
+        ("REVIEW", c) => format!("REVIEW:{c}"),
+        (op, _) => op.to_string(),
+    }
+}
+
+pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Result<()> {
+    let mut pairs = Vec::new();
+    for path in &args.pairs {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        for (n, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let v: Value = serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: not JSON", path.display(), n + 1))?;
+            let (Some(old), Some(new), Some(label)) =
+                (v["old"].as_str(), v["new"].as_str(), v["label"].as_str())
+            else {
+                continue; // another task's case
+            };
+            if !LABELS.contains(&label) {
+                bail!(
+                    "{}:{}: label '{label}' is not one of {LABELS:?}",
+                    path.display(),
+                    n + 1
+                );
+            }
+            pairs.push((old.to_string(), new.to_string(), label.to_string()));
+        }
+    }
+    if pairs.is_empty() {
+        bail!("no integrate pairs ({{\"old\", \"new\", \"label\"}}) in the files given");
+    }
+    let path = args.keep.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("memlife-eval-integrate-{}", std::process::id()))
+    });
+    let _ = std::fs::remove_dir_all(&path);
+    std::fs::create_dir_all(&path)?;
+    let work = Workdir {
+        path,
+        keep: args.keep.is_some(),
+    };
+    let p = |name: &str| work.path.join(name).to_string_lossy().into_owned();
+    let (db, old_file, new_file) = (p("db"), p("old.jsonl"), p("new.jsonl"));
+    let row = |i: usize, side: &str, text: &str, day: &str| {
+        json!({"id": format!("p{i:04}-{side}"), "user_id": format!("p{i:04}"), "text": text,
+               "created_at": format!("2025-{day}T10:00:00Z")})
+        .to_string()
+    };
+    let olds: Vec<String> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (o, _, _))| row(i, "old", o, "01-10"))
+        .collect();
+    let news: Vec<String> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, n, _))| row(i, "new", n, "03-10"))
+        .collect();
+    std::fs::write(&old_file, olds.join("\n") + "\n")?;
+    std::fs::write(&new_file, news.join("\n") + "\n")?;
+    memlife(&["--db", &db, "--json", "init"])?;
+    memlife(&["--db", &db, "--json", "import", &old_file])?;
+    memlife(&["--db", &db, "--json", "embed", "--embedder", &args.embedder])?;
+    let mut integrate: Vec<String> = vec!["--db".into(), db.clone(), "--json".into()];
+    if let Some(c) = &args.llm_config {
+        integrate.extend(["--config".into(), c.to_string_lossy().into_owned()]);
+    }
+    integrate.extend(
+        [
+            "integrate",
+            &new_file,
+            "--embedder",
+            &args.embedder,
+            "--llm",
+            &args.llm,
+            "--now",
+            "2025-03-11T00:00:00Z",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let refs: Vec<&str> = integrate.iter().map(String::as_str).collect();
+    let (report, seconds) = memlife(&refs)?;
+    let (rows, _) = memlife(&[
+        "--db",
+        &db,
+        "--json",
+        "sql",
+        "SELECT user_id, operation, classification, reasoning FROM audit_log \
+         WHERE operation IN ('ADD', 'UPDATE', 'NOOP', 'SUPERSEDE', 'MERGE', 'REVIEW')",
+        "--format",
+        "json",
+    ])?;
+    let mut by_user: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for r in rows.as_array().into_iter().flatten() {
+        let user = r["user_id"].as_str().unwrap_or("").to_string();
+        let op = outcome(
+            r["operation"].as_str().unwrap_or(""),
+            r["classification"].as_str().unwrap_or(""),
+        );
+        by_user.insert(
+            user,
+            (op, r["reasoning"].as_str().unwrap_or("").to_string()),
+        );
+    }
+    let mut matrix: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut destructive = Vec::new();
+    let mut supersede_right = 0u64;
+    for (i, (old, new, label)) in pairs.iter().enumerate() {
+        let (op, why) = by_user
+            .get(&format!("p{i:04}"))
+            .cloned()
+            .unwrap_or_else(|| ("MISSING".into(), String::new()));
+        *matrix
+            .entry(label.clone())
+            .or_default()
+            .entry(op.clone())
+            .or_default() += 1;
+        if label == "SUPERSEDE" && op == "SUPERSEDE" {
+            supersede_right += 1;
+        }
+        if matches!(label.as_str(), "COEXIST" | "SUPERSEDE")
+            && matches!(op.as_str(), "DUPLICATE" | "MERGE")
+        {
+            destructive.push(
+                json!({"old": old, "new": new, "label": label, "outcome": op, "reasoning": why}),
+            );
+        }
+    }
+    let supersede_total = pairs.iter().filter(|p| p.2 == "SUPERSEDE").count() as u64;
+    let result = json!({
+        "eval": "integrate",
+        "cpu": cpu_name(),
+        "pairs": pairs.len(),
+        "embedder": args.embedder,
+        "judge": args.llm,
+        "integrate_seconds": (seconds * 1000.0).round() / 1000.0,
+        "confusion": matrix,
+        "destructive_errors": destructive.len(),
+        "destructive_rate": destructive.len() as f64 / pairs.len() as f64,
+        "supersession_accuracy": if supersede_total > 0 { json!(supersede_right as f64 / supersede_total as f64) } else { Value::Null },
+        "destructive": destructive,
+        "llm": report["llm"],
+    });
+    if json_out {
+        writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "integrate end to end: {} pairs, embedder {}, judge {}",
+        pairs.len(),
+        args.embedder,
+        args.llm
+    )?;
+    let outcomes: Vec<String> = {
+        let mut all: Vec<String> = matrix.values().flat_map(|m| m.keys().cloned()).collect();
+        all.sort();
+        all.dedup();
+        all
+    };
+    writeln!(
+        out,
+        "{:<10} {}",
+        "label",
+        outcomes
+            .iter()
+            .map(|o| format!("{o:>18}"))
+            .collect::<String>()
+    )?;
+    for label in LABELS {
+        let row = matrix.get(*label);
+        writeln!(
+            out,
+            "{label:<10} {}",
+            outcomes
+                .iter()
+                .map(|o| format!("{:>18}", row.and_then(|r| r.get(o)).copied().unwrap_or(0)))
+                .collect::<String>()
+        )?;
+    }
+    writeln!(
+        out,
+        "destructive errors (COEXIST or SUPERSEDE ending DUPLICATE or MERGE): {} of {} ({:.1}%)",
+        destructive.len(),
+        pairs.len(),
+        100.0 * destructive.len() as f64 / pairs.len() as f64
+    )?;
+    writeln!(
+        out,
+        "supersession accuracy: {supersede_right} of {supersede_total}"
+    )?;
+    for d in &destructive {
+        writeln!(
+            out,
+            "  {} -> {}: {:?} / {:?}",
+            d["label"], d["outcome"], d["old"], d["new"]
+        )?;
+    }
+    Ok(())
+}
