@@ -51,6 +51,8 @@ pub enum Command {
     Review(commands::review::ReviewArgs),
     /// A memory's supersession chain, or the version true at a time.
     History(commands::history::HistoryArgs),
+    /// Revert an integrate or review run from its audit rows.
+    Undo(commands::undo::UndoArgs),
 }
 
 /// Runs the parsed command; its output goes to `out`.
@@ -75,5 +77,6 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
         Command::Traverse(args) => commands::traverse::run(&app, args, out).await,
         Command::Review(args) => commands::review::run(&app, args, out).await,
         Command::History(args) => commands::history::run(&app, args, out).await,
+        Command::Undo(args) => commands::undo::run(&app, args, out).await,
     }
 }

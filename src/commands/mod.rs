@@ -24,3 +24,4 @@ pub mod sql;
 pub mod stats;
 pub mod synth;
 pub mod traverse;
+pub mod undo;

@@ -191,8 +191,9 @@ async fn settle(
                 },
             },
         };
-        let mut plan = plan(
+        let plan = plan(
             run_id,
+            &derived_id(&format!("integrate-review|{}|{run_id}", text_of(&fact, "id"))),
             &fact,
             &decision,
             candidate,
@@ -200,10 +201,6 @@ async fn settle(
             p,
             now,
         );
-        // The REVIEW row holds the fact's decision id; its settlement gets its own.
-        if let Some(row) = plan.audit.last_mut() {
-            row.id = derived_id(&format!("integrate-review|{}", text_of(&fact, "id")));
-        }
         plans.push(plan);
         settled.push(id);
     }

@@ -97,9 +97,45 @@ impl Job for IntegrateArgs {
 /// Audit classifications of integrate's decisions (other jobs use other ones).
 const CLASSIFICATIONS: &str = "'NEW', 'COEXIST', 'DUPLICATE', 'SUPERSEDE', 'MERGE'";
 
-/// The audit row id of a fact's decision: one per fact, ever.
-pub fn decision_id(fact_id: &str) -> String {
-    derived_id(&format!("integrate|{fact_id}"))
+/// The audit row id of a fact's decision: one per fact, unless `memlife undo` reverted it
+/// (then the next decision is generation 1, and so on).
+pub fn decision_id(fact_id: &str, generation: u32) -> String {
+    if generation == 0 {
+        derived_id(&format!("integrate|{fact_id}"))
+    } else {
+        derived_id(&format!("integrate|{fact_id}|{generation}"))
+    }
+}
+
+/// The id of the `UNDO` audit row that reverts the audit row `undone`.
+pub fn undo_id(undone: &str) -> String {
+    derived_id(&format!("undo|{undone}"))
+}
+
+/// For each fact id: `None` when a decision about it stands (integrated), else the id its
+/// decision gets (a fact never decided, or whose every decision was undone).
+async fn next_decisions(store: &Store, facts: &[String]) -> Result<Vec<Option<String>>> {
+    let mut out: Vec<Option<Option<String>>> = vec![None; facts.len()];
+    let mut generation = 0u32;
+    loop {
+        let open: Vec<usize> = (0..facts.len()).filter(|&i| out[i].is_none()).collect();
+        if open.is_empty() {
+            break;
+        }
+        let ids: Vec<String> = open.iter().map(|&i| decision_id(&facts[i], generation)).collect();
+        let present = store.audit_ids_present(&ids).await?;
+        let undos: Vec<String> = ids.iter().filter(|id| present.contains(*id)).map(|id| undo_id(id)).collect();
+        let undone = store.audit_ids_present(&undos).await?;
+        for (&i, id) in open.iter().zip(&ids) {
+            if !present.contains(id) {
+                out[i] = Some(Some(id.clone()));
+            } else if !undone.contains(&undo_id(id)) {
+                out[i] = Some(None);
+            }
+        }
+        generation += 1;
+    }
+    Ok(out.into_iter().map(|o| o.flatten()).collect())
 }
 
 /// A user's current memories as the candidate search needs them.
@@ -279,6 +315,7 @@ fn link(
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
     run_id: &str,
+    decision_row_id: &str,
     fact: &Map<String, Value>,
     decision: &Decision,
     candidate: Option<&Map<String, Value>>,
@@ -297,7 +334,7 @@ pub fn plan(
         new_row["source"] = json!("integrate");
     }
     let mut row = AuditRow::new(run_id, decision.operation(), "", now);
-    row.id = decision_id(&fact_id);
+    row.id = decision_row_id.to_string();
     row.user_id = Some(user.clone());
     row.source_ids = vec![fact_id.clone()];
     row.classification = Some(decision.classification().to_string());
@@ -626,6 +663,13 @@ async fn unfinished(store: &Store, user: Option<&str>) -> Result<Vec<Plan>> {
         })
         .map(|h| text_of(h, "id"))
         .collect();
+    // Decisions `memlife undo` reverted stay reverted.
+    let undos: Vec<String> = pending.iter().map(|id| undo_id(id)).collect();
+    let undone = store.audit_ids_present(&undos).await?;
+    let pending: Vec<String> = pending
+        .into_iter()
+        .filter(|id| !undone.contains(&undo_id(id)))
+        .collect();
     let mut plans = Vec::new();
     for chunk in pending.chunks(500) {
         let filter = format!("id IN ({})", sql_list(chunk));
@@ -793,12 +837,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
         }
     }
 
-    // Facts already integrated (by any run) are not integrated again.
-    let ids: Vec<String> = facts
-        .iter()
-        .map(|f| decision_id(&text_of(f, "id")))
-        .collect();
-    let done = ctx.store.audit_ids_present(&ids).await?;
+    // Facts already integrated (by any run, and not undone) are not integrated again.
+    let next = next_decisions(
+        &ctx.store,
+        &facts.iter().map(|f| text_of(f, "id")).collect::<Vec<_>>(),
+    )
+    .await?;
     let existing: BTreeSet<String> = ctx
         .store
         .rows_with_ids(
@@ -814,7 +858,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
     let mut todo: Vec<usize> = Vec::new();
     for (i, f) in facts.iter().enumerate() {
         let id = text_of(f, "id");
-        if done.contains(&ids[i]) {
+        if next[i].is_none() {
             add(&mut counts, "already_integrated", 1);
         } else if existing.contains(&id) {
             report.failures.push(ItemFailure {
@@ -1042,6 +1086,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
             };
             let plan = plan(
                 &run_id,
+                next[*f].as_deref().expect("facts to integrate have a decision id"),
                 &facts[*f],
                 &d,
                 candidate,

@@ -79,6 +79,8 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "EXTRACT",
     // `memlife integrate`: a fact queued for review (its judge was unsure).
     "REVIEW",
+    // `memlife undo`: one row per reverted decision, written before anything is reverted.
+    "UNDO",
 ];
 pub const REVIEW_STATUSES: &[&str] = &["pending", "approved", "rejected", "expired"];
 /// The life of a Batch API submission (see `llm::batch`).

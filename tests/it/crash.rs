@@ -237,6 +237,19 @@ const SCENARIOS: &[Scenario] = &[
         witness: "SELECT COUNT(*) AS n FROM review_queue WHERE status = 'expired'",
     },
     Scenario {
+        name: "undo (an integrate run)",
+        setup: &[IMPORT, EMBED, INTEGRATE],
+        job: &["undo", "--last", "integrate", "--embedder", "hash"],
+        points: &[
+            "undo.started",
+            "undo.after-audit",
+            "undo.after-links",
+            "undo.after-restore",
+            "undo.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'UNDO'",
+    },
+    Scenario {
         name: "traverse (heal-on-read)",
         setup: &[IMPORT, DEAD_LINKS],
         job: &["traverse", "noor-0", "--depth", "2"],

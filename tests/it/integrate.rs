@@ -427,3 +427,63 @@ fn a_bad_row_is_named_and_nothing_is_integrated() {
     assert!(failures.contains("field 'text'"), "{failures}");
     assert_eq!(db.count("memories"), 4);
 }
+
+fn snapshot(db: &TestDb) -> Vec<serde_json::Value> {
+    let mut rows = db.rows(
+        "SELECT id, text, CAST(updated_at AS VARCHAR) AS u, CAST(valid_until AS VARCHAR) AS v, \
+         superseded_by, supersession_chain_id, archived_at, consolidates_memory_ids, tags, \
+         importance, CAST(created_at AS VARCHAR) AS c, embedding_model FROM memories ORDER BY id",
+    );
+    rows.extend(db.rows("SELECT source_id, target_id, link_type FROM links ORDER BY source_id"));
+    rows.extend(db.rows("SELECT id, status FROM review_queue ORDER BY id"));
+    rows
+}
+
+#[test]
+fn undo_restores_the_tables_exactly_and_the_facts_can_be_integrated_again() {
+    let (db, _mock, config) = setup(&seed_answers());
+    let facts = write(&db, "new.jsonl", NEW);
+    let before = snapshot(&db);
+    integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
+    let after = snapshot(&db);
+    assert_ne!(before, after);
+    let out = db.run(&["--json", "undo", "--last", "integrate", "--embedder", "hash"]);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(snapshot(&db), before, "undo restores every row");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'UNDO'"),
+        "4"
+    );
+    // Undoing again changes nothing; integrating again gives the same result as the first time.
+    let again = db.run(&["--json", "undo", "--last", "integrate", "--embedder", "hash"]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let report = integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
+    assert_eq!(report["counts"]["merged"], 1, "{report}");
+    assert_eq!(snapshot(&db), after);
+}
+
+#[test]
+fn undo_refuses_when_a_later_run_changed_the_same_rows() {
+    let answers = seed_answers()
+        + "\n"
+        + &classify("User prefers dark mode", "User loves dark mode", "DUPLICATE", 0.95);
+    let (db, _mock, config) = setup(&answers);
+    let facts = write(&db, "new.jsonl", NEW);
+    let first = integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
+    let later = write(
+        &db,
+        "later.jsonl",
+        r#"{"id":"f5","user_id":"u","text":"User loves dark mode","created_at":"2025-04-01T10:00:00Z"}"#,
+    );
+    integrate(&db, &config, &later, "2025-04-02T00:00:00Z", &[]);
+    let before = snapshot(&db);
+    let run = first["run_id"].as_str().unwrap();
+    let out = db.run(&["--json", "undo", run, "--embedder", "hash"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("memory m1 changed"), "{}", stdout(&out));
+    assert_eq!(snapshot(&db), before, "a refused undo changes nothing");
+    // Another job's run is refused with the reason.
+    let out = db.run(&["--json", "undo", "--last", "embed"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("undo reverts integrate and review runs"), "{}", stderr(&out));
+}

@@ -1,0 +1,364 @@
+//! `memlife undo RUN_ID`: reverts an `integrate` or `review` run from its audit rows. Every
+//! decision the run applied holds the memories it wrote (`after_state`) and the memory it
+//! changed as it was (`before_state`): memories the run created are deleted, the ones it
+//! changed get their earlier row back (re-embedded from the restored text by the same model),
+//! its links are removed, review items it queued are dropped and the ones it decided are
+//! pending again. A later run that changed the same rows (a memory's text, validity, chain,
+//! archival or timestamps differ from what the run wrote; a link another run made to a
+//! memory the run created; a queued item decided since) makes undo refuse and name them,
+//! changing nothing. An `UNDO` audit row per reverted decision is written before anything is
+//! changed; undo is idempotent, so a killed undo is finished by running it again, and an
+//! undone fact is integrated again by the next `integrate` of its file.
+//!
+//! Runs of other jobs are refused with the reason: their audit rows do not hold what undo
+//! needs yet.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+
+use anyhow::{Result, anyhow, bail};
+use serde_json::{Map, Value, json};
+
+use crate::app::App;
+use crate::embedders::{Embedded, EmbedderArgs};
+use crate::exit::ExitStatus;
+use crate::jobs::integrate::undo_id;
+use crate::jobs::{ItemFailure, JobReport, JobScope, RunLog};
+use crate::model::encoding::format_timestamp;
+use crate::model::schema::{AUDIT_LOG, MEMORIES, REVIEW_QUEUE};
+use crate::store::audit::AuditRow;
+use crate::store::{batch_from_json, json_rows, sql_list, sql_string};
+
+const JOB: &str = "undo";
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct UndoArgs {
+    /// The run to revert (`memlife sql --file sql/last_runs.sql` lists runs).
+    #[arg(required_unless_present = "last")]
+    pub run_id: Option<String>,
+    /// Revert the latest run of this job (integrate or review) instead of naming it.
+    #[arg(long, conflicts_with = "run_id")]
+    pub last: Option<String>,
+    /// Show what would be reverted, write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+}
+
+/// Columns a later run's change shows in.
+const WATCHED: &[&str] = &[
+    "text",
+    "updated_at",
+    "valid_until",
+    "superseded_by",
+    "supersession_chain_id",
+    "archived_at",
+    "consolidates_memory_ids",
+];
+
+fn text_of(row: &Map<String, Value>, field: &str) -> String {
+    row.get(field)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+fn same(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+    WATCHED.iter().all(|c| {
+        let (x, y) = (a.get(*c).unwrap_or(&Value::Null), b.get(*c).unwrap_or(&Value::Null));
+        x == y || (x.is_null() && y.as_array().is_some_and(Vec::is_empty))
+            || (y.is_null() && x.as_array().is_some_and(Vec::is_empty))
+    })
+}
+
+pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    let scope = JobScope {
+        user: None,
+        dry_run: args.dry_run,
+    };
+    let ctx = app.job_ctx(&scope, None).await?;
+    let store = &ctx.store;
+    let run_id = match (&args.run_id, &args.last) {
+        (Some(id), _) => id.clone(),
+        (None, Some(job)) => {
+            let mut runs = json_rows(
+                &store
+                    .scan_columns(
+                        "runs",
+                        Some(&format!("job = {} AND dry_run = false", sql_string(job))),
+                        &["run_id", "started_at"],
+                    )
+                    .await?,
+            );
+            runs.sort_by_key(|r| text_of(r, "started_at"));
+            match runs.last() {
+                Some(r) => text_of(r, "run_id"),
+                None => bail!("no {job} run to undo"),
+            }
+        }
+        (None, None) => bail!("name a run, or --last JOB"),
+    };
+    let run_id_text = run_id;
+    let runs = json_rows(
+        &store
+            .scan_columns(
+                "runs",
+                Some(&format!("run_id = {}", sql_string(&run_id_text))),
+                &["run_id", "job", "status"],
+            )
+            .await?,
+    );
+    let Some(target) = runs.first() else {
+        bail!("no run with id '{}' (see `memlife sql --file sql/last_runs.sql`)", run_id_text);
+    };
+    let job = text_of(target, "job");
+    if !matches!(job.as_str(), "integrate" | "review") {
+        bail!(
+            "run {} is a '{job}' run: undo reverts integrate and review runs (their audit rows \
+             hold every row they wrote and every row as it was); other jobs' rows do not yet",
+            run_id_text
+        );
+    }
+    let decisions = json_rows(
+        &store
+            .scan(
+                AUDIT_LOG.name,
+                Some(&format!(
+                    "run_id = {} AND operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE', 'REVIEW')",
+                    sql_string(&run_id_text)
+                )),
+            )
+            .await?,
+    );
+    // What each decision wrote and what it changed.
+    let mut restore: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+    let mut written: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+    let mut created: BTreeSet<String> = BTreeSet::new();
+    let mut links: Vec<(String, String, String)> = Vec::new();
+    let mut queued: Vec<String> = Vec::new();
+    for d in &decisions {
+        let after: Value = serde_json::from_str(d["after_state"].as_str().unwrap_or("{}"))?;
+        let before: Option<Map<String, Value>> = d["before_state"]
+            .as_str()
+            .and_then(|b| serde_json::from_str(b).ok());
+        let before_id = before.as_ref().map(|b| text_of(b, "id"));
+        for m in after["memories"].as_array().into_iter().flatten() {
+            let Some(m) = m.as_object() else { continue };
+            let id = text_of(m, "id");
+            written.insert(id.clone(), m.clone());
+            match (&before, &before_id) {
+                (Some(b), Some(bid)) if *bid == id => {
+                    restore.insert(id, b.clone());
+                }
+                _ => {
+                    created.insert(id);
+                }
+            }
+        }
+        for l in after["links"].as_array().into_iter().flatten() {
+            links.push((
+                l["source_id"].as_str().unwrap_or("").to_string(),
+                l["target_id"].as_str().unwrap_or("").to_string(),
+                l["link_type"].as_str().unwrap_or("").to_string(),
+            ));
+        }
+        if let Some(id) = after["review"]["id"].as_str() {
+            queued.push(id.to_string());
+        }
+    }
+    let decided: Vec<Map<String, Value>> = json_rows(
+        &store
+            .scan_columns(
+                REVIEW_QUEUE.name,
+                Some(&format!("decided_by_run = {}", sql_string(&run_id_text))),
+                &["id", "status"],
+            )
+            .await?,
+    );
+
+    // Refuse when a later run changed what this one wrote.
+    let mut conflicts: Vec<String> = Vec::new();
+    let ids: Vec<String> = written.keys().cloned().collect();
+    let current: BTreeMap<String, Map<String, Value>> = store
+        .rows_with_ids("memories", &ids, None, &MEMORIES.columns_except("embedding"))
+        .await?
+        .into_iter()
+        .map(|r| (text_of(&r, "id"), r))
+        .collect();
+    for (id, after) in &written {
+        match current.get(id) {
+            // Already deleted by a killed undo of this run.
+            None if created.contains(id) => {}
+            None => conflicts.push(format!("memory {id} no longer exists")),
+            Some(now) if same(now, after) => {}
+            Some(now) if restore.get(id).is_some_and(|b| same(now, b)) => {} // restored already
+            Some(_) => conflicts.push(format!(
+                "memory {id} changed after run {} (a later run rewrote it)",
+                run_id_text
+            )),
+        }
+    }
+    if !created.is_empty() {
+        let list = sql_list(&created.iter().cloned().collect::<Vec<_>>());
+        let own: BTreeSet<&(String, String, String)> = links.iter().collect();
+        for l in json_rows(
+            &store
+                .scan_columns(
+                    "links",
+                    Some(&format!("source_id IN ({list}) OR target_id IN ({list})")),
+                    &["source_id", "target_id", "link_type"],
+                )
+                .await?,
+        ) {
+            let key = (text_of(&l, "source_id"), text_of(&l, "target_id"), text_of(&l, "link_type"));
+            if !own.contains(&key) {
+                conflicts.push(format!(
+                    "link {} -> {} ({}) was made by a later run to a memory run {} created",
+                    key.0, key.1, key.2, run_id_text
+                ));
+            }
+        }
+    }
+    if !queued.is_empty() {
+        for r in json_rows(
+            &store
+                .scan_columns(
+                    REVIEW_QUEUE.name,
+                    Some(&format!("id IN ({}) AND status <> 'pending'", sql_list(&queued))),
+                    &["id", "status", "decided_by_run"],
+                )
+                .await?,
+        ) {
+            conflicts.push(format!(
+                "review item {} was {} by run {} since: undo that run first",
+                text_of(&r, "id"),
+                text_of(&r, "status"),
+                text_of(&r, "decided_by_run")
+            ));
+        }
+    }
+    let mut report = JobReport::new(JOB, &ctx);
+    if !conflicts.is_empty() {
+        report.status = crate::jobs::Status::Failed;
+        report.error = Some(format!(
+            "run {} cannot be undone: {} rows were changed by later runs; nothing was changed",
+            run_id_text,
+            conflicts.len()
+        ));
+        report.failures = conflicts
+            .into_iter()
+            .map(|c| ItemFailure {
+                item: run_id_text.clone(),
+                reason: c,
+            })
+            .collect();
+        report.print(app.json, out)?;
+        return Ok(report.exit_status());
+    }
+    report.count("decisions", decisions.len() as u64);
+    report.count("memories_deleted", created.len() as u64);
+    report.count("memories_restored", restore.len() as u64);
+    report.count("links_removed", links.len() as u64);
+    report.count("reviews_removed", queued.len() as u64);
+    report.count("reviews_reopened", decided.len() as u64);
+    if args.dry_run {
+        report.print(app.json, out)?;
+        return Ok(report.exit_status());
+    }
+    let log = RunLog::start(&ctx, JOB, &json!({"undo": run_id_text})).await?;
+    let now = ctx.now.timestamp_micros();
+    // The log first: one UNDO row per decision, with the rows as they are now.
+    let audit: Vec<AuditRow> = decisions
+        .iter()
+        .map(|d| {
+            let undone = text_of(d, "id");
+            let target = text_of(d, "target_id");
+            let mut row = AuditRow::new(log.run_id(), "UNDO", "", now);
+            row.id = undo_id(&undone);
+            row.user_id = d["user_id"].as_str().map(str::to_string);
+            row.source_ids = vec![undone];
+            row.target_id = Some(target.clone());
+            row.classification = Some(run_id_text.clone());
+            row.before_state = current.get(&target).map(|r| Value::Object(r.clone()).to_string());
+            row.after_state = restore.get(&target).map(|r| Value::Object(r.clone()).to_string());
+            row.reasoning = Some(format!("undo of run {}", run_id_text));
+            row
+        })
+        .collect();
+    store.write_audit(&audit).await?;
+    crate::crash::point("undo.after-audit");
+    // What later jobs derived from the memories this run created (entities rebuild it).
+    if !created.is_empty() {
+        let list = sql_list(&created.iter().cloned().collect::<Vec<_>>());
+        store
+            .delete_where("memory_entities", &format!("memory_id IN ({list})"))
+            .await?;
+        store
+            .delete_where("entity_scans", &format!("memory_id IN ({list})"))
+            .await?;
+    }
+    let keys: Vec<(&str, &str, &str)> = links
+        .iter()
+        .map(|(s, t, ty)| (s.as_str(), t.as_str(), ty.as_str()))
+        .collect();
+    store.delete_links(&keys).await?;
+    if !queued.is_empty() {
+        store
+            .delete_where(
+                REVIEW_QUEUE.name,
+                &format!("id IN ({}) AND status = 'pending'", sql_list(&queued)),
+            )
+            .await?;
+    }
+    if !decided.is_empty() {
+        store
+            .update_where(
+                REVIEW_QUEUE.name,
+                &format!("decided_by_run = {}", sql_string(&run_id_text)),
+                &[
+                    ("status", "'pending'".into()),
+                    ("decided_at", "NULL".into()),
+                    ("decided_by_run", "NULL".into()),
+                ],
+            )
+            .await?;
+    }
+    crate::crash::point("undo.after-links");
+    if !restore.is_empty() {
+        let dim = store.embedding_dim();
+        let embedder = app.embedder(&args.embedder, dim, 16).await?;
+        let model = embedder.model_name();
+        let mut rows: Vec<Value> = Vec::new();
+        let texts: Vec<String> = restore.values().map(|r| text_of(r, "text")).collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        for ((id, before), e) in restore.iter().zip(embedder.embed(&refs).await?) {
+            let wanted = text_of(before, "embedding_model");
+            if !wanted.is_empty() && wanted != model {
+                bail!("memory {id} was embedded by {wanted}: run undo with the embedder of that model (this one is {model})");
+            }
+            let Embedded::Vector { values, .. } = e else {
+                return Err(anyhow!("the embedder refused memory {id}'s text"));
+            };
+            let mut row = Value::Object(before.clone());
+            row["embedding"] = json!(values);
+            row["embedding_model"] = json!(model);
+            rows.push(row);
+        }
+        let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        store.upsert_batch(&MEMORIES, batch).await?;
+    }
+    crate::crash::point("undo.after-restore");
+    if !created.is_empty() {
+        store
+            .delete_where(
+                "memories",
+                &format!("id IN ({})", sql_list(&created.iter().cloned().collect::<Vec<_>>())),
+            )
+            .await?;
+    }
+    report.notes.push(format!("run {} undone ({} at {})", run_id_text, job, format_timestamp(now)));
+    log.finish(&ctx, &mut report).await?;
+    report.print(app.json, out)?;
+    Ok(report.exit_status())
+}
