@@ -18,8 +18,16 @@ use super::bench_consolidate::{Workdir, cpu_name, memlife};
 #[derive(clap::Args, Clone, Debug)]
 pub struct IntegrateEvalArgs {
     /// JSON Lines of `{"old", "new", "label"}` (label DUPLICATE, SUPERSEDE, MERGE or COEXIST).
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "synth")]
     pub pairs: Vec<PathBuf>,
+    /// Pairs from a `memlife synth` file and its truth (`--truth`): the first two memories of
+    /// each duplicate group (DUPLICATE) and merge group (MERGE), consecutive versions of each
+    /// supersession chain (SUPERSEDE), and two memories naming one entity that are in none of
+    /// those (COEXIST, as many as there are merge groups).
+    #[arg(long, requires = "truth")]
+    pub synth: Option<PathBuf>,
+    #[arg(long)]
+    pub truth: Option<PathBuf>,
     /// Embedder of the store: local (all-MiniLM-L6-v2, its calibrated threshold) or hash.
     #[arg(long, default_value = "local")]
     pub embedder: String,
@@ -44,6 +52,80 @@ fn outcome(operation: &str, classification: &str) -> String {
         ("REVIEW", c) => format!("REVIEW:{c}"),
         (op, _) => op.to_string(),
     }
+}
+
+fn synth_pairs(
+    memories: &std::path::Path,
+    truth: &std::path::Path,
+) -> Result<Vec<(String, String, String)>> {
+    let mut text: BTreeMap<String, String> = BTreeMap::new();
+    for line in std::fs::read_to_string(memories)
+        .with_context(|| format!("reading {}", memories.display()))?
+        .lines()
+    {
+        let v: Value = serde_json::from_str(line)
+            .with_context(|| format!("{}: a line is not JSON", memories.display()))?;
+        if let (Some(id), Some(t)) = (v["id"].as_str(), v["text"].as_str()) {
+            text.insert(id.to_string(), t.to_string());
+        }
+    }
+    let truth: Value = serde_json::from_str(
+        &std::fs::read_to_string(truth).with_context(|| format!("reading {}", truth.display()))?,
+    )
+    .with_context(|| format!("{}: not JSON", truth.display()))?;
+    let ids = |g: &Value| -> Vec<String> {
+        g["memory_ids"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    let mut pairs = Vec::new();
+    let mut grouped = std::collections::BTreeSet::new();
+    let push = |a: &str, b: &str, label: &str, pairs: &mut Vec<(String, String, String)>| {
+        if let (Some(x), Some(y)) = (text.get(a), text.get(b)) {
+            pairs.push((x.clone(), y.clone(), label.to_string()));
+        }
+    };
+    for (kind, label) in [("duplicate_groups", "DUPLICATE"), ("merge_groups", "MERGE")] {
+        for g in truth[kind].as_array().into_iter().flatten() {
+            let m = ids(g);
+            grouped.extend(m.iter().cloned());
+            if let [a, b, ..] = m.as_slice() {
+                push(a, b, label, &mut pairs);
+            }
+        }
+    }
+    for g in truth["supersession_chains"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let m = ids(g);
+        grouped.extend(m.iter().cloned());
+        for w in m.windows(2) {
+            push(&w[0], &w[1], "SUPERSEDE", &mut pairs);
+        }
+    }
+    let wanted = truth["merge_groups"].as_array().map_or(0, Vec::len);
+    let mut coexist = 0;
+    for e in truth["entities"].as_array().into_iter().flatten() {
+        if coexist >= wanted {
+            break;
+        }
+        let free: Vec<String> = ids(e)
+            .into_iter()
+            .filter(|m| !grouped.contains(m))
+            .collect();
+        if let [a, b, ..] = free.as_slice() {
+            push(a, b, "COEXIST", &mut pairs);
+            grouped.insert(a.clone());
+            grouped.insert(b.clone());
+            coexist += 1;
+        }
+    }
+    Ok(pairs)
 }
 
 pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Result<()> {
@@ -72,6 +154,9 @@ pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Res
             }
             pairs.push((old.to_string(), new.to_string(), label.to_string()));
         }
+    }
+    if let (Some(memories), Some(truth)) = (&args.synth, &args.truth) {
+        pairs.extend(synth_pairs(memories, truth)?);
     }
     if pairs.is_empty() {
         bail!("no integrate pairs ({{\"old\", \"new\", \"label\"}}) in the files given");

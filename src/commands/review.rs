@@ -27,7 +27,6 @@ use crate::llm::{Item, LlmArgs};
 use crate::logic::integrate::{Class, Decision};
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::{MEMORIES, REVIEW_QUEUE};
-use crate::store::audit::derived_id;
 use crate::store::{Store, json_rows, sql_list, sql_string, sql_timestamp};
 
 const JOB: &str = "review";
@@ -140,9 +139,11 @@ async fn settle(
         .into_iter()
         .map(|r| (text_of(&r, "id"), r))
         .collect();
+    let fact_ids: Vec<String> = items.iter().map(|i| text_of(i, "fact_id")).collect();
+    let settlement = crate::jobs::integrate::settlement_ids(&ctx.store, &fact_ids).await?;
     let mut plans = Vec::new();
     let mut settled = Vec::new();
-    for item in items {
+    for (item, settlement_id) in items.iter().zip(&settlement) {
         let id = text_of(item, "id");
         let fact: Map<String, Value> = serde_json::from_str(&text_of(item, "fact"))
             .map_err(|e| anyhow!("review item {id}: its fact is not a JSON object: {e}"))?;
@@ -193,7 +194,7 @@ async fn settle(
         };
         let plan = plan(
             run_id,
-            &derived_id(&format!("integrate-review|{}|{run_id}", text_of(&fact, "id"))),
+            settlement_id,
             &fact,
             &decision,
             candidate,

@@ -66,8 +66,12 @@ fn text_of(row: &Map<String, Value>, field: &str) -> String {
 
 fn same(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     WATCHED.iter().all(|c| {
-        let (x, y) = (a.get(*c).unwrap_or(&Value::Null), b.get(*c).unwrap_or(&Value::Null));
-        x == y || (x.is_null() && y.as_array().is_some_and(Vec::is_empty))
+        let (x, y) = (
+            a.get(*c).unwrap_or(&Value::Null),
+            b.get(*c).unwrap_or(&Value::Null),
+        );
+        x == y
+            || (x.is_null() && y.as_array().is_some_and(Vec::is_empty))
             || (y.is_null() && x.as_array().is_some_and(Vec::is_empty))
     })
 }
@@ -110,7 +114,10 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
             .await?,
     );
     let Some(target) = runs.first() else {
-        bail!("no run with id '{}' (see `memlife sql --file sql/last_runs.sql`)", run_id_text);
+        bail!(
+            "no run with id '{}' (see `memlife sql --file sql/last_runs.sql`)",
+            run_id_text
+        );
     };
     let job = text_of(target, "job");
     if !matches!(job.as_str(), "integrate" | "review") {
@@ -181,7 +188,12 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
     let mut conflicts: Vec<String> = Vec::new();
     let ids: Vec<String> = written.keys().cloned().collect();
     let current: BTreeMap<String, Map<String, Value>> = store
-        .rows_with_ids("memories", &ids, None, &MEMORIES.columns_except("embedding"))
+        .rows_with_ids(
+            "memories",
+            &ids,
+            None,
+            &MEMORIES.columns_except("embedding"),
+        )
         .await?
         .into_iter()
         .map(|r| (text_of(&r, "id"), r))
@@ -211,7 +223,11 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
                 )
                 .await?,
         ) {
-            let key = (text_of(&l, "source_id"), text_of(&l, "target_id"), text_of(&l, "link_type"));
+            let key = (
+                text_of(&l, "source_id"),
+                text_of(&l, "target_id"),
+                text_of(&l, "link_type"),
+            );
             if !own.contains(&key) {
                 conflicts.push(format!(
                     "link {} -> {} ({}) was made by a later run to a memory run {} created",
@@ -225,7 +241,10 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
             &store
                 .scan_columns(
                     REVIEW_QUEUE.name,
-                    Some(&format!("id IN ({}) AND status <> 'pending'", sql_list(&queued))),
+                    Some(&format!(
+                        "id IN ({}) AND status <> 'pending'",
+                        sql_list(&queued)
+                    )),
                     &["id", "status", "decided_by_run"],
                 )
                 .await?,
@@ -279,9 +298,13 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
             row.user_id = d["user_id"].as_str().map(str::to_string);
             row.source_ids = vec![undone];
             row.target_id = Some(target.clone());
-            row.classification = Some(run_id_text.clone());
-            row.before_state = current.get(&target).map(|r| Value::Object(r.clone()).to_string());
-            row.after_state = restore.get(&target).map(|r| Value::Object(r.clone()).to_string());
+            row.classification = Some(format!("REVERTED {}", text_of(d, "operation")));
+            row.before_state = current
+                .get(&target)
+                .map(|r| Value::Object(r.clone()).to_string());
+            row.after_state = restore
+                .get(&target)
+                .map(|r| Value::Object(r.clone()).to_string());
             row.reasoning = Some(format!("undo of run {}", run_id_text));
             row
         })
@@ -335,7 +358,9 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         for ((id, before), e) in restore.iter().zip(embedder.embed(&refs).await?) {
             let wanted = text_of(before, "embedding_model");
             if !wanted.is_empty() && wanted != model {
-                bail!("memory {id} was embedded by {wanted}: run undo with the embedder of that model (this one is {model})");
+                bail!(
+                    "memory {id} was embedded by {wanted}: run undo with the embedder of that model (this one is {model})"
+                );
             }
             let Embedded::Vector { values, .. } = e else {
                 return Err(anyhow!("the embedder refused memory {id}'s text"));
@@ -353,11 +378,19 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         store
             .delete_where(
                 "memories",
-                &format!("id IN ({})", sql_list(&created.iter().cloned().collect::<Vec<_>>())),
+                &format!(
+                    "id IN ({})",
+                    sql_list(&created.iter().cloned().collect::<Vec<_>>())
+                ),
             )
             .await?;
     }
-    report.notes.push(format!("run {} undone ({} at {})", run_id_text, job, format_timestamp(now)));
+    report.notes.push(format!(
+        "run {} undone ({} at {})",
+        run_id_text,
+        job,
+        format_timestamp(now)
+    ));
     log.finish(&ctx, &mut report).await?;
     report.print(app.json, out)?;
     Ok(report.exit_status())

@@ -112,6 +112,36 @@ pub fn undo_id(undone: &str) -> String {
     derived_id(&format!("undo|{undone}"))
 }
 
+/// The audit row id of a review item's settlement: the standing one if a run already wrote
+/// it (a killed settlement is finished under the same id), else the first generation no undo
+/// has reverted.
+pub async fn settlement_ids(store: &Store, facts: &[String]) -> Result<Vec<String>> {
+    let id = |f: &str, g: u32| derived_id(&format!("integrate-review|{f}|{g}"));
+    let mut out: Vec<Option<String>> = vec![None; facts.len()];
+    let mut generation = 0u32;
+    loop {
+        let open: Vec<usize> = (0..facts.len()).filter(|&i| out[i].is_none()).collect();
+        if open.is_empty() {
+            break;
+        }
+        let ids: Vec<String> = open.iter().map(|&i| id(&facts[i], generation)).collect();
+        let present = store.audit_ids_present(&ids).await?;
+        let undos: Vec<String> = ids
+            .iter()
+            .filter(|x| present.contains(*x))
+            .map(|x| undo_id(x))
+            .collect();
+        let undone = store.audit_ids_present(&undos).await?;
+        for (&i, x) in open.iter().zip(&ids) {
+            if !present.contains(x) || !undone.contains(&undo_id(x)) {
+                out[i] = Some(x.clone());
+            }
+        }
+        generation += 1;
+    }
+    Ok(out.into_iter().map(|o| o.unwrap_or_default()).collect())
+}
+
 /// For each fact id: `None` when a decision about it stands (integrated), else the id its
 /// decision gets (a fact never decided, or whose every decision was undone).
 async fn next_decisions(store: &Store, facts: &[String]) -> Result<Vec<Option<String>>> {
@@ -122,9 +152,16 @@ async fn next_decisions(store: &Store, facts: &[String]) -> Result<Vec<Option<St
         if open.is_empty() {
             break;
         }
-        let ids: Vec<String> = open.iter().map(|&i| decision_id(&facts[i], generation)).collect();
+        let ids: Vec<String> = open
+            .iter()
+            .map(|&i| decision_id(&facts[i], generation))
+            .collect();
         let present = store.audit_ids_present(&ids).await?;
-        let undos: Vec<String> = ids.iter().filter(|id| present.contains(*id)).map(|id| undo_id(id)).collect();
+        let undos: Vec<String> = ids
+            .iter()
+            .filter(|id| present.contains(*id))
+            .map(|id| undo_id(id))
+            .collect();
         let undone = store.audit_ids_present(&undos).await?;
         for (&i, id) in open.iter().zip(&ids) {
             if !present.contains(id) {
@@ -1086,7 +1123,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
             };
             let plan = plan(
                 &run_id,
-                next[*f].as_deref().expect("facts to integrate have a decision id"),
+                next[*f]
+                    .as_deref()
+                    .expect("facts to integrate have a decision id"),
                 &facts[*f],
                 &d,
                 candidate,

@@ -9,7 +9,9 @@
 //!   "switched", "no longer", "sold" before weak ones such as "now"; "new" only before a
 //!   single-valued slot such as "address"; "started" is no cue).
 //! - integrate.classify: the same subject with a change cue, not in a plan, on a shared topic
-//!   (a weak cue needs two shared words) is SUPERSEDE; the same subject saying nothing new
+//!   (a weak cue needs two shared words), not a restatement (the same cue on both sides, no
+//!   new value, nothing new said) is SUPERSEDE; two memories of different days where either
+//!   is an episode or says a relative time are two events, COEXIST; the same subject saying nothing new
 //!   (Jaccard >= 0.5, the newer contained in the older, or the same two or more values and a
 //!   content word in common), no event told as a restatement of a trait, is DUPLICATE; the newer restating most of the older and adding two or more words, no event
 //!   folded into a trait, is MERGE; anything else COEXIST (the safe answer, confidence 0.5).
@@ -117,11 +119,25 @@ fn pairing(old: &Reading, newer: &Reading) -> Pairing {
     }
 }
 
+/// The newer memory says again what the older one said, change cue included ("moved to
+/// Lisbon" twice): the same cue on both sides, no new value, and no word in the newer one
+/// that the older one lacks. A restatement, not a change.
+fn restates(old: &Reading, newer: &Reading, p: &Pairing) -> bool {
+    old.change.is_some()
+        && old.change == newer.change
+        && old.negated == newer.negated
+        && !p.newer_new_values
+        && p.new_words == 0
+}
+
 /// The newer memory reports that a value of the same entity changed: a change cue, not in a
 /// plan, about the same entity, on a shared topic (a content word or a value in common, or
 /// numbers on both sides).
 fn change_of(old: &Reading, newer: &Reading, p: &Pairing) -> Option<String> {
     let cue = newer.change.clone()?;
+    if restates(old, newer, p) {
+        return None;
+    }
     let numbers = |r: &Reading| {
         r.values
             .iter()
@@ -154,6 +170,9 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
     let (a, b) = (read(&old.text), read(&newer.text));
     let p = pairing(&a, &b);
     let same_polarity = a.negated == b.negated;
+    // Events of different days (an episode, or a relative time read from each day) are two
+    // memories however alike their words: never one duplicate, never one merge.
+    let apart = anchors_differ(old, newer);
     let (classification, confidence, reasoning) = if let Some(cue) = change_of(&a, &b, &p) {
         (
             Classification::Supersede,
@@ -163,10 +182,16 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
                 b.entity
             ),
         )
+    } else if apart {
+        (
+            Classification::Coexist,
+            0.5,
+            "events of different days are different events: keep both".to_string(),
+        )
     } else if p.same_entity
         && same_polarity
         && !p.newer_new_values
-        && b.change.is_none()
+        && (b.change.is_none() || restates(&a, &b, &p))
         && (p.jaccard >= 0.5 || p.newer_contained || (p.same_values && p.shared >= 1))
         && (!tells_event(&b) || tells_event(&a))
     {
@@ -1030,6 +1055,34 @@ mod tests {
             happens_at: None,
             text: text.into(),
         }
+    }
+
+    #[test]
+    fn a_change_said_twice_is_a_duplicate_not_a_supersession() {
+        let old = memory("a", "01-01", "Wren moved to Lisbon in March 2025.");
+        let again = memory("b", "02-01", "Wren moved to Lisbon in March 2025.");
+        assert_eq!(
+            classify(&old, &again).classification,
+            Classification::Duplicate
+        );
+        assert_ne!(link(&again, &old).link_type, LinkType::Supersedes);
+        // The same words about events of different days are two events.
+        let vet = memory(
+            "d",
+            "01-10",
+            "User took Nori to the vet for a check-up yesterday.",
+        );
+        let again = memory("e", "03-10", "User took Nori to the vet for a check-up.");
+        assert_eq!(
+            classify(&vet, &again).classification,
+            Classification::Coexist
+        );
+        // A new value is still a change.
+        let later = memory("c", "03-01", "Wren moved to Porto in May 2025.");
+        assert_eq!(
+            classify(&old, &later).classification,
+            Classification::Supersede
+        );
     }
 
     #[test]

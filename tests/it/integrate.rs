@@ -447,15 +447,35 @@ fn undo_restores_the_tables_exactly_and_the_facts_can_be_integrated_again() {
     integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
     let after = snapshot(&db);
     assert_ne!(before, after);
-    let out = db.run(&["--json", "undo", "--last", "integrate", "--embedder", "hash"]);
-    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    let out = db.run(&[
+        "--json",
+        "undo",
+        "--last",
+        "integrate",
+        "--embedder",
+        "hash",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
     assert_eq!(snapshot(&db), before, "undo restores every row");
     assert_eq!(
         db.scalar("SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'UNDO'"),
         "4"
     );
     // Undoing again changes nothing; integrating again gives the same result as the first time.
-    let again = db.run(&["--json", "undo", "--last", "integrate", "--embedder", "hash"]);
+    let again = db.run(&[
+        "--json",
+        "undo",
+        "--last",
+        "integrate",
+        "--embedder",
+        "hash",
+    ]);
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     let report = integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
     assert_eq!(report["counts"]["merged"], 1, "{report}");
@@ -466,7 +486,12 @@ fn undo_restores_the_tables_exactly_and_the_facts_can_be_integrated_again() {
 fn undo_refuses_when_a_later_run_changed_the_same_rows() {
     let answers = seed_answers()
         + "\n"
-        + &classify("User prefers dark mode", "User loves dark mode", "DUPLICATE", 0.95);
+        + &classify(
+            "User prefers dark mode",
+            "User loves dark mode",
+            "DUPLICATE",
+            0.95,
+        );
     let (db, _mock, config) = setup(&answers);
     let facts = write(&db, "new.jsonl", NEW);
     let first = integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
@@ -480,10 +505,18 @@ fn undo_refuses_when_a_later_run_changed_the_same_rows() {
     let run = first["run_id"].as_str().unwrap();
     let out = db.run(&["--json", "undo", run, "--embedder", "hash"]);
     assert_ne!(out.status.code(), Some(0));
-    assert!(stdout(&out).contains("memory m1 changed"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("memory m1 changed"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(snapshot(&db), before, "a refused undo changes nothing");
     // Another job's run is refused with the reason.
     let out = db.run(&["--json", "undo", "--last", "embed"]);
     assert_ne!(out.status.code(), Some(0));
-    assert!(stderr(&out).contains("undo reverts integrate and review runs"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("undo reverts integrate and review runs"),
+        "{}",
+        stderr(&out)
+    );
 }
