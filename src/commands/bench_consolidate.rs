@@ -190,12 +190,8 @@ pub fn score(truth: &Value, consolidations: &[Vec<String>]) -> Value {
 }
 
 fn start_mock(bench: &ConsolidateBench, truth: &str) -> Result<(MockServer, String)> {
-    let exe = std::env::current_exe()?;
     let mut args = vec![
-        "mock-llm".to_string(),
-        "--port".into(),
-        "0".into(),
-        "--latency-ms".into(),
+        "--latency-ms".to_string(),
         bench.latency_ms.to_string(),
         "--batch-delay-ms".into(),
         bench.batch_delay_ms.to_string(),
@@ -203,8 +199,15 @@ fn start_mock(bench: &ConsolidateBench, truth: &str) -> Result<(MockServer, Stri
     if bench.judge == BenchJudge::Oracle {
         args.extend(["--truth".into(), truth.to_string()]);
     }
+    spawn_mock(&args)
+}
+
+/// Starts `memlife mock-llm` on a free port with `args`; its address.
+pub(crate) fn spawn_mock(args: &[String]) -> Result<(MockServer, String)> {
+    let exe = std::env::current_exe()?;
     let mut child = Command::new(exe)
-        .args(&args)
+        .args(["mock-llm", "--port", "0"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

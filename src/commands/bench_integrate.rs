@@ -8,12 +8,12 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use super::bench_consolidate::{MockServer, Workdir, count, cpu_name, memlife};
+use super::bench_consolidate::{MockServer, Workdir, count, cpu_name, memlife, spawn_mock};
 
 #[derive(clap::Args, Debug)]
 pub struct IntegrateBench {
@@ -37,33 +37,7 @@ pub struct IntegrateBench {
 }
 
 fn start_mock(latency_ms: u64) -> Result<(MockServer, String)> {
-    use std::io::BufRead;
-    let exe = std::env::current_exe()?;
-    let mut child = Command::new(exe)
-        .args([
-            "mock-llm",
-            "--port",
-            "0",
-            "--latency-ms",
-            &latency_ms.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting memlife mock-llm")?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow!("mock-llm has no stdout"))?;
-    let mut line = String::new();
-    std::io::BufReader::new(stdout).read_line(&mut line)?;
-    let url = line
-        .split_whitespace()
-        .last()
-        .filter(|u| u.starts_with("http"))
-        .ok_or_else(|| anyhow!("mock-llm printed no address: {line:?}"))?
-        .to_string();
-    Ok((MockServer(child), url))
+    spawn_mock(&["--latency-ms".to_string(), latency_ms.to_string()])
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> Result<()> {

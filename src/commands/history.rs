@@ -14,6 +14,7 @@ use crate::exit::ExitStatus;
 use crate::logic::integrate::{chain_order, valid_at};
 use crate::model::encoding::parse_timestamp;
 use crate::store::{json_rows, sql_string};
+use crate::store::{text_of, time_of};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct HistoryArgs {
@@ -35,19 +36,6 @@ const COLUMNS: &[&str] = &[
     "archived_at",
     "created_at",
 ];
-
-fn text_of(row: &Map<String, Value>, field: &str) -> String {
-    row.get(field)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
-}
-
-fn time_of(row: &Map<String, Value>, field: &str) -> Option<i64> {
-    row.get(field)
-        .and_then(Value::as_str)
-        .and_then(parse_timestamp)
-}
 
 pub async fn run(app: &App, args: &HistoryArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     let as_of = match &args.as_of {

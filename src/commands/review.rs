@@ -27,6 +27,7 @@ use crate::llm::{Item, LlmArgs};
 use crate::logic::integrate::{Class, Decision};
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::{MEMORIES, REVIEW_QUEUE};
+use crate::store::text_of;
 use crate::store::{Store, json_rows, sql_list, sql_string, sql_timestamp};
 
 const JOB: &str = "review";
@@ -91,13 +92,6 @@ impl Verdict {
             Verdict::Expire => "expired",
         }
     }
-}
-
-fn text_of(row: &Map<String, Value>, field: &str) -> String {
-    row.get(field)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
 }
 
 async fn items(store: &Store, filter: &str) -> Result<Vec<Map<String, Value>>> {

@@ -27,6 +27,7 @@ use crate::jobs::{ItemFailure, JobReport, JobScope, RunLog};
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, MEMORIES, REVIEW_QUEUE};
 use crate::store::audit::AuditRow;
+use crate::store::text_of;
 use crate::store::{batch_from_json, json_rows, sql_list, sql_string};
 
 const JOB: &str = "undo";
@@ -56,13 +57,6 @@ const WATCHED: &[&str] = &[
     "archived_at",
     "consolidates_memory_ids",
 ];
-
-fn text_of(row: &Map<String, Value>, field: &str) -> String {
-    row.get(field)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
-}
 
 fn same(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     WATCHED.iter().all(|c| {

@@ -25,6 +25,7 @@ use crate::llm::{Item, LlmArgs, Mode};
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, MEMORY_ENTITIES};
 use crate::store::audit::AuditRow;
+use crate::store::text_of;
 use crate::store::{batch_from_json, json_rows, sql_list, sql_string};
 
 /// Updated descriptions of dirty entities (LLM role `entity.describe`, offline fallback).
@@ -52,13 +53,6 @@ impl Job for DescribeArgs {
     fn clock(&self) -> Option<&str> {
         self.now.as_deref()
     }
-}
-
-fn text_of(row: &serde_json::Map<String, Value>, field: &str) -> String {
-    row.get(field)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
 }
 
 /// The notes of an entity row, oldest first: (text, date_added).

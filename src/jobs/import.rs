@@ -410,17 +410,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ImportArgs) -> Result<JobReport> {
         ));
     }
     let file = args.file.display().to_string();
-    report.failures = tally
-        .rejected
-        .iter()
-        .map(|e| ItemFailure {
-            item: format!("{file}:{}", e.location),
-            reason: match &e.field {
-                Some(field) => format!("field '{field}': {}", e.reason),
-                None => e.reason.clone(),
-            },
-        })
-        .collect();
+    report.failures = failures_of(&file, &tally.rejected);
 
     if let Some(e) = fatal {
         report.status = Status::Failed;
@@ -478,8 +468,14 @@ pub fn read_validated(
         bail!("{}: {e}", path.display());
     }
     let file = path.display().to_string();
-    let rejected = std::mem::take(&mut tally.lock().expect("tally lock").rejected)
-        .into_iter()
+    let rejected = failures_of(&file, &tally.lock().expect("tally lock").rejected);
+    Ok((batches, rejected))
+}
+
+/// Refused rows as report failures, named by file and location, and field when known.
+fn failures_of(file: &str, rejected: &[RowError]) -> Vec<ItemFailure> {
+    rejected
+        .iter()
         .map(|e| ItemFailure {
             item: format!("{file}:{}", e.location),
             reason: match &e.field {
@@ -487,6 +483,5 @@ pub fn read_validated(
                 None => e.reason.clone(),
             },
         })
-        .collect();
-    Ok((batches, rejected))
+        .collect()
 }

@@ -44,10 +44,11 @@ use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, Llm, LlmArgs, Outcome};
 use crate::logic::integrate::{Answer, Class, Decision, IntegrateParams, decide, union_tags};
 use crate::logic::similarity::dot;
-use crate::model::encoding::{format_timestamp, parse_timestamp};
+use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, REVIEW_QUEUE};
 use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
+use crate::store::{list_of, text_of, time_of};
 
 /// Integrate new facts (JSON Lines, CSV or Parquet memory rows): ADD, UPDATE (a duplicate
 /// touched), SUPERSEDE, MERGE or NOOP, judged by the LLM layer (`integrate.classify`,
@@ -285,30 +286,6 @@ async fn current_memories(
 
 fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
     *counts.entry(name.to_string()).or_default() += value;
-}
-
-fn text_of(row: &Map<String, Value>, field: &str) -> String {
-    row.get(field)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
-}
-
-fn list_of(value: &Value) -> Vec<String> {
-    value
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn time_of(row: &Map<String, Value>, field: &str) -> Option<i64> {
-    row.get(field)
-        .and_then(Value::as_str)
-        .and_then(parse_timestamp)
 }
 
 /// A fact as the judge reads it.

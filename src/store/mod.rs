@@ -661,6 +661,33 @@ pub fn json_rows(batches: &[RecordBatch]) -> Vec<serde_json::Map<String, serde_j
     rows
 }
 
+/// A text column of a `json_rows` row ("" when null or absent).
+pub fn text_of(row: &serde_json::Map<String, serde_json::Value>, field: &str) -> String {
+    row.get(field)
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A timestamp column of a `json_rows` row, in microseconds.
+pub fn time_of(row: &serde_json::Map<String, serde_json::Value>, field: &str) -> Option<i64> {
+    row.get(field)
+        .and_then(serde_json::Value::as_str)
+        .and_then(crate::model::encoding::parse_timestamp)
+}
+
+/// A list-of-text value of a `json_rows` row (empty when null).
+pub fn list_of(value: &serde_json::Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Builds a batch of `spec` rows from JSON objects, validated like imported rows.
 pub fn batch_from_json(
     spec: &'static TableSpec,
