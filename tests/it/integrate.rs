@@ -520,3 +520,96 @@ fn undo_refuses_when_a_later_run_changed_the_same_rows() {
         stderr(&out)
     );
 }
+
+#[test]
+fn enable_delete_archives_the_superseded_memory_and_logs_it_first() {
+    let (db, _mock, config) = setup(&seed_answers());
+    let facts = write(&db, "new.jsonl", NEW.lines().nth(1).unwrap());
+    integrate(
+        &db,
+        &config,
+        &facts,
+        "2025-03-10T00:00:00Z",
+        &["--enable-delete"],
+    );
+    let old = &db.rows("SELECT archived_at IS NOT NULL AS archived, superseded_by, state FROM memories WHERE id = 'm2'")[0];
+    assert_eq!(old["archived"], true);
+    assert_eq!(old["superseded_by"], "f2");
+    assert_eq!(old["state"], "archived");
+    let delete =
+        &db.rows("SELECT target_id, before_state FROM audit_log WHERE operation = 'DELETE'")[0];
+    assert_eq!(delete["target_id"], "m2");
+    assert!(
+        delete["before_state"]
+            .as_str()
+            .unwrap()
+            .contains("User works at Google"),
+        "the row as it was: {delete}"
+    );
+}
+
+#[test]
+fn a_supersedes_link_found_by_link_builds_the_same_chain() {
+    let answers = r#"{"task":"link.classify","texts":["User now works at Anthropic","User works at Google"],"reply":{"link_type":"supersedes","confidence":0.9,"reasoning":"scripted"}}"#;
+    let (db, _mock, config) = setup(answers);
+    let later = write(
+        &db,
+        "later.jsonl",
+        r#"{"id":"n2","user_id":"u","text":"User now works at Anthropic","created_at":"2025-03-02T10:00:00Z"}"#,
+    );
+    for args in [
+        vec!["import", later.as_str()],
+        vec!["embed", "--embedder", "hash"],
+    ] {
+        let out = db.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = db.run(&[
+        "--json",
+        "--config",
+        &config,
+        "link",
+        "--llm",
+        "providers",
+        "--min-score",
+        "0.1",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["counts"]["supersessions_chained"], 1, "{report}");
+    let old = &db.rows(
+        "SELECT CAST(valid_until AS VARCHAR) AS until, superseded_by, supersession_chain_id \
+         FROM memories WHERE id = 'm2'",
+    )[0];
+    assert_eq!(old["until"], "2025-03-02T10:00:00Z");
+    assert_eq!(old["superseded_by"], "n2");
+    assert_eq!(old["supersession_chain_id"], "m2");
+    let history = stdout(&db.run(&["history", "n2"]));
+    assert!(history.contains("V1 m2 -> V2 n2"), "{history}");
+}
+
+#[test]
+fn check_names_a_forked_chain() {
+    let db = TestDb::new();
+    db.skip_final_check();
+    let file = write(
+        &db,
+        "fork.jsonl",
+        r#"{"id":"a","user_id":"u","text":"A.","valid_until":"2025-02-01T00:00:00Z","superseded_by":"c","supersession_chain_id":"k"}
+{"id":"b","user_id":"u","text":"B.","valid_until":"2025-02-01T00:00:00Z","superseded_by":"c","supersession_chain_id":"k"}
+{"id":"c","user_id":"u","text":"C.","supersession_chain_id":"k"}
+"#,
+    );
+    assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
+    let out = db.run(&["--json", "check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    for invariant in [
+        "supersession: no version has two predecessors",
+        "supersession: each chain has one current version and one first version",
+    ] {
+        assert!(text.contains(invariant), "{invariant}: {text}");
+    }
+    let out = db.run(&["history", "c"]);
+    assert!(stderr(&out).contains("supersedes both"), "{}", stderr(&out));
+}
