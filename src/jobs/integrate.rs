@@ -624,9 +624,30 @@ async fn apply_plans(
 /// Plans a killed run logged and did not apply: decisions whose memory (the audit row's
 /// target) is missing or older than the decision, and review items not in the queue.
 async fn unfinished(store: &Store, user: Option<&str>) -> Result<Vec<Plan>> {
+    // Only runs that did not finish can have left a decision logged and not applied (a run
+    // applies every plan before it finishes), so the log of finished runs is never reread.
+    let open: Vec<String> = json_rows(
+        &store
+            .scan_columns(
+                "runs",
+                Some(
+                    "job IN ('integrate', 'review') \
+                     AND status IN ('running', 'abandoned', 'failed')",
+                ),
+                &["run_id"],
+            )
+            .await?,
+    )
+    .iter()
+    .map(|r| text_of(r, "run_id"))
+    .collect();
+    if open.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut filter = format!(
-        "((operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE') AND classification IN \
-         ({CLASSIFICATIONS})) OR operation = 'REVIEW')"
+        "run_id IN ({}) AND ((operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE') AND \
+         classification IN ({CLASSIFICATIONS})) OR operation = 'REVIEW')",
+        sql_list(&open)
     );
     if let Some(u) = user {
         filter = format!("{filter} AND user_id = {}", sql_string(u));
