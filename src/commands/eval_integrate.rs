@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::bench_consolidate::{Workdir, cpu_name, memlife};
+use super::bench_consolidate::{Workdir, cpu_name, memlife, spawn_mock};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct IntegrateEvalArgs {
@@ -36,6 +36,10 @@ pub struct IntegrateEvalArgs {
     pub llm: String,
     #[arg(long)]
     pub llm_config: Option<PathBuf>,
+    /// Judge with `memlife mock-llm` answering every pair with its own label (confidence
+    /// 0.9, through real HTTP): what candidate retrieval allows a perfect judge.
+    #[arg(long, conflicts_with_all = ["llm", "llm_config"])]
+    pub label_judge: bool,
     /// Keep the store in this folder.
     #[arg(long)]
     pub keep: Option<PathBuf>,
@@ -193,9 +197,37 @@ pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Res
     memlife(&["--db", &db, "--json", "import", &old_file])?;
     memlife(&["--db", &db, "--json", "embed", "--embedder", &args.embedder])?;
     let mut integrate: Vec<String> = vec!["--db".into(), db.clone(), "--json".into()];
-    if let Some(c) = &args.llm_config {
-        integrate.extend(["--config".into(), c.to_string_lossy().into_owned()]);
-    }
+    let mut llm = args.llm.clone();
+    let _mock = if args.label_judge {
+        let answers = p("answers.jsonl");
+        let lines: Vec<String> = pairs
+            .iter()
+            .map(|(old, new, label)| {
+                json!({"task": "integrate.classify", "texts": [old, new],
+                       "reply": {"classification": label, "confidence": 0.9,
+                                 "reasoning": "the pair's label"}})
+                .to_string()
+            })
+            .collect();
+        std::fs::write(&answers, lines.join("\n") + "\n")?;
+        let (mock, url) = spawn_mock(&["--answers".into(), answers])?;
+        let config = p("label-judge.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[providers.mock]\nbase_url = \"{url}\"\nmodel = \"mock\"\nmax_concurrency = 64\n\
+                 [roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n"
+            ),
+        )?;
+        integrate.extend(["--config".into(), config]);
+        llm = "providers".into();
+        Some(mock)
+    } else {
+        if let Some(c) = &args.llm_config {
+            integrate.extend(["--config".into(), c.to_string_lossy().into_owned()]);
+        }
+        None
+    };
     integrate.extend(
         [
             "integrate",
@@ -203,7 +235,7 @@ pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Res
             "--embedder",
             &args.embedder,
             "--llm",
-            &args.llm,
+            &llm,
             "--now",
             "2025-03-11T00:00:00Z",
         ]
@@ -264,7 +296,7 @@ pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Res
         "cpu": cpu_name(),
         "pairs": pairs.len(),
         "embedder": args.embedder,
-        "judge": args.llm,
+        "judge": if args.label_judge { "labels (mock-llm --answers)".to_string() } else { args.llm.clone() },
         "integrate_seconds": (seconds * 1000.0).round() / 1000.0,
         "confusion": matrix,
         "destructive_errors": destructive.len(),
@@ -282,7 +314,7 @@ pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Res
         "integrate end to end: {} pairs, embedder {}, judge {}",
         pairs.len(),
         args.embedder,
-        args.llm
+        result["judge"].as_str().unwrap_or("")
     )?;
     let outcomes: Vec<String> = {
         let mut all: Vec<String> = matrix.values().flat_map(|m| m.keys().cloned()).collect();

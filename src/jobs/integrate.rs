@@ -40,7 +40,7 @@ use super::import::{OnError, read_validated};
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog, Status};
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::formats::Format;
-use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
+use crate::llm::tasks::{Classification, MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, Llm, LlmArgs, Outcome};
 use crate::logic::integrate::{Answer, Class, Decision, IntegrateParams, decide, union_tags};
 use crate::logic::similarity::dot;
@@ -113,50 +113,30 @@ pub fn undo_id(undone: &str) -> String {
     derived_id(&format!("undo|{undone}"))
 }
 
-/// The audit row id of a review item's settlement: the standing one if a run already wrote
-/// it (a killed settlement is finished under the same id), else the first generation no undo
-/// has reverted.
-pub async fn settlement_ids(store: &Store, facts: &[String]) -> Result<Vec<String>> {
-    let id = |f: &str, g: u32| derived_id(&format!("integrate-review|{f}|{g}"));
-    let mut out: Vec<Option<String>> = vec![None; facts.len()];
-    let mut generation = 0u32;
-    loop {
-        let open: Vec<usize> = (0..facts.len()).filter(|&i| out[i].is_none()).collect();
-        if open.is_empty() {
-            break;
-        }
-        let ids: Vec<String> = open.iter().map(|&i| id(&facts[i], generation)).collect();
-        let present = store.audit_ids_present(&ids).await?;
-        let undos: Vec<String> = ids
-            .iter()
-            .filter(|x| present.contains(*x))
-            .map(|x| undo_id(x))
-            .collect();
-        let undone = store.audit_ids_present(&undos).await?;
-        for (&i, x) in open.iter().zip(&ids) {
-            if !present.contains(x) || !undone.contains(&undo_id(x)) {
-                out[i] = Some(x.clone());
-            }
-        }
-        generation += 1;
-    }
-    Ok(out.into_iter().map(|o| o.unwrap_or_default()).collect())
+/// Where a keyed audit row stands, generation by generation (`memlife undo` reverts a row
+/// and the next one takes the next generation).
+enum Standing {
+    /// No run wrote this generation: the id to write.
+    Free(String),
+    /// Written and not undone.
+    Written(String),
 }
 
-/// For each fact id: `None` when a decision about it stands (integrated), else the id its
-/// decision gets (a fact never decided, or whose every decision was undone).
-async fn next_decisions(store: &Store, facts: &[String]) -> Result<Vec<Option<String>>> {
-    let mut out: Vec<Option<Option<String>>> = vec![None; facts.len()];
+/// For each key, the first generation of `id_of(key, generation)` that is free or written and
+/// not undone: one `audit_log` read per generation probed (one, unless keys were undone).
+async fn standing(
+    store: &Store,
+    keys: &[String],
+    id_of: impl Fn(&str, u32) -> String,
+) -> Result<Vec<Standing>> {
+    let mut out: Vec<Option<Standing>> = (0..keys.len()).map(|_| None).collect();
     let mut generation = 0u32;
     loop {
-        let open: Vec<usize> = (0..facts.len()).filter(|&i| out[i].is_none()).collect();
+        let open: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
         if open.is_empty() {
             break;
         }
-        let ids: Vec<String> = open
-            .iter()
-            .map(|&i| decision_id(&facts[i], generation))
-            .collect();
+        let ids: Vec<String> = open.iter().map(|&i| id_of(&keys[i], generation)).collect();
         let present = store.audit_ids_present(&ids).await?;
         let undos: Vec<String> = ids
             .iter()
@@ -164,16 +144,43 @@ async fn next_decisions(store: &Store, facts: &[String]) -> Result<Vec<Option<St
             .map(|id| undo_id(id))
             .collect();
         let undone = store.audit_ids_present(&undos).await?;
-        for (&i, id) in open.iter().zip(&ids) {
-            if !present.contains(id) {
-                out[i] = Some(Some(id.clone()));
-            } else if !undone.contains(&undo_id(id)) {
-                out[i] = Some(None);
+        for (&i, id) in open.iter().zip(ids) {
+            if !present.contains(&id) {
+                out[i] = Some(Standing::Free(id));
+            } else if !undone.contains(&undo_id(&id)) {
+                out[i] = Some(Standing::Written(id));
             }
         }
         generation += 1;
     }
-    Ok(out.into_iter().map(|o| o.flatten()).collect())
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// The audit row id of a review item's settlement: the standing one if a run already wrote
+/// it (a killed settlement is finished under the same id), else the first generation no undo
+/// has reverted.
+pub async fn settlement_ids(store: &Store, facts: &[String]) -> Result<Vec<String>> {
+    let id = |f: &str, g: u32| derived_id(&format!("integrate-review|{f}|{g}"));
+    Ok(standing(store, facts, id)
+        .await?
+        .into_iter()
+        .map(|s| match s {
+            Standing::Free(id) | Standing::Written(id) => id,
+        })
+        .collect())
+}
+
+/// For each fact id: `None` when a decision about it stands (integrated), else the id its
+/// decision gets (a fact never decided, or whose every decision was undone).
+async fn next_decisions(store: &Store, facts: &[String]) -> Result<Vec<Option<String>>> {
+    Ok(standing(store, facts, decision_id)
+        .await?
+        .into_iter()
+        .map(|s| match s {
+            Standing::Free(id) => Some(id),
+            Standing::Written(_) => None,
+        })
+        .collect())
 }
 
 /// A user's current memories as the candidate search needs them.
@@ -537,13 +544,10 @@ pub async fn write_plans(
     if plans.is_empty() {
         return Ok(());
     }
-    let dim = store.embedding_dim();
     let audit: Vec<AuditRow> = plans.iter().flat_map(|p| p.audit.clone()).collect();
     store.write_audit(&audit).await?;
     crate::crash::point(&format!("{job}.after-audit"));
-    apply_plans(store, embedder, plans, vectors, now, job).await?;
-    let _ = dim;
-    Ok(())
+    apply_plans(store, embedder, plans, vectors, now, job).await
 }
 
 /// Applies logged plans (idempotent: upserts on keys; review items only when absent).
@@ -770,7 +774,12 @@ async fn classify(
         let answer = match (&outcome.failure, &outcome.reply) {
             (None, Some(Reply::Classify(r))) => Answer {
                 candidate: j,
-                class: Class::parse(&format!("{:?}", r.classification).to_uppercase()),
+                class: Some(match r.classification {
+                    Classification::Duplicate => Class::Duplicate,
+                    Classification::Supersede => Class::Supersede,
+                    Classification::Merge => Class::Merge,
+                    Classification::Coexist => Class::Coexist,
+                }),
                 confidence: r.confidence,
                 reasoning: r.reasoning.clone(),
             },
@@ -1039,7 +1048,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
             outcomes.extend(merge_outcomes);
         }
         // Full rows of the candidates decisions name.
-        let touched: Vec<String> = decisions
+        let touched: Vec<(String, String)> = decisions
             .iter()
             .enumerate()
             .filter_map(|(slot, d)| match d {
@@ -1048,15 +1057,19 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
                 | Decision::Coexist {
                     related: Some(candidate),
                     ..
-                } => Some(round[slot].1[*candidate].id.clone()),
+                } => Some((
+                    text_of(&facts[round[slot].0], "user_id"),
+                    round[slot].1[*candidate].id.clone(),
+                )),
                 _ => None,
             })
             .collect();
+        let touched_ids: Vec<String> = touched.iter().map(|(_, id)| id.clone()).collect();
         let rows: BTreeMap<String, Map<String, Value>> = ctx
             .store
             .rows_with_ids(
                 "memories",
-                &touched,
+                &touched_ids,
                 None,
                 &MEMORIES.columns_except("embedding"),
             )
@@ -1065,11 +1078,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
             .map(|r| (text_of(&r, "id"), r))
             .collect();
         // Rows rewritten unchanged in text keep their vectors.
-        for id in &touched {
+        for (user, id) in &touched {
             if vectors.contains_key(id) {
                 continue;
             }
-            let found = memories.values().find_map(|m| {
+            let found = memories.get(user).and_then(|m| {
                 m.ids
                     .iter()
                     .position(|x| x == id)

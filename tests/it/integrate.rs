@@ -613,3 +613,68 @@ fn check_names_a_forked_chain() {
     let out = db.run(&["history", "c"]);
     assert!(stderr(&out).contains("supersedes both"), "{}", stderr(&out));
 }
+
+#[test]
+fn approval_is_refused_when_the_memory_changed_since_the_judge_read_it() {
+    let answers = classify(
+        "User works at Google",
+        "User now works at Anthropic",
+        "SUPERSEDE",
+        0.6,
+    );
+    let (db, _mock, config) = setup(&answers);
+    let facts = write(&db, "new.jsonl", NEW.lines().nth(1).unwrap());
+    integrate(&db, &config, &facts, "2025-03-10T00:00:00Z", &[]);
+    let id = db.rows("SELECT id FROM review_queue")[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The memory is rewritten before anyone reviews the item.
+    let changed = write(
+        &db,
+        "changed.jsonl",
+        r#"{"id":"m2","user_id":"u","text":"User works at Google in Zurich","created_at":"2025-01-02T10:00:00Z"}"#,
+    );
+    assert_eq!(db.run(&["import", &changed]).status.code(), Some(0));
+    let out = db.run(&[
+        "--json",
+        "--config",
+        &config,
+        "review",
+        "approve",
+        &id,
+        "--embedder",
+        "hash",
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).contains("changed, was superseded or archived"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        db.scalar("SELECT superseded_by IS NULL AS n FROM memories WHERE id = 'm2'"),
+        "true"
+    );
+    assert_eq!(db.scalar("SELECT status FROM review_queue"), "\"pending\"");
+    // Rejecting keeps the fact; the changed memory is not linked as if unchanged.
+    let out = db.run(&[
+        "--json",
+        "--config",
+        &config,
+        "review",
+        "reject",
+        &id,
+        "--embedder",
+        "hash",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE id = 'f2'"),
+        "1"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM links WHERE source_id = 'f2'"),
+        "0"
+    );
+}
