@@ -311,8 +311,17 @@ pub struct Plan {
 }
 
 /// What a decision writes, as the audit row's `after_state`.
-fn after_state(plan_memories: &[Value], links: &[Value], review: Option<&Value>) -> String {
-    json!({"memories": plan_memories, "links": links, "review": review}).to_string()
+/// The fact is kept in every decision's row, so a DUPLICATE or NOOP (which store nothing of
+/// it) can still be read, explained and recovered.
+fn after_state(
+    fact: &Map<String, Value>,
+    plan_memories: &[Value],
+    links: &[Value],
+    review: Option<&Value>,
+) -> String {
+    let mut fact = Value::Object(fact.clone());
+    fact["embedding"] = Value::Null;
+    json!({"fact": fact, "memories": plan_memories, "links": links, "review": review}).to_string()
 }
 
 fn link(
@@ -519,7 +528,7 @@ pub fn plan(
     };
     row.target_id = Some(target);
     row.before_state = before;
-    row.after_state = Some(after_state(&memories, &links, review.as_ref()));
+    row.after_state = Some(after_state(fact, &memories, &links, review.as_ref()));
     audit.push(row);
     Plan {
         audit,

@@ -140,10 +140,15 @@ fn the_seed_examples_take_their_four_branches_and_a_rerun_changes_nothing() {
             r#""f4" "ADD" "COEXIST" "f4""#,
         ]
     );
-    // DUPLICATE: no new memory; the existing one touched at the run's clock.
+    // DUPLICATE: no new memory; the existing one touched at the run's clock; the fact's own
+    // words stay readable in its decision's row.
     assert_eq!(
         db.scalar("SELECT COUNT(*) AS n FROM memories WHERE id = 'f1'"),
         "0"
+    );
+    assert!(
+        db.scalar("SELECT after_state FROM audit_log WHERE operation = 'UPDATE'")
+            .contains("User likes dark theme")
     );
     assert_eq!(
         db.scalar("SELECT CAST(updated_at AS VARCHAR) AS t FROM memories WHERE id = 'm1'"),
