@@ -1013,17 +1013,7 @@ fn take_reply(
 
 /// The options of the run that submitted a batch (`runs.params`), defaults where absent.
 async fn submitted_options(store: &Store, run_id: &str) -> Result<(usize, f32)> {
-    let filter = format!("run_id = {}", sql_string(run_id));
-    let mut params = Value::Null;
-    for batch in store
-        .scan_columns("runs", Some(&filter), &["params"])
-        .await?
-    {
-        let column = batch.column(0).as_string::<i32>();
-        if batch.num_rows() > 0 {
-            params = serde_json::from_str(column.value(0)).unwrap_or(Value::Null);
-        }
-    }
+    let params = crate::store::run_params(store, run_id).await?;
     let links = params
         .get("links_per_memory")
         .and_then(Value::as_u64)

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Result, anyhow};
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Float32Type, TimestampMicrosecondType};
+use serde_json::Value;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
@@ -215,6 +216,7 @@ pub async fn write_outcomes(
     origin_key: &str,
     items: &[Item],
     outcomes: &[Outcome],
+    chain_min_confidence: f64,
 ) -> Result<BTreeMap<String, u64>> {
     let now = chrono::Utc::now().timestamp_micros();
     let mut links = Vec::new();
@@ -275,10 +277,20 @@ pub async fn write_outcomes(
         store.upsert_batch(&LINKS, batch).await?;
     }
     crate::crash::point("link.after-links");
-    // `supersedes` links become supersession chains, as integrate makes them.
-    let pairs: Vec<(String, String)> = links
+    // `supersedes` links become supersession chains, as integrate makes them, when the judge
+    // is as sure as integrate needs to be to apply a supersession (`integrate.min_confidence`):
+    // a less sure one stays a link, counted, and changes no memory's validity.
+    let (sure, unsure): (Vec<&Value>, Vec<&Value>) = links
         .iter()
         .filter(|l| l["link_type"] == "supersedes")
+        .partition(|l| l["confidence"].as_f64().unwrap_or(0.0) >= chain_min_confidence);
+    if !unsure.is_empty() {
+        *counts
+            .entry("supersedes_under_min_confidence".into())
+            .or_default() += unsure.len() as u64;
+    }
+    let pairs: Vec<(String, String)> = sure
+        .into_iter()
         .map(|l| {
             (
                 l["source_id"].as_str().unwrap_or("").to_string(),
@@ -299,6 +311,15 @@ pub async fn write_outcomes(
     crate::crash::point("link.after-chains");
     store.write_audit(&audit).await?;
     Ok(counts)
+}
+
+/// The confidence a `supersedes` link needs to become a chain, as the submitting run set it
+/// (`integrate.min_confidence` then; 0.8 for runs that did not record it).
+fn chain_min_confidence(params: &Value) -> f64 {
+    params
+        .get("chain_min_confidence")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.8)
 }
 
 /// What an audit row of a judged pair derives its id from: the run or batch, and the pair.
@@ -325,6 +346,7 @@ impl Applier for LinkApplier {
             &record.batch_key,
             items,
             outcomes,
+            chain_min_confidence(&crate::store::run_params(env.store, &record.run_id).await?),
         )
         .await
     }
@@ -347,14 +369,15 @@ impl Applier for LinkApplier {
 
 pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
     let llm = &ctx.app.llm(&args.llm).await?;
-    let params = serde_json::json!({"k": args.k, "min_score": args.min_score, "mode": format!("{:?}", llm.mode).to_lowercase()});
+    let config = ctx.app.config().await?;
+    let chain_min = config.integrate.min_confidence;
+    let params = serde_json::json!({"k": args.k, "min_score": args.min_score, "mode": format!("{:?}", llm.mode).to_lowercase(), "chain_min_confidence": chain_min});
     let log = RunLog::start(ctx, JobName::Link.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Link.as_str(), ctx);
     let now = format_timestamp(ctx.now.timestamp_micros());
     let mut all_outcomes = Vec::new();
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let dim = ctx.store.embedding_dim();
-    let config = ctx.app.config().await?;
     let mut thresholds_noted = BTreeSet::new();
     for user in super::users_of(ctx, "memories").await? {
         let memories = load(ctx, &user).await?;
@@ -410,6 +433,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
                         log.run_id(),
                         &items,
                         &outcomes,
+                        chain_min,
                     )
                     .await?;
                     for (k, v) in written {

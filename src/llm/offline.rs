@@ -10,12 +10,18 @@
 //!   single-valued slot such as "address"; "started" is no cue).
 //! - integrate.classify: the same subject with a change cue, not in a plan, on a shared topic
 //!   (a weak cue needs two shared words), not a restatement (the same cue on both sides, no
-//!   new value, nothing new said) is SUPERSEDE; two memories of different days where either
+//!   new value, nothing new said) is SUPERSEDE, at confidence 0.85 when the change names
+//!   what it replaces (the two hold different values under a cue that is not weak; the old
+//!   value named beside a new one under "replaced", "migrated", "cancelled", "new address"...;
+//!   the words after "instead of" or "switched from" naming what the older memory said;
+//!   an ending cue such as "no longer" or "quit" over what the older memory said) and 0.7
+//!   otherwise, under the default `min_confidence`, so a person confirms it; two memories of different days where either
 //!   is an episode or says a relative time are two events, COEXIST; the same subject saying nothing new
 //!   (Jaccard >= 0.5, the newer contained in the older, or the same two or more values and a
 //!   content word in common), no event told as a restatement of a trait, is DUPLICATE; the newer restating most of the older and adding two or more words, no event
 //!   folded into a trait, is MERGE; anything else COEXIST (the safe answer, confidence 0.5).
-//! - link.classify: a newer change of the same subject is `supersedes`; negation of the same
+//! - link.classify: a newer change of the same subject is `supersedes` (0.85 or 0.7 as for
+//!   integrate.classify; only a link at `min_confidence` becomes a chain); negation of the same
 //!   statement (not an episode against a memory of another day), or the same statement of
 //!   two facts (not episodes) with other values, is `conflicts`; a reason ("because",
 //!   "due to") or consequence ("led to") clause covering half of the other memory is
@@ -165,6 +171,73 @@ fn change_of(old: &Reading, newer: &Reading, p: &Pairing) -> Option<String> {
     (p.same_entity && !newer.plan && topic).then_some(cue)
 }
 
+/// Cues that end a state ("no longer", "sold"): the newer memory says the older one's
+/// statement stopped being true.
+const ENDING_CUES: &[&str] = &[
+    "no longer",
+    "not anymore",
+    "anymore",
+    "any more",
+    "gave up",
+    "quit",
+    "stopped",
+    "cancelled",
+    "canceled",
+    "sold",
+    "left",
+];
+
+/// Cues that say one value took another's place.
+const REPLACING_CUES: &[&str] = &[
+    "switched",
+    "moved to",
+    "moved from",
+    "has moved",
+    "migrated",
+    "replaced",
+    "instead",
+    "instead of",
+    "changed",
+];
+
+/// What makes a supersession sure enough to apply unreviewed: the change names the value it
+/// replaces. Either the two memories hold different values (names or numbers) and the cue
+/// is not a weak one ("moved to Tokyo" against "lives in Berlin"; "rent went up to 1500"
+/// against "rent is 1200"), or the words after a replacing cue name what the older memory
+/// said ("soy milk instead of almond milk"), or an ending cue stands over most of what the older memory
+/// said ("no longer drinks coffee" against "drinks coffee every morning"). A cue read inside
+/// another statement ("coconut oil instead of butter" in a baking tip; "raised donations")
+/// names neither, and goes to review at confidence 0.7, under the default `min_confidence`.
+fn replaced_value(old: &Reading, newer: &Reading, p: &Pairing, cue: &str) -> Option<String> {
+    if WEAK_CUES.contains(&cue) {
+        return None;
+    }
+    if p.values_clash {
+        return Some("and the two name different values".to_string());
+    }
+    let ends = ENDING_CUES.contains(&cue);
+    // "soy milk instead of almond milk", "switched from Vim": the words right after a
+    // replacing cue name something the older memory said, and the newer one says more.
+    if REPLACING_CUES.contains(&cue)
+        && p.new_words > 0
+        && let Some((at, len)) = find_phrase(&newer.words, cue)
+    {
+        let next = newer.words[at + len..].iter().take(4).cloned();
+        let named = content_words(&next.collect::<Vec<_>>().join(" "));
+        if named.intersection(&old.content).next().is_some() {
+            return Some("and names what the older memory said as replaced".to_string());
+        }
+    }
+    if p.shared_value
+        && p.newer_new_values
+        && (ends || REPLACING_CUES.contains(&cue) || cue.starts_with("new "))
+    {
+        return Some("and names the old value beside a new one".to_string());
+    }
+    (ends && (p.older_contained || p.shared_value || p.shared >= 2))
+        .then(|| "and repeats what the older memory said, as ended".to_string())
+}
+
 pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
     let (old, newer) = by_time(existing, new);
     let (a, b) = (read(&old.text), read(&newer.text));
@@ -174,11 +247,18 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
     // memories however alike their words: never one duplicate, never one merge.
     let apart = anchors_differ(old, newer);
     let (classification, confidence, reasoning) = if let Some(cue) = change_of(&a, &b, &p) {
+        let (confidence, evidence) = match replaced_value(&a, &b, &p, &cue) {
+            Some(evidence) => (0.85, evidence),
+            None => (
+                0.7,
+                "but names no value it replaces: a person should confirm".to_string(),
+            ),
+        };
         (
             Classification::Supersede,
-            0.8,
+            confidence,
             format!(
-                "same entity ({}); the newer memory says \"{cue}\"",
+                "same entity ({}); the newer memory says \"{cue}\" {evidence}",
                 b.entity
             ),
         )
@@ -332,10 +412,16 @@ pub fn link(source: &MemoryView, target: &MemoryView) -> LinkReply {
     let consequence = points_at(clause_after(&s, CONSEQUENCE_MARKERS));
     let marked = |r: &Reading, markers: &[&str]| first_phrase(&r.words, markers).is_some();
     let (link_type, confidence, why) = if newer && let Some(cue) = change_of(&t, &s, &p) {
+        // As sure as integrate.classify's supersession: only a change that names what it
+        // replaces reaches `min_confidence` and becomes a chain.
+        let (confidence, evidence) = match replaced_value(&t, &s, &p, &cue) {
+            Some(evidence) => (0.85, evidence),
+            None => (0.7, "but names no value it replaces".to_string()),
+        };
         (
             LinkType::Supersedes,
-            0.8,
-            format!("the newer memory says \"{cue}\" of the same entity"),
+            confidence,
+            format!("the newer memory says \"{cue}\" of the same entity {evidence}"),
         )
     } else if !events_apart && p.same_entity && s.negated != t.negated && p.jaccard >= 0.5 {
         (
@@ -1402,6 +1488,61 @@ mod tests {
             let reply = judge(&input);
             let reparsed = parse_reply(&input, &reply.to_model_json()).unwrap();
             assert_eq!(reparsed, reply, "{}", task.name());
+        }
+    }
+
+    #[test]
+    fn only_a_change_that_names_what_it_replaces_is_sure_enough_to_apply() {
+        let sure = [
+            ("Kenji lives in Osaka.", "Kenji moved to Tokyo in April."),
+            (
+                "Nora keeps her passwords in LastPass.",
+                "Nora replaced LastPass with Bitwarden after the breach.",
+            ),
+            (
+                "Leo plays the violin.",
+                "Leo quit violin lessons and plays the drums now.",
+            ),
+            (
+                "Ada takes almond milk in her tea.",
+                "Ada now takes oat milk in her tea instead of almond milk.",
+            ),
+            (
+                "The project deadline is 30 June.",
+                "The project deadline was pushed back to 15 August.",
+            ),
+        ];
+        // Change cues read inside statements of something else: a tip that uses "instead",
+        // money "raised" at an event, a weak "is now".
+        let unsure = [
+            (
+                "Ines bakes vegan brownies for the Saturday market.",
+                "Ines bakes her vegan brownies with coconut oil instead of butter.",
+            ),
+            (
+                "Bo organises a book swap at the library.",
+                "Bo raised money at the library book swap.",
+            ),
+            (
+                "Ama trains with the rowing club.",
+                "Ama is now coaching beginners at the rowing club.",
+            ),
+        ];
+        for (old, new) in sure {
+            let r = classify(&memory("o", "03-01", old), &memory("n", "03-05", new));
+            assert_eq!(r.classification, Classification::Supersede, "{new}");
+            assert!(r.confidence >= 0.8, "{new}: {}", r.reasoning);
+            let l = link(&memory("n", "03-05", new), &memory("o", "03-01", old));
+            assert_eq!(l.link_type, LinkType::Supersedes, "{new}");
+            assert!(l.confidence >= 0.8, "{new}: {}", l.reasoning);
+        }
+        for (old, new) in unsure {
+            let r = classify(&memory("o", "03-01", old), &memory("n", "03-05", new));
+            assert_eq!(r.classification, Classification::Supersede, "{new}");
+            assert!(r.confidence < 0.8, "{new}: {}", r.reasoning);
+            let l = link(&memory("n", "03-05", new), &memory("o", "03-01", old));
+            assert_eq!(l.link_type, LinkType::Supersedes, "{new}");
+            assert!(l.confidence < 0.8, "{new}: {}", l.reasoning);
         }
     }
 }

@@ -643,6 +643,23 @@ pub async fn set_meta(store: &Store, key: &str, value: &str) -> Result<()> {
 
 /// Rows as JSON objects keyed by column name (timestamps as RFC 3339 text): the slow, simple
 /// path for small control tables (runs, llm_batches), never for memories in bulk.
+/// The options a run was started with (`runs.params`), `Null` when the run or its params
+/// are gone: what a batch applier reads to apply with the submitting run's options.
+pub async fn run_params(store: &Store, run_id: &str) -> anyhow::Result<serde_json::Value> {
+    let filter = format!("run_id = {}", sql_string(run_id));
+    let mut params = serde_json::Value::Null;
+    for batch in store
+        .scan_columns("runs", Some(&filter), &["params"])
+        .await?
+    {
+        let column = batch.column(0).as_string::<i32>();
+        if batch.num_rows() > 0 && column.is_valid(0) {
+            params = serde_json::from_str(column.value(0)).unwrap_or(serde_json::Value::Null);
+        }
+    }
+    Ok(params)
+}
+
 pub fn json_rows(batches: &[RecordBatch]) -> Vec<serde_json::Map<String, serde_json::Value>> {
     let mut rows = Vec::new();
     for batch in batches {

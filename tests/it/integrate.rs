@@ -555,12 +555,16 @@ fn enable_delete_archives_the_superseded_memory_and_logs_it_first() {
 
 #[test]
 fn a_supersedes_link_found_by_link_builds_the_same_chain() {
-    let answers = r#"{"task":"link.classify","texts":["User now works at Anthropic","User works at Google"],"reply":{"link_type":"supersedes","confidence":0.9,"reasoning":"scripted"}}"#;
+    // A sure supersedes link, and one under `integrate.min_confidence` (0.8), which stays a
+    // link and changes no memory's validity.
+    let answers = r#"{"task":"link.classify","texts":["User now works at Anthropic","User works at Google"],"reply":{"link_type":"supersedes","confidence":0.9,"reasoning":"scripted"}}
+{"task":"link.classify","texts":["User now enjoys hiking in the Alps","User enjoys hiking"],"reply":{"link_type":"supersedes","confidence":0.7,"reasoning":"scripted unsure"}}"#;
     let (db, _mock, config) = setup(answers);
     let later = write(
         &db,
         "later.jsonl",
-        r#"{"id":"n2","user_id":"u","text":"User now works at Anthropic","created_at":"2025-03-02T10:00:00Z"}"#,
+        "{\"id\":\"n2\",\"user_id\":\"u\",\"text\":\"User now works at Anthropic\",\"created_at\":\"2025-03-02T10:00:00Z\"}\n\
+         {\"id\":\"n4\",\"user_id\":\"u\",\"text\":\"User now enjoys hiking in the Alps\",\"created_at\":\"2025-03-03T10:00:00Z\"}",
     );
     for args in [
         vec!["import", later.as_str()],
@@ -582,6 +586,19 @@ fn a_supersedes_link_found_by_link_builds_the_same_chain() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(report["counts"]["supersessions_chained"], 1, "{report}");
+    assert_eq!(
+        report["counts"]["supersedes_under_min_confidence"], 1,
+        "{report}"
+    );
+    let hiking = &db
+        .rows("SELECT valid_until IS NULL AS open, superseded_by FROM memories WHERE id = 'm4'")[0];
+    assert_eq!(hiking["open"], true, "an unsure link changes no validity");
+    assert!(hiking["superseded_by"].is_null(), "{hiking}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM links WHERE source_id = 'n4' AND target_id = 'm4' AND link_type = 'supersedes'"),
+        "1",
+        "the unsure link itself is kept"
+    );
     let old = &db.rows(
         "SELECT CAST(valid_until AS VARCHAR) AS until, superseded_by, supersession_chain_id \
          FROM memories WHERE id = 'm2'",
