@@ -139,13 +139,14 @@ fn reference_queries() -> Vec<(String, String)> {
             "consolidation: no memory lost (the consolidated memory exists)",
             "SELECT id AS audit_id, target_id FROM audit_log \
              WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED' \
-               AND target_id NOT IN (SELECT id FROM memories)",
+               AND target_id NOT IN (SELECT id FROM memories) AND {NOT_UNDONE}",
         ),
         (
             "consolidation: every member is archived and held by exactly one consolidated memory",
             "SELECT a.member, m.archived_at, COUNT(h.id) AS holders FROM \
                (SELECT unnest(source_ids) AS member FROM audit_log \
-                 WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED') a \
+                 WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED' \
+                   AND {NOT_UNDONE}) a \
              LEFT JOIN memories m ON m.id = a.member \
              LEFT JOIN (SELECT id, unnest(consolidates_memory_ids) AS member FROM memories \
                          WHERE source = 'consolidate') h ON h.member = a.member \
@@ -156,7 +157,8 @@ fn reference_queries() -> Vec<(String, String)> {
             "consolidation: no link points at a consolidated member but its consolidates link",
             "SELECT l.source_id, l.target_id, l.link_type FROM links l \
              JOIN (SELECT target_id AS holder, unnest(source_ids) AS member FROM audit_log \
-                   WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED') c \
+                   WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED' \
+                     AND {NOT_UNDONE}) c \
                ON l.target_id = c.member OR l.source_id = c.member \
              WHERE NOT (l.link_type = 'consolidates' AND l.source_id = c.holder \
                         AND l.target_id = c.member)",
@@ -165,10 +167,16 @@ fn reference_queries() -> Vec<(String, String)> {
     queries.extend(
         references
             .into_iter()
-            .map(|(name, sql)| (name.to_string(), sql.to_string())),
+            .map(|(name, sql)| (name.to_string(), sql.replace("{NOT_UNDONE}", NOT_UNDONE))),
     );
     queries
 }
+
+/// Audit rows of runs `memlife undo` reverted from the tables' versions no longer stand.
+const NOT_UNDONE: &str = "run_id NOT IN (SELECT source_ids[1] FROM audit_log \
+     WHERE operation = 'UNDO' AND classification LIKE 'REVERTED %' AND target_id IN \
+     ('memories', 'links', 'entities', 'memory_entities', 'clusters', 'entity_scans', \
+     'review_queue'))";
 
 fn rows_of(batches: &[RecordBatch]) -> Vec<serde_json::Value> {
     crate::store::json_rows(batches)

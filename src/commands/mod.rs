@@ -25,3 +25,4 @@ pub mod stats;
 pub mod synth;
 pub mod traverse;
 pub mod undo;
+pub mod undo_versions;

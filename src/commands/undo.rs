@@ -10,8 +10,7 @@
 //! changed; undo is idempotent, so a killed undo is finished by running it again, and an
 //! undone fact is integrated again by the next `integrate` of its file.
 //!
-//! Runs of other jobs are refused with the reason: their audit rows do not hold what undo
-//! needs yet.
+//! Runs of every other job are reverted from the tables' versions (`undo_versions`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -37,7 +36,7 @@ pub struct UndoArgs {
     /// The run to revert (`memlife sql --file sql/last_runs.sql` lists runs).
     #[arg(required_unless_present = "last")]
     pub run_id: Option<String>,
-    /// Revert the latest run of this job (integrate or review) instead of naming it.
+    /// Revert the latest finished run of this job instead of naming it.
     #[arg(long, conflicts_with = "run_id")]
     pub last: Option<String>,
     /// Show what would be reverted, write nothing.
@@ -84,7 +83,10 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
                 &store
                     .scan_columns(
                         "runs",
-                        Some(&format!("job = {} AND dry_run = false", sql_string(job))),
+                        Some(&format!(
+                            "job = {} AND dry_run = false AND status <> 'running'",
+                            sql_string(job)
+                        )),
                         &["run_id", "started_at"],
                     )
                     .await?,
@@ -103,7 +105,7 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
             .scan_columns(
                 "runs",
                 Some(&format!("run_id = {}", sql_string(&run_id_text))),
-                &["run_id", "job", "status"],
+                &["run_id", "job", "status", "table_versions"],
             )
             .await?,
     );
@@ -115,11 +117,11 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
     };
     let job = text_of(target, "job");
     if !matches!(job.as_str(), "integrate" | "review") {
-        bail!(
-            "run {} is a '{job}' run: undo reverts integrate and review runs (their audit rows \
-             hold every row they wrote and every row as it was); other jobs' rows do not yet",
-            run_id_text
-        );
+        // Other jobs: from the tables' versions (`undo_versions`).
+        let mut report = JobReport::new(JOB, &ctx);
+        super::undo_versions::undo(&ctx, target, args.dry_run, &mut report).await?;
+        report.print(app.json, out)?;
+        return Ok(report.exit_status());
     }
     let decisions = json_rows(
         &store

@@ -197,10 +197,14 @@ async fn users_rows<'a>(
 
 /// Signatures of clusters whose proposal was declined or rejected before, per user.
 async fn remembered(store: &Store) -> Result<BTreeSet<String>> {
-    let filter = "operation = 'CONSOLIDATE' AND classification IN ('REJECTED', 'NOT_PROPOSED')";
+    let filter = crate::store::without_undone(
+        store,
+        "operation = 'CONSOLIDATE' AND classification IN ('REJECTED', 'NOT_PROPOSED')",
+    )
+    .await?;
     let mut out = BTreeSet::new();
     for batch in store
-        .scan_columns(AUDIT_LOG.name, Some(filter), &["target_id"])
+        .scan_columns(AUDIT_LOG.name, Some(&filter), &["target_id"])
         .await?
     {
         let targets = batch.column(0).as_string::<i32>();
@@ -493,7 +497,12 @@ fn string_list(value: &Value) -> Vec<String> {
 /// Approved consolidations whose members are not all archived yet (a killed run's). Reads
 /// only the ids and members of past consolidations, then the full log rows of unfinished ones.
 async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
-    let approved = "operation = 'CONSOLIDATE' AND classification = 'APPROVED'";
+    // Approvals of runs `memlife undo` reverted stay reverted.
+    let approved = &crate::store::without_undone(
+        store,
+        "operation = 'CONSOLIDATE' AND classification = 'APPROVED'",
+    )
+    .await?;
     let heads = json_rows(
         &store
             .scan_columns(AUDIT_LOG.name, Some(approved), &["id", "source_ids"])

@@ -27,6 +27,7 @@
 //! state); a fact whose row exists is not integrated again, and a killed run's logged but
 //! unapplied decisions are applied by the next run from the log. Entities of merged and new
 //! memories are found by `memlife entities`, which reads new and changed memories.
+//! `--mode batch` judges through Batch API rounds instead (`integrate_batch`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -88,6 +89,10 @@ pub struct IntegrateArgs {
 impl Job for IntegrateArgs {
     fn scope(&self) -> &JobScope {
         &self.scope
+    }
+
+    fn applier() -> Option<Box<dyn crate::llm::batch::Applier>> {
+        Some(Box::new(super::integrate_batch::IntegrateApplier))
     }
 
     fn clock(&self) -> Option<&str> {
@@ -172,7 +177,7 @@ pub async fn settlement_ids(store: &Store, facts: &[String]) -> Result<Vec<Strin
 
 /// For each fact id: `None` when a decision about it stands (integrated), else the id its
 /// decision gets (a fact never decided, or whose every decision was undone).
-async fn next_decisions(store: &Store, facts: &[String]) -> Result<Vec<Option<String>>> {
+pub(super) async fn next_decisions(store: &Store, facts: &[String]) -> Result<Vec<Option<String>>> {
     Ok(standing(store, facts, decision_id)
         .await?
         .into_iter()
@@ -184,10 +189,10 @@ async fn next_decisions(store: &Store, facts: &[String]) -> Result<Vec<Option<St
 }
 
 /// A user's current memories as the candidate search needs them.
-#[derive(Default)]
-struct UserMemories {
+#[derive(Default, Clone)]
+pub(super) struct UserMemories {
     ids: Vec<String>,
-    views: Vec<MemoryView>,
+    pub(super) views: Vec<MemoryView>,
     vectors: Vec<Vec<f32>>,
 }
 
@@ -200,7 +205,7 @@ impl UserMemories {
         }
     }
 
-    fn upsert(&mut self, view: MemoryView, vector: Vec<f32>) {
+    pub(super) fn upsert(&mut self, view: MemoryView, vector: Vec<f32>) {
         self.remove(&view.id);
         self.ids.push(view.id.clone());
         self.views.push(view);
@@ -208,7 +213,7 @@ impl UserMemories {
     }
 
     /// The `k` most similar at or above `threshold`, most similar first (ties by id).
-    fn candidates(&self, vector: &[f32], threshold: f32, k: usize) -> Vec<(usize, f32)> {
+    pub(super) fn candidates(&self, vector: &[f32], threshold: f32, k: usize) -> Vec<(usize, f32)> {
         let mut scored: Vec<(usize, f32)> = self
             .vectors
             .iter()
@@ -291,12 +296,12 @@ async fn current_memories(
     Ok((out, other_model))
 }
 
-fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
+pub(super) fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
     *counts.entry(name.to_string()).or_default() += value;
 }
 
 /// A fact as the judge reads it.
-fn fact_view(fact: &Map<String, Value>) -> MemoryView {
+pub(super) fn fact_view(fact: &Map<String, Value>) -> MemoryView {
     MemoryView::from_row(fact)
 }
 
@@ -634,12 +639,9 @@ async fn apply_plans(
     Ok(())
 }
 
-/// Plans a killed run logged and did not apply: decisions whose memory (the audit row's
-/// target) is missing or older than the decision, and review items not in the queue.
-async fn unfinished(store: &Store, user: Option<&str>) -> Result<Vec<Plan>> {
-    // Only runs that did not finish can have left a decision logged and not applied (a run
-    // applies every plan before it finishes), so the log of finished runs is never reread.
-    let open: Vec<String> = json_rows(
+/// Integrate and review runs that did not finish.
+async fn open_runs(store: &Store) -> Result<Vec<String>> {
+    Ok(json_rows(
         &store
             .scan_columns(
                 "runs",
@@ -653,7 +655,26 @@ async fn unfinished(store: &Store, user: Option<&str>) -> Result<Vec<Plan>> {
     )
     .iter()
     .map(|r| text_of(r, "run_id"))
-    .collect();
+    .collect())
+}
+
+/// Plans a killed run logged and did not apply: decisions whose memory (the audit row's
+/// target) is missing or older than the decision, and review items not in the queue.
+/// `runs`: these runs only (a batch applier finishing what an earlier application of its
+/// batch logged), else every integrate or review run that did not finish.
+async fn unfinished(
+    store: &Store,
+    user: Option<&str>,
+    runs: Option<&[String]>,
+) -> Result<Vec<Plan>> {
+    // Only runs that did not finish can have left a decision logged and not applied (a run
+    // applies every plan before it finishes), so the log of finished runs is never reread.
+    // A batch is applied after its submitting run finished: its applier names that run.
+    let open: Vec<String> = if let Some(runs) = runs {
+        runs.to_vec()
+    } else {
+        open_runs(store).await?
+    };
     if open.is_empty() {
         return Ok(Vec::new());
     }
@@ -742,9 +763,31 @@ pub async fn resume(
     now: i64,
     job: &str,
 ) -> Result<u64> {
-    let plans = unfinished(store, user).await?;
+    let plans = unfinished(store, user, None).await?;
     if !plans.is_empty() {
         apply_plans(store, embedder, &plans, &BTreeMap::new(), now, job).await?;
+    }
+    Ok(plans.len() as u64)
+}
+
+/// Applies what earlier applications of `runs`' batches logged and did not apply.
+pub(super) async fn resume_runs(
+    store: &Store,
+    embedder: &(dyn Fn() -> Result<Embedder> + Send + Sync),
+    runs: &[String],
+    now: i64,
+) -> Result<u64> {
+    let plans = unfinished(store, None, Some(runs)).await?;
+    if !plans.is_empty() {
+        apply_plans(
+            store,
+            &embedder()?,
+            &plans,
+            &BTreeMap::new(),
+            now,
+            JobName::Integrate.as_str(),
+        )
+        .await?;
     }
     Ok(plans.len() as u64)
 }
@@ -832,12 +875,6 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
         ctx.user.clone(),
     )?;
     let llm = ctx.app.llm(&args.llm).await?;
-    if llm.mode == crate::llm::Mode::Batch {
-        bail!(
-            "integrate runs online: facts of one user are judged in order, each against the \
-             store as the earlier ones left it (use --mode online)"
-        );
-    }
     let log = RunLog::start(
         ctx,
         JobName::Integrate.as_str(),
@@ -962,6 +999,24 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
             .entry(text_of(&facts[i], "user_id"))
             .or_default()
             .push(i);
+    }
+    if llm.mode == crate::llm::Mode::Batch {
+        let prepared = super::integrate_batch::Prepared {
+            facts: &facts,
+            by_user: &by_user,
+            vectors: &vectors,
+            memories: &memories,
+            next: &next,
+            threshold,
+            p: &p,
+            now,
+            embedder: &embedder,
+        };
+        super::integrate_batch::submit(ctx, &log, &llm, &prepared, &mut counts, &mut report)
+            .await?;
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
     }
     let rounds = by_user.values().map(Vec::len).max().unwrap_or(0);
     let views: Vec<MemoryView> = facts.iter().map(fact_view).collect();

@@ -123,10 +123,15 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
 
 /// Pairs judged before (by any run), as (source, target); failed judgements do not count.
 async fn judged_pairs(store: &Store, user: &str) -> Result<BTreeSet<(String, String)>> {
-    let filter = format!(
-        "operation = 'LINK' AND user_id = {} AND classification != 'FAILED'",
-        sql_string(user)
-    );
+    // Pairs judged by runs `memlife undo` reverted are judged again.
+    let filter = crate::store::without_undone(
+        store,
+        &format!(
+            "operation = 'LINK' AND user_id = {} AND classification != 'FAILED'",
+            sql_string(user)
+        ),
+    )
+    .await?;
     let mut pairs = BTreeSet::new();
     for batch in store
         .scan_columns(AUDIT_LOG.name, Some(&filter), &["source_ids"])

@@ -14,6 +14,7 @@ pub mod entities;
 pub mod entity_gc;
 pub mod import;
 pub mod integrate;
+pub mod integrate_batch;
 pub mod link;
 pub mod lock;
 pub mod refine;
@@ -380,6 +381,7 @@ pub struct RunLog {
     started: Instant,
     started_at: i64,
     lock: Option<lock::JobLock>,
+    versions_before: Option<BTreeMap<String, u64>>,
 }
 
 impl RunLog {
@@ -395,6 +397,12 @@ impl RunLog {
                 &run_id,
             )?)
         };
+        // What the tables were before this run wrote anything (`memlife undo` diffs them).
+        let versions_before = if ctx.dry_run {
+            None
+        } else {
+            Some(ctx.store.table_versions().await?)
+        };
         let log = RunLog {
             run_id,
             job: job.to_string(),
@@ -402,6 +410,7 @@ impl RunLog {
             started: Instant::now(),
             started_at: Utc::now().timestamp_micros(),
             lock,
+            versions_before,
         };
         if !ctx.dry_run {
             if let Some(lock) = &log.lock {
@@ -540,6 +549,13 @@ impl RunLog {
             .and_then(|r| r.llm.as_ref())
             .map(serde_json::to_string)
             .transpose()?;
+        let versions_after = match report {
+            Some(_) => Some(ctx.store.table_versions().await?),
+            None => None,
+        };
+        let table_versions = self.versions_before.as_ref().map(|before| {
+            serde_json::json!({"before": before, "after": versions_after}).to_string()
+        });
         let mut builder = RowBuilder::new(&RUNS, ctx.store.embedding_dim(), self.started_at);
         builder
             .append(|_, name| match name {
@@ -556,6 +572,7 @@ impl RunLog {
                 "duration_ms" => duration.map_or(Cell::Null, Cell::I64),
                 "error" => error.map_or(Cell::Null, Cell::Text),
                 "llm_usage" => llm_usage.as_deref().map_or(Cell::Null, Cell::Text),
+                "table_versions" => table_versions.as_deref().map_or(Cell::Null, Cell::Text),
                 _ => Cell::Missing,
             })
             .map_err(|e| anyhow::anyhow!("run row: {e}"))?;

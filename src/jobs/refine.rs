@@ -173,7 +173,12 @@ async fn apply(
 /// older than the log row (or unset). Reads the log rows' ids and targets and the originals'
 /// `last_refined_at` in one scan each, then the full rows of unfinished ones only.
 async fn unfinished(store: &Store) -> Result<Vec<(Value, i64)>> {
-    let logged = "operation IN ('SPLIT', 'UPDATE') AND classification IN ('SPLIT', 'TRIM')";
+    // Refinements of runs `memlife undo` reverted stay reverted.
+    let logged = &crate::store::without_undone(
+        store,
+        "operation IN ('SPLIT', 'UPDATE') AND classification IN ('SPLIT', 'TRIM')",
+    )
+    .await?;
     let heads = json_rows(
         &store
             .scan_columns(

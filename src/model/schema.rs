@@ -10,7 +10,7 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
@@ -81,6 +81,10 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "REVIEW",
     // `memlife undo`: one row per reverted decision, written before anything is reverted.
     "UNDO",
+    // `integrate --mode batch`: a fact sent to the judge (its row and candidates), and each
+    // answer of the batch as it came back.
+    "SUBMIT",
+    "JUDGE",
 ];
 pub const REVIEW_STATUSES: &[&str] = &["pending", "approved", "rejected", "expired"];
 /// The life of a Batch API submission (see `llm::batch`).
@@ -432,6 +436,9 @@ pub static RUNS: TableSpec = TableSpec {
         field("error", K::Str, R::Free, D::Null),
         // Calls, tokens, retries, failures and estimated cost per provider (JSON; v2).
         field("llm_usage", K::Str, R::Free, D::Null),
+        // The version of every table when the run started and when it finished (JSON
+        // {"before": {table: version}, "after": {...}}; v8): what `memlife undo` diffs.
+        field("table_versions", K::Str, R::Free, D::Null),
     ],
 };
 

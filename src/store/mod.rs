@@ -412,6 +412,42 @@ impl Store {
         self.merge_rows(spec, Box::new(reader)).await
     }
 
+    /// The current version of every table (each commit makes one).
+    pub async fn table_versions(&self) -> Result<BTreeMap<String, u64>> {
+        let mut out = BTreeMap::new();
+        for spec in ALL_TABLES {
+            out.insert(
+                spec.name.to_string(),
+                self.table(spec.name).await?.version().await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Reads `columns` of a table as it was at `version` (optionally filtered); columns the
+    /// version did not have yet are left out.
+    pub async fn scan_at(
+        &self,
+        table: &str,
+        version: u64,
+        filter: Option<&str>,
+        columns: &[&str],
+    ) -> Result<Vec<RecordBatch>> {
+        let table = self.table(table).await?;
+        table.checkout(version).await?;
+        let schema = table.schema().await?;
+        let present: Vec<&str> = columns
+            .iter()
+            .copied()
+            .filter(|c| schema.field_with_name(c).is_ok())
+            .collect();
+        let mut query = table.query().select(Select::columns(&present));
+        if let Some(filter) = filter {
+            query = query.only_if(filter);
+        }
+        Ok(query.execute().await?.try_collect().await?)
+    }
+
     /// Reads a table (optionally filtered by a SQL predicate) as batches of every column.
     pub async fn scan(&self, table: &str, filter: Option<&str>) -> Result<Vec<RecordBatch>> {
         let table = self.table(table).await?;
@@ -643,6 +679,36 @@ pub async fn set_meta(store: &Store, key: &str, value: &str) -> Result<()> {
 
 /// Rows as JSON objects keyed by column name (timestamps as RFC 3339 text): the slow, simple
 /// path for small control tables (runs, llm_batches), never for memories in bulk.
+/// Runs `memlife undo` reverted from the tables' versions (their UNDO rows name them, written
+/// before anything was reverted): what they logged no longer stands, so jobs that resume or
+/// remember from the audit log leave it out.
+pub async fn undone_runs(store: &Store) -> anyhow::Result<Vec<String>> {
+    let filter = "operation = 'UNDO' AND classification LIKE 'REVERTED %' AND target_id IN \
+                  ('memories', 'links', 'entities', 'memory_entities', 'clusters', \
+                  'entity_scans', 'review_queue')";
+    let mut runs: Vec<String> = json_rows(
+        &store
+            .scan_columns("audit_log", Some(filter), &["source_ids"])
+            .await?,
+    )
+    .iter()
+    .filter_map(|r| list_of(&r["source_ids"]).into_iter().next())
+    .collect();
+    runs.sort();
+    runs.dedup();
+    Ok(runs)
+}
+
+/// `filter` without the audit rows of undone runs.
+pub async fn without_undone(store: &Store, filter: &str) -> anyhow::Result<String> {
+    let undone = undone_runs(store).await?;
+    Ok(if undone.is_empty() {
+        filter.to_string()
+    } else {
+        format!("({filter}) AND run_id NOT IN ({})", sql_list(&undone))
+    })
+}
+
 /// The options a run was started with (`runs.params`), `Null` when the run or its params
 /// are gone: what a batch applier reads to apply with the submitting run's options.
 pub async fn run_params(store: &Store, run_id: &str) -> anyhow::Result<serde_json::Value> {

@@ -250,6 +250,31 @@ const SCENARIOS: &[Scenario] = &[
         witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'UNDO'",
     },
     Scenario {
+        name: "undo (a consolidate run, from the tables' versions)",
+        setup: &[IMPORT, EMBED, LINK, CLUSTER, CONSOLIDATE],
+        job: &["undo", "--last", "consolidate"],
+        points: &[
+            "undo.started",
+            "undo.after-audit",
+            "undo.after-memories",
+            "undo.after-links",
+            "undo.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'UNDO'",
+    },
+    Scenario {
+        name: "undo (a scores run, from the tables' versions)",
+        setup: &[IMPORT, SCORES],
+        job: &["undo", "--last", "scores"],
+        points: &[
+            "undo.started",
+            "undo.after-audit",
+            "undo.after-memories",
+            "undo.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'UNDO'",
+    },
+    Scenario {
         name: "traverse (heal-on-read)",
         setup: &[IMPORT, DEAD_LINKS],
         job: &["traverse", "noor-0", "--depth", "2"],
@@ -292,7 +317,29 @@ const INTEGRATE: &[&str] = &[
     "--now",
     "2025-09-01T00:00:00Z",
 ];
+const INTEGRATE_BATCH: &[&str] = &[
+    "--config",
+    "{config}",
+    "integrate",
+    "{facts}",
+    "--embedder",
+    "hash",
+    "--now",
+    "2025-09-01T00:00:00Z",
+    "--llm",
+    "providers",
+    "--mode",
+    "batch",
+];
 const CLUSTER: &[&str] = &["cluster", "--mode", "full", "--threshold", "0.5"];
+const CONSOLIDATE: &[&str] = &[
+    "consolidate",
+    "--embedder",
+    "hash",
+    "--now",
+    "2025-09-01T00:00:00Z",
+];
+const SCORES: &[&str] = &["scores", "--now", "2025-09-01T00:00:00Z"];
 
 const BATCH_SUBMIT: &[&str] = &[
     "--config",
@@ -457,6 +504,32 @@ const BATCH_SCENARIOS: &[Scenario] = &[
             "batches.poll.after-apply",
         ],
         witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'EXTRACT'",
+    },
+    Scenario {
+        name: "integrate (batch submission)",
+        setup: &[IMPORT, EMBED],
+        job: INTEGRATE_BATCH,
+        points: &[
+            "integrate.started",
+            "integrate.after-audit",
+            "integrate.after-submit-rows",
+            "integrate.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM llm_batches WHERE task = 'integrate.classify'",
+    },
+    Scenario {
+        name: "batches poll (integrate)",
+        setup: &[IMPORT, EMBED, INTEGRATE_BATCH],
+        job: POLL,
+        points: &[
+            "batches.poll.after-download",
+            "integrate.batch.after-judgements",
+            "integrate.after-audit",
+            "integrate.after-links",
+            "integrate.after-review",
+            "batches.poll.after-apply",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE superseded_by IS NOT NULL",
     },
     Scenario {
         name: "batches cleanup",

@@ -700,3 +700,187 @@ fn approval_is_refused_when_the_memory_changed_since_the_judge_read_it() {
         "0"
     );
 }
+
+/// What integrate leaves in the store, comparable across runs: memories, links and each
+/// fact's decision.
+fn outcome(db: &TestDb) -> Vec<String> {
+    let mut out: Vec<String> = db
+        .rows(
+            "SELECT id, text, CAST(valid_until AS VARCHAR) AS until, superseded_by, \
+             supersession_chain_id AS chain, archived_at IS NULL AS live, tags, \
+             consolidates_memory_ids AS sources, CAST(updated_at AS VARCHAR) AS updated \
+             FROM memories ORDER BY id",
+        )
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    out.extend(
+        db.rows("SELECT source_id, target_id, link_type FROM links ORDER BY source_id, target_id")
+            .iter()
+            .map(|r| r.to_string()),
+    );
+    out.extend(
+        db.rows(
+            "SELECT id, source_ids, operation, classification, target_id, after_state \
+             FROM audit_log WHERE operation IN ('ADD','UPDATE','NOOP','SUPERSEDE','MERGE','REVIEW') \
+             ORDER BY id",
+        )
+        .iter()
+        .map(|r| r.to_string()),
+    );
+    out
+}
+
+fn poll(db: &TestDb, config: &str) -> serde_json::Value {
+    let out = db.run(&[
+        "--json",
+        "--config",
+        config,
+        "batches",
+        "poll",
+        "--embedder",
+        "hash",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+/// NEW plus a fact that repeats an earlier fact of the same file.
+const NEW_AND_REPEAT: &str = r#"{"id":"f5","user_id":"u","text":"User went hiking last weekend","created_at":"2025-03-04T10:00:00Z"}"#;
+
+#[test]
+fn batch_mode_writes_what_an_online_run_writes() {
+    let file_text = format!("{NEW}{NEW_AND_REPEAT}\n");
+    let (online, _mock_a, config_a) = setup(&seed_answers());
+    let facts = write(&online, "new.jsonl", &file_text);
+    integrate(&online, &config_a, &facts, "2025-03-10T00:00:00Z", &[]);
+
+    let (batch, _mock_b, config_b) = setup(&seed_answers());
+    let facts = write(&batch, "new.jsonl", &file_text);
+    let first = integrate(
+        &batch,
+        &config_b,
+        &facts,
+        "2025-03-10T00:00:00Z",
+        &["--mode", "batch"],
+    );
+    // f5 would be judged against f4, which is still in the batch: it waits for the next run.
+    assert_eq!(first["counts"]["facts_submitted"], 4, "{first}");
+    assert_eq!(first["counts"]["deferred"], 1, "{first}");
+    assert_eq!(
+        batch.scalar("SELECT COUNT(*) FROM memories WHERE id LIKE 'f%'"),
+        "0",
+        "nothing is applied before the poll"
+    );
+    // One poll applies round 1 and submits the merge as round 2, then applies round 2.
+    let polled = poll(&batch, &config_b);
+    for (name, n) in [
+        ("duplicates", 1),
+        ("superseded", 1),
+        ("merged", 1),
+        ("coexisting", 1),
+        ("merges_submitted", 1),
+    ] {
+        assert_eq!(polled["counts"][name], n, "{name}: {polled}");
+    }
+    let second = integrate(
+        &batch,
+        &config_b,
+        &facts,
+        "2025-03-10T00:00:00Z",
+        &["--mode", "batch"],
+    );
+    assert_eq!(second["counts"]["already_integrated"], 4, "{second}");
+    assert_eq!(second["counts"]["facts_submitted"], 1, "{second}");
+    poll(&batch, &config_b);
+    let third = integrate(
+        &batch,
+        &config_b,
+        &facts,
+        "2025-03-10T00:00:00Z",
+        &["--mode", "batch"],
+    );
+    assert_eq!(third["counts"]["already_integrated"], 5, "{third}");
+    assert!(
+        third["counts"].get("batches_submitted").is_none(),
+        "{third}"
+    );
+    assert_eq!(
+        outcome(&batch),
+        outcome(&online),
+        "same tables as the online run"
+    );
+    // The judge's answers are logged, one row per request.
+    assert_eq!(
+        batch.scalar("SELECT COUNT(*) FROM audit_log WHERE operation = 'JUDGE'"),
+        "6",
+        "five classify answers and one merge text"
+    );
+}
+
+#[test]
+fn a_batch_fact_whose_candidate_changed_before_the_poll_waits_for_the_next_run() {
+    let answers = format!(
+        "{}\n{}",
+        seed_answers(),
+        classify(
+            "User works at Google",
+            "User now works at OpenAI",
+            "SUPERSEDE",
+            0.9
+        )
+    );
+    let (db, _mock, config) = setup(&answers);
+    let facts = write(&db, "new.jsonl", NEW);
+    integrate(
+        &db,
+        &config,
+        &facts,
+        "2025-03-10T00:00:00Z",
+        &["--mode", "batch"],
+    );
+    // Before the poll, an online run supersedes m2, which the batch judged f2 against.
+    let other = write(
+        &db,
+        "other.jsonl",
+        r#"{"id":"g1","user_id":"u","text":"User now works at OpenAI","created_at":"2025-03-01T12:00:00Z"}"#,
+    );
+    let online = integrate(&db, &config, &other, "2025-03-10T00:00:00Z", &[]);
+    assert_eq!(online["counts"]["superseded"], 1, "{online}");
+    let polled = poll(&db, &config);
+    assert_eq!(polled["counts"]["left_for_next_run"], 1, "{polled}");
+    assert_eq!(
+        db.scalar("SELECT superseded_by FROM memories WHERE id = 'm2'"),
+        "\"g1\"",
+        "m2 is superseded once, not forked"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM memories WHERE id = 'f2'"),
+        "0"
+    );
+    // The next run judges f2 against the store as it is now.
+    let again = integrate(
+        &db,
+        &config,
+        &facts,
+        "2025-03-11T00:00:00Z",
+        &["--mode", "batch"],
+    );
+    assert_eq!(again["counts"]["already_integrated"], 3, "{again}");
+    assert_eq!(again["counts"]["facts_submitted"], 1, "{again}");
+    let submitted = db.rows(
+        "SELECT source_ids FROM audit_log WHERE operation = 'JUDGE' AND source_ids[2] = 'f2'",
+    );
+    assert_eq!(
+        submitted.len(),
+        1,
+        "f2 was judged once before the poll: {submitted:?}"
+    );
+    poll(&db, &config);
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM audit_log WHERE operation = 'JUDGE' AND source_ids[2] = 'f2'"
+        ),
+        "2"
+    );
+}

@@ -28,3 +28,4 @@ mod scores;
 mod store;
 mod tidy;
 mod traverse;
+mod undo;

@@ -1,0 +1,479 @@
+//! `memlife undo` for runs of every job other than integrate and review: from the tables'
+//! own versions. Each run records the version of every table when it started and when it
+//! finished (`runs.table_versions`); Lance keeps every version (memlife never prunes them),
+//! so the rows a run wrote are the difference between the two, key by key: rows it added,
+//! rows it removed, rows it changed. Undo deletes the added rows and writes back the removed
+//! and changed rows as they were, every column included (embeddings too, so nothing is
+//! re-embedded), one commit per table.
+//!
+//! It refuses, changing nothing, when
+//! - a later run changed a row the run wrote (the row is no longer as the run left it), and
+//!   names the row;
+//! - another run wrote the same table while the run ran (the versions in between are not the
+//!   run's alone), and names it;
+//! - the run did not finish (a killed run has no `after` versions: its next run finishes the
+//!   work, or `memlife check` names what it left), or predates version records (schema 8).
+//!
+//! The reverted tables are the store's data: memories, links, entities, memory_entities,
+//! clusters, entity_scans, review_queue. `runs`, `audit_log` and `llm_batches` are logs and
+//! stay as they are: the run's audit rows still tell what it did, and one `UNDO` row per table
+//! (written before anything is reverted) tells what undo did, with the keys it deleted and
+//! restored. A row already back as it was before the run counts as reverted, so an undo killed
+//! half-way is finished by running it again; an undo of a run already undone does nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Result, anyhow, bail};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::DataType;
+use datafusion::common::hash_utils::{RandomState, create_hashes};
+use serde_json::{Map, Value, json};
+
+use crate::jobs::{ItemFailure, JobCtx, JobReport, RunLog, Status};
+use crate::model::schema::{
+    CLUSTERS, ENTITIES, ENTITY_SCANS, LINKS, MEMORIES, MEMORY_ENTITIES, REVIEW_QUEUE, TableSpec,
+};
+use crate::store::audit::{AuditRow, derived_id};
+use crate::store::{Store, json_rows, sql_string, text_of};
+
+/// The tables undo puts back; the logs (`runs`, `audit_log`, `llm_batches`) and `memlife_meta`
+/// stay.
+pub const REVERTIBLE: &[&TableSpec] = &[
+    &MEMORIES,
+    &LINKS,
+    &ENTITIES,
+    &MEMORY_ENTITIES,
+    &CLUSTERS,
+    &ENTITY_SCANS,
+    &REVIEW_QUEUE,
+];
+
+type Key = Vec<String>;
+
+/// What a run did to one table, key by key.
+#[derive(Default, Debug)]
+struct TableDiff {
+    added: Vec<Key>,
+    removed: Vec<Key>,
+    changed: Vec<Key>,
+}
+
+impl TableDiff {
+    fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+/// A run's `table_versions`: before and after, per table.
+pub struct Versions {
+    before: BTreeMap<String, u64>,
+    after: Option<BTreeMap<String, u64>>,
+}
+
+pub fn versions_of(row: &Map<String, Value>) -> Option<Versions> {
+    let v: Value = serde_json::from_str(row.get("table_versions")?.as_str()?).ok()?;
+    let map = |x: &Value| -> Option<BTreeMap<String, u64>> {
+        x.as_object().map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+                .collect()
+        })
+    };
+    Some(Versions {
+        before: map(&v["before"])?,
+        after: map(&v["after"]),
+    })
+}
+
+fn columns(spec: &TableSpec) -> Vec<&'static str> {
+    spec.fields.iter().map(|f| f.name).collect()
+}
+
+/// The SQL predicate that selects `keys` of `spec`.
+fn key_predicate(spec: &TableSpec, keys: &[Key]) -> String {
+    keys.iter()
+        .map(|k| {
+            let parts: Vec<String> = spec
+                .key
+                .iter()
+                .zip(k)
+                .map(|(c, v)| format!("{c} = {}", sql_string(v)))
+                .collect();
+            format!("({})", parts.join(" AND "))
+        })
+        .collect::<Vec<_>>()
+        .join(" OR ")
+}
+
+/// Each row's key and a hash of all its `columns` (in that order, as present).
+fn hashed(batches: &[RecordBatch], spec: &TableSpec) -> Result<BTreeMap<Key, u64>> {
+    let state = RandomState::default();
+    let mut out = BTreeMap::new();
+    for batch in batches {
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        let arrays: Vec<ArrayRef> = batch.columns().to_vec();
+        let mut hashes = vec![0u64; batch.num_rows()];
+        create_hashes(arrays.iter().map(|a| a.as_ref()), &state, &mut hashes)?;
+        let keys: Vec<ArrayRef> = spec
+            .key
+            .iter()
+            .map(|k| {
+                let col = batch
+                    .column_by_name(k)
+                    .ok_or_else(|| anyhow!("{}: no key column {k}", spec.name))?;
+                Ok(arrow::compute::cast(col, &DataType::Utf8)?)
+            })
+            .collect::<Result<_>>()?;
+        for (row, hash) in hashes.iter().enumerate() {
+            let key: Key = keys
+                .iter()
+                .map(|a| {
+                    let s = a.as_string::<i32>();
+                    if s.is_null(row) {
+                        String::new()
+                    } else {
+                        s.value(row).to_string()
+                    }
+                })
+                .collect();
+            out.insert(key, *hash);
+        }
+    }
+    Ok(out)
+}
+
+/// Columns every one of the versions has, so their hashes compare.
+async fn common_columns(
+    store: &Store,
+    spec: &TableSpec,
+    versions: &[u64],
+) -> Result<Vec<&'static str>> {
+    let mut cols = columns(spec);
+    for &v in versions {
+        let table = store.table(spec.name).await?;
+        table.checkout(v).await?;
+        let schema = table.schema().await?;
+        cols.retain(|c| schema.field_with_name(c).is_ok());
+    }
+    Ok(cols)
+}
+
+async fn read_hashes(
+    store: &Store,
+    spec: &TableSpec,
+    version: Option<u64>,
+    filter: Option<&str>,
+    cols: &[&str],
+) -> Result<BTreeMap<Key, u64>> {
+    let batches = match version {
+        Some(v) => store.scan_at(spec.name, v, filter, cols).await?,
+        None => store.scan_columns(spec.name, filter, cols).await?,
+    };
+    hashed(&batches, spec)
+}
+
+/// The rows of `keys` as they were at `version`: one scan, filtered here (a run may have
+/// touched every row).
+async fn rows_at(
+    store: &Store,
+    spec: &TableSpec,
+    version: u64,
+    keys: &BTreeSet<Key>,
+    cols: &[&str],
+) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    for batch in store.scan_at(spec.name, version, None, cols).await? {
+        let key_cols: Vec<ArrayRef> = spec
+            .key
+            .iter()
+            .map(|k| {
+                let col = batch
+                    .column_by_name(k)
+                    .ok_or_else(|| anyhow!("{}: no key column {k}", spec.name))?;
+                Ok(arrow::compute::cast(col, &DataType::Utf8)?)
+            })
+            .collect::<Result<_>>()?;
+        let mask: arrow::array::BooleanArray = (0..batch.num_rows())
+            .map(|row| {
+                let key: Key = key_cols
+                    .iter()
+                    .map(|a| a.as_string::<i32>().value(row).to_string())
+                    .collect();
+                Some(keys.contains(&key))
+            })
+            .collect();
+        let kept = arrow::compute::filter_record_batch(&batch, &mask)?;
+        if kept.num_rows() > 0 {
+            out.push(kept);
+        }
+    }
+    Ok(out)
+}
+
+fn key_text(k: &Key) -> String {
+    k.join(" / ")
+}
+
+/// What undo found for one table: the diff and, per touched key, whether it is still as the
+/// run left it, already back as it was, or changed since.
+struct Plan {
+    spec: &'static TableSpec,
+    before: u64,
+    diff: TableDiff,
+    /// Keys still to revert (not already back as they were).
+    delete: Vec<Key>,
+    restore: Vec<Key>,
+}
+
+/// Reverts `run` (a finished run of a job other than integrate and review).
+pub async fn undo(
+    ctx: &JobCtx<'_>,
+    run: &Map<String, Value>,
+    dry_run: bool,
+    report: &mut JobReport,
+) -> Result<()> {
+    let store = &ctx.store;
+    let run_id = text_of(run, "run_id");
+    let job = text_of(run, "job");
+    if job == "undo" {
+        bail!("run {run_id} is an undo: to redo what it reverted, run the job again");
+    }
+    let Some(versions) = versions_of(run) else {
+        bail!(
+            "run {run_id} ({job}) predates version records (schema 8): its changes cannot be told \
+             apart from other runs'"
+        );
+    };
+    let Some(after) = versions.after.clone() else {
+        bail!(
+            "run {run_id} ({job}) did not finish ({}): its next run finishes what it started; \
+             `memlife check` names what it left",
+            text_of(run, "status")
+        );
+    };
+    // Already undone by a finished undo run?
+    let undos = json_rows(
+        &store
+            .scan_columns(
+                "runs",
+                Some("job = 'undo' AND status = 'done' AND dry_run = false"),
+                &["run_id", "params"],
+            )
+            .await?,
+    );
+    if let Some(u) = undos.iter().find(|u| {
+        serde_json::from_str::<Value>(&text_of(u, "params"))
+            .is_ok_and(|p| p["undo"].as_str() == Some(run_id.as_str()))
+    }) {
+        report.notes.push(format!(
+            "run {run_id} was undone already, by run {}",
+            text_of(u, "run_id")
+        ));
+        return Ok(());
+    }
+    let changed_tables: Vec<&'static TableSpec> = REVERTIBLE
+        .iter()
+        .copied()
+        .filter(|s| after.get(s.name) > versions.before.get(s.name))
+        .collect();
+    // Runs that wrote the same tables while this one ran.
+    let mut conflicts: Vec<String> = Vec::new();
+    let others = json_rows(
+        &store
+            .scan_columns(
+                "runs",
+                Some(&format!(
+                    "run_id <> {} AND dry_run = false AND table_versions IS NOT NULL",
+                    sql_string(&run_id)
+                )),
+                &["run_id", "job", "status", "table_versions"],
+            )
+            .await?,
+    );
+    for other in &others {
+        let Some(v) = versions_of(other) else {
+            continue;
+        };
+        for spec in &changed_tables {
+            let (b, a) = (versions.before[spec.name], after[spec.name]);
+            let ob = v.before.get(spec.name).copied().unwrap_or(0);
+            let oa = v.after.as_ref().and_then(|m| m.get(spec.name).copied());
+            let overlaps = match oa {
+                // It wrote versions (ob, oa]; this run wrote (b, a].
+                Some(oa) => oa > ob && ob < a && oa > b,
+                // Unfinished: anything after its start may be its own.
+                None => ob < a && ob >= b,
+            };
+            if overlaps {
+                conflicts.push(format!(
+                    "run {} ({}) wrote {} while run {run_id} ran: the versions in between are \
+                     not this run's alone",
+                    text_of(other, "run_id"),
+                    text_of(other, "job"),
+                    spec.name
+                ));
+            }
+        }
+    }
+    let mut plans = Vec::new();
+    for spec in changed_tables {
+        let (b, a) = (versions.before[spec.name], after[spec.name]);
+        let latest = store.table(spec.name).await?.version().await?;
+        let cols = common_columns(store, spec, &[b, a, latest]).await?;
+        let old = read_hashes(store, spec, Some(b), None, &cols).await?;
+        let new = read_hashes(store, spec, Some(a), None, &cols).await?;
+        let mut diff = TableDiff::default();
+        for (k, h) in &new {
+            match old.get(k) {
+                None => diff.added.push(k.clone()),
+                Some(o) if o != h => diff.changed.push(k.clone()),
+                _ => {}
+            }
+        }
+        diff.removed = old
+            .keys()
+            .filter(|k| !new.contains_key(*k))
+            .cloned()
+            .collect();
+        if diff.is_empty() {
+            continue;
+        }
+        // Where each touched row stands now.
+        let touched: Vec<Key> = diff
+            .added
+            .iter()
+            .chain(&diff.changed)
+            .chain(&diff.removed)
+            .cloned()
+            .collect();
+        let current = read_hashes(store, spec, None, None, &cols).await?;
+        let (as_before, as_after) = (&old, &new);
+        let mut plan = Plan {
+            spec,
+            before: b,
+            diff: TableDiff::default(),
+            delete: Vec::new(),
+            restore: Vec::new(),
+        };
+        for k in &touched {
+            let (now, was, left) = (current.get(k), as_before.get(k), as_after.get(k));
+            if now == was {
+                continue; // back as it was (or never there): reverted already
+            }
+            if now != left {
+                conflicts.push(format!(
+                    "{} row {} changed after run {run_id} (a later run {} it)",
+                    spec.name,
+                    key_text(k),
+                    if now.is_none() { "removed" } else { "rewrote" }
+                ));
+                continue;
+            }
+            if was.is_none() {
+                plan.delete.push(k.clone());
+            } else {
+                plan.restore.push(k.clone());
+            }
+        }
+        plan.diff = diff;
+        plans.push(plan);
+    }
+    for p in &plans {
+        report.count(&format!("{}_deleted", p.spec.name), p.delete.len() as u64);
+        report.count(&format!("{}_restored", p.spec.name), p.restore.len() as u64);
+    }
+    if !conflicts.is_empty() {
+        report.status = Status::Failed;
+        report.error = Some(format!(
+            "run {run_id} ({job}) cannot be undone: {} conflicts; nothing was changed",
+            conflicts.len()
+        ));
+        report.failures = conflicts
+            .into_iter()
+            .map(|c| ItemFailure {
+                item: run_id.clone(),
+                reason: c,
+            })
+            .collect();
+        return Ok(());
+    }
+    if plans
+        .iter()
+        .all(|p| p.delete.is_empty() && p.restore.is_empty())
+    {
+        report
+            .notes
+            .push(format!("run {run_id} ({job}) left nothing to revert"));
+        if dry_run {
+            return Ok(());
+        }
+    }
+    if dry_run {
+        return Ok(());
+    }
+    let log = RunLog::start(ctx, "undo", &json!({"undo": run_id})).await?;
+    let now = ctx.now.timestamp_micros();
+    // Logged before anything is deleted or rewritten: the keys, and the versions that hold
+    // every row on both sides.
+    let audit: Vec<AuditRow> = plans
+        .iter()
+        .map(|p| {
+            let mut row = AuditRow::new(log.run_id(), "UNDO", "", now);
+            row.id = derived_id(&format!("undo|{run_id}|{}", p.spec.name));
+            row.source_ids = vec![run_id.clone()];
+            row.target_id = Some(p.spec.name.to_string());
+            row.classification = Some(format!("REVERTED {job}"));
+            row.reasoning = Some(format!(
+                "undo of run {run_id}: rows added by it deleted, rows it removed or changed \
+                 written back as of {} version {}",
+                p.spec.name, p.before
+            ));
+            row.before_state = Some(
+                json!({
+                    "table": p.spec.name,
+                    "version": store_version_hint(p),
+                    "deleted": p.delete,
+                    "restored": p.restore,
+                })
+                .to_string(),
+            );
+            row.after_state =
+                Some(json!({"table": p.spec.name, "as_of_version": p.before}).to_string());
+            row
+        })
+        .collect();
+    store.write_audit(&audit).await?;
+    crate::crash::point("undo.after-audit");
+    for p in &plans {
+        if !p.restore.is_empty() {
+            let keys: BTreeSet<Key> = p.restore.iter().cloned().collect();
+            let batches = rows_at(store, p.spec, p.before, &keys, &columns(p.spec)).await?;
+            if let Some(first) = batches.first() {
+                let schema = first.schema();
+                let reader =
+                    arrow::array::RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
+                store.merge_rows(p.spec, Box::new(reader)).await?;
+            }
+        }
+        for chunk in p.delete.chunks(200) {
+            store
+                .delete_where(p.spec.name, &key_predicate(p.spec, chunk))
+                .await?;
+        }
+        crate::crash::point(&format!("undo.after-{}", p.spec.name));
+    }
+    report.notes.push(format!("run {run_id} ({job}) undone"));
+    log.finish(ctx, report).await?;
+    Ok(())
+}
+
+/// The diff's size, for the UNDO row (what the run did, beside what undo reverts).
+fn store_version_hint(p: &Plan) -> Value {
+    json!({
+        "run_added": p.diff.added.len(),
+        "run_changed": p.diff.changed.len(),
+        "run_removed": p.diff.removed.len(),
+    })
+}

@@ -1,0 +1,162 @@
+//! `memlife undo` of runs of every job other than integrate and review (those are in
+//! integrate.rs): reverted from the tables' versions, exactly, refusing when a later run
+//! changed the same rows, idempotent, and leaving the job free to run again.
+
+use crate::common::{TestDb, stderr, stdout};
+
+/// Memories for every job: restatements for consolidate, two facts in one memory for
+/// refine, names for entities, old low-salience ones for scores.
+const MEMORIES: &str = r#"{"id":"a1","user_id":"u","text":"Noor's sister Lina lives in Utrecht","importance":0.9,"access_count":6,"created_at":"2025-01-01T08:00:00Z"}
+{"id":"a2","user_id":"u","text":"Noor's sister Lina lives in Utrecht and works as a nurse","importance":0.5,"created_at":"2025-01-05T08:00:00Z"}
+{"id":"a3","user_id":"u","text":"Noor's sister Lina lives in Utrecht with her two cats","importance":0.4,"created_at":"2025-01-09T08:00:00Z"}
+{"id":"b1","user_id":"u","text":"Noor plays the cello in an amateur orchestra. Noor's car is a blue Volvo estate.","access_count":7,"created_at":"2025-01-02T08:00:00Z"}
+{"id":"c1","user_id":"u","text":"Noor switched from Vim to Helix for editing code","created_at":"2025-01-05T08:00:00Z"}
+{"id":"c2","user_id":"u","text":"Noor edits code in Vim with a custom colour scheme","created_at":"2025-01-04T08:00:00Z"}
+{"id":"d1","user_id":"u","text":"Noor tried a ramen place near the station","salience":0.02,"created_at":"2024-01-04T08:00:00Z"}
+{"id":"d2","user_id":"u","text":"Noor's dentist appointment was moved to Friday","salience":0.03,"created_at":"2024-02-04T08:00:00Z"}
+"#;
+
+fn ok(db: &TestDb, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = db.run(&all);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    serde_json::from_str(&stdout(&out)).unwrap_or(serde_json::Value::Null)
+}
+
+/// Every data table, row by row (all columns, embeddings included), in key order.
+fn tables(db: &TestDb) -> Vec<String> {
+    let mut out = Vec::new();
+    for (table, order) in [
+        ("memories", "id"),
+        ("links", "source_id, target_id, link_type"),
+        ("entities", "id"),
+        ("memory_entities", "memory_id, entity_id"),
+        ("clusters", "cluster_id"),
+        ("entity_scans", "memory_id"),
+        ("review_queue", "id"),
+    ] {
+        out.push(format!("-- {table}"));
+        out.extend(
+            db.rows(&format!("SELECT * FROM {table} ORDER BY {order}"))
+                .iter()
+                .map(|r| r.to_string()),
+        );
+    }
+    out
+}
+
+fn loaded() -> TestDb {
+    let db = TestDb::new();
+    let file = db.path("memories.jsonl");
+    std::fs::write(&file, MEMORIES).unwrap();
+    ok(&db, &["import", &file]);
+    db
+}
+
+#[test]
+fn undo_puts_back_exactly_what_each_job_changed_and_the_job_runs_again() {
+    let db = loaded();
+    let now = ["--now", "2025-09-01T00:00:00Z"];
+    let config = db.path("memlife.toml");
+    std::fs::write(
+        &config,
+        "[refine]\nverbose_threshold_chars = 40\nmin_access_count = 0\nmin_age_days = 0\n",
+    )
+    .unwrap();
+    let jobs: Vec<Vec<&str>> = vec![
+        vec!["embed", "--embedder", "hash"],
+        vec!["link", "--min-score", "0.2"],
+        vec!["entities"],
+        vec!["cluster", "--mode", "full", "--threshold", "0.5"],
+        vec!["consolidate", "--embedder", "hash", now[0], now[1]],
+        vec![
+            "--config",
+            &config,
+            "refine",
+            "--embedder",
+            "hash",
+            now[0],
+            now[1],
+        ],
+    ];
+    for job in &jobs {
+        let before = tables(&db);
+        let first = ok(&db, job);
+        let after = tables(&db);
+        assert_ne!(before, after, "{job:?} changed nothing to undo: {first}");
+        let name = job
+            .iter()
+            .find(|a| !a.starts_with("--") && !a.ends_with(".toml"))
+            .unwrap();
+        let undone = ok(&db, &["undo", "--last", name]);
+        assert_eq!(undone["status"], "done", "{undone}");
+        assert_eq!(
+            tables(&db),
+            before,
+            "undo of {job:?} restores every table exactly"
+        );
+        // Undone once: a second undo changes nothing.
+        let again = ok(&db, &["undo", "--last", name]);
+        assert!(again.to_string().contains("undone already"), "{again}");
+        assert_eq!(tables(&db), before);
+        // The job runs again and changes what it changed the first time.
+        ok(&db, job);
+        let redone = tables(&db);
+        assert_eq!(
+            redone.len(),
+            after.len(),
+            "{job:?} after undo writes as many rows as its first run"
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM memories WHERE source = 'consolidate'"),
+        "1",
+        "the consolidation was made again after its undo"
+    );
+}
+
+#[test]
+fn undo_refuses_when_a_later_run_changed_the_same_rows_and_changes_nothing() {
+    let db = loaded();
+    ok(&db, &["scores", "--now", "2025-09-01T00:00:00Z"]);
+    let first = db.scalar("SELECT run_id FROM runs WHERE job = 'scores'");
+    let first = first.trim_matches('"').to_string();
+    ok(&db, &["scores", "--now", "2026-03-01T00:00:00Z"]);
+    let before = tables(&db);
+    let out = db.run(&["undo", &first]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("cannot be undone"), "{text}");
+    assert!(text.contains("memories row"), "names the rows: {text}");
+    assert_eq!(tables(&db), before, "nothing changed");
+    // Undoing the later run first, then the earlier one, works.
+    ok(&db, &["undo", "--last", "scores"]);
+    ok(&db, &["undo", &first]);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM memories WHERE tier = 'archived'"),
+        "0"
+    );
+}
+
+#[test]
+fn undo_refuses_a_run_that_did_not_finish() {
+    let db = loaded();
+    let out = db.run(&["undo", "--last", "import"]);
+    // The import run finished: it is undone (its rows deleted).
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        db.count("memories"),
+        0,
+        "undo of an import removes what it added"
+    );
+    let file = db.path("memories.jsonl");
+    ok(&db, &["import", &file]);
+    assert_eq!(db.count("memories"), 8, "and the file imports again");
+}
