@@ -57,6 +57,9 @@ pub enum EvalCommand {
     /// `memlife integrate` end to end (candidate retrieval plus judge) on labelled pairs:
     /// the confusion matrix of the operations it wrote, destructive errors listed.
     Integrate(super::eval_integrate::IntegrateEvalArgs),
+    /// Relative-date resolution on LoCoMo's temporal questions: accuracy, coverage, and
+    /// every failure listed.
+    Temporal(super::eval_temporal::TemporalEvalArgs),
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -466,6 +469,7 @@ pub async fn run(app: &App, args: &EvalArgs, out: &mut dyn Write) -> Result<Exit
         EvalCommand::Integrate(args) => {
             super::eval_integrate::run(args, app.json, out).map(|()| ExitStatus::Success)
         }
+        EvalCommand::Temporal(args) => super::eval_temporal::run(args, app.json, out),
     }
 }
 

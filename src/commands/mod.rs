@@ -14,6 +14,7 @@ pub mod check;
 pub mod eval;
 pub mod eval_entities;
 pub mod eval_integrate;
+pub mod eval_temporal;
 pub mod export;
 pub mod history;
 pub mod index;

@@ -273,6 +273,16 @@ pub async fn undo(
         ));
         return Ok(());
     }
+    if let Some(spec) = REVERTIBLE
+        .iter()
+        .find(|s| !after.contains_key(s.name) || !versions.before.contains_key(s.name))
+    {
+        bail!(
+            "run {run_id} ({job}) did not record the version of table {} (it could not be read \
+             then): its changes cannot be told apart",
+            spec.name
+        );
+    }
     let changed_tables: Vec<&'static TableSpec> = REVERTIBLE
         .iter()
         .copied()

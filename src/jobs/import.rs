@@ -221,6 +221,14 @@ fn spawn_producer(
     abort_on_error: bool,
 ) -> (ImportReader, JoinHandle<()>) {
     let schema = builder.schema();
+    // Memories whose text says the day of their event get `happens_at` (logic::temporal).
+    let memories = builder.spec().name == "memories";
+    let fill = move |batch: Result<RecordBatch, ArrowError>| -> Result<RecordBatch, ArrowError> {
+        match batch {
+            Ok(b) if memories => crate::logic::temporal::fill_happens_at(&b),
+            other => other,
+        }
+    };
     // Two batches in flight: enough to keep both sides busy, little memory.
     let (sender, receiver) = sync_channel(2);
     let handle = std::thread::spawn(move || {
@@ -239,12 +247,12 @@ fn spawn_producer(
                 }
             };
             for batch in builder.take_ready() {
-                if sender.send(Ok(batch)).is_err() {
+                if sender.send(fill(Ok(batch))).is_err() {
                     return; // The writer stopped reading: it failed and reports why.
                 }
             }
             if (builder.len() >= BATCH_ROWS || (!more && !builder.is_empty()))
-                && sender.send(builder.finish()).is_err()
+                && sender.send(fill(builder.finish())).is_err()
             {
                 return; // The writer stopped reading: it failed and reports why.
             }

@@ -48,9 +48,11 @@ use crate::store::{Store, json_rows, sql_list, sql_string, text_of, time_of};
 
 const JOB: &str = "integrate";
 
-/// The `SUBMIT` row of a fact a run sent to the judge.
-fn submit_id(run_id: &str, fact_id: &str) -> String {
-    derived_id(&format!("integrate.submit|{run_id}|{fact_id}"))
+/// The `SUBMIT` row of a fact sent to the judge, keyed by the decision it waits for: a
+/// submission killed before its batch went out and run again rewrites the same row (the
+/// fact's row is the same; only its run changes).
+fn submit_id(decision_id: &str) -> String {
+    derived_id(&format!("integrate.submit|{decision_id}"))
 }
 
 /// The `JUDGE` row of one batch answer (`task`: classify or merge).
@@ -177,7 +179,7 @@ pub(super) async fn submit(
             let candidates: Vec<&MemoryView> =
                 found.iter().map(|(i, _)| &memories.views[*i]).collect();
             let mut row = AuditRow::new(run_id, "SUBMIT", &format!("{run_id}|{id}"), prep.now);
-            row.id = submit_id(run_id, &id);
+            row.id = submit_id(decision_id);
             row.user_id = Some(user.clone());
             row.source_ids = vec![id.clone()];
             row.reasoning = Some(format!(
@@ -186,6 +188,7 @@ pub(super) async fn submit(
             ));
             let mut stored = Value::Object(fact.clone());
             stored["embedding"] = Value::Null;
+            row.target_id = candidates.first().map(|c| c.id.clone());
             row.after_state = Some(
                 json!({
                     "fact": stored,
@@ -275,8 +278,8 @@ pub(super) async fn submit(
 struct Submitted {
     p: IntegrateParams,
     now: i64,
-    /// The `SUBMIT` rows' facts and candidate ids, by fact id.
-    facts: BTreeMap<String, (Map<String, Value>, Vec<String>)>,
+    /// The `SUBMIT` rows' facts, by fact id.
+    facts: BTreeMap<String, Map<String, Value>>,
 }
 
 async fn submitted(store: &Store, record: &BatchRecord, items: &[Item]) -> Result<Submitted> {
@@ -288,9 +291,13 @@ async fn submitted(store: &Store, record: &BatchRecord, items: &[Item]) -> Resul
         .iter()
         .filter_map(|i| i.input.memories.get(1).map(|m| m.id.clone()))
         .collect();
-    let ids: Vec<String> = fact_ids
-        .iter()
-        .map(|f| submit_id(&record.run_id, f))
+    let fact_ids: Vec<String> = fact_ids.into_iter().collect();
+    // Facts decided already need no row (they are skipped).
+    let ids: Vec<String> = next_decisions(store, &fact_ids)
+        .await?
+        .into_iter()
+        .flatten()
+        .map(|d| submit_id(&d))
         .collect();
     let mut facts = BTreeMap::new();
     for chunk in ids.chunks(500) {
@@ -304,8 +311,7 @@ async fn submitted(store: &Store, record: &BatchRecord, items: &[Item]) -> Resul
             let Some(fact) = after["fact"].as_object() else {
                 continue;
             };
-            let candidates = crate::store::list_of(&after["candidates"]);
-            facts.insert(text_of(fact, "id"), (fact.clone(), candidates));
+            facts.insert(text_of(fact, "id"), fact.clone());
         }
     }
     Ok(Submitted { p, now, facts })
@@ -380,14 +386,15 @@ fn answer_of(
     (answer, row)
 }
 
-/// Reads back the `JUDGE` rows of a fact's round-1 answers.
+/// Reads back the `JUDGE` rows of a fact's round-1 answers (one per candidate, at most
+/// `max`, numbered from 0).
 async fn logged_answers(
     store: &Store,
     run_id: &str,
     fact_id: &str,
-    candidates: usize,
+    max: usize,
 ) -> Result<Vec<Answer>> {
-    let ids: Vec<String> = (0..candidates)
+    let ids: Vec<String> = (0..max)
         .map(|j| judge_id(run_id, Task::IntegrateClassify, &custom_id(fact_id, j)))
         .collect();
     let filter = format!("id IN ({})", sql_list(&ids));
@@ -402,16 +409,18 @@ async fn logged_answers(
     );
     let mut answers = Vec::new();
     for (j, id) in ids.iter().enumerate() {
-        let row = rows
-            .iter()
-            .find(|r| &text_of(r, "id") == id)
-            .ok_or_else(|| anyhow!("fact {fact_id}: the judge's answer {j} is not logged"))?;
+        let Some(row) = rows.iter().find(|r| &text_of(r, "id") == id) else {
+            break;
+        };
         answers.push(Answer {
             candidate: j,
             class: Class::parse(&text_of(row, "classification")),
             confidence: row["confidence"].as_f64().unwrap_or(0.0),
             reasoning: text_of(row, "reasoning"),
         });
+    }
+    if answers.is_empty() {
+        bail!("fact {fact_id}: the judge's answers of run {run_id} are not logged");
     }
     Ok(answers)
 }
@@ -532,7 +541,7 @@ async fn apply_classify(
             add(counts, "already_integrated", 1);
             continue;
         };
-        let Some((fact, _)) = s.facts.get(fact_id) else {
+        let Some(fact) = s.facts.get(fact_id) else {
             bail!("fact {fact_id}: its SUBMIT row is missing from the audit log");
         };
         let mut judged = by_fact[fact_id].clone();
@@ -692,11 +701,11 @@ async fn apply_merge(
             add(counts, "already_integrated", 1);
             continue;
         };
-        let Some((fact, candidates)) = s.facts.get(fact_id) else {
+        let Some(fact) = s.facts.get(fact_id) else {
             bail!("fact {fact_id}: its SUBMIT row is missing from the audit log");
         };
-        let answers = logged_answers(env.store, &record.run_id, fact_id, candidates.len()).await?;
-        let decision = decide(candidates.len(), &answers, &s.p);
+        let answers = logged_answers(env.store, &record.run_id, fact_id, s.p.top_k).await?;
+        let decision = decide(answers.len(), &answers, &s.p);
         let seen = &item.input.memories[0];
         let row = current
             .get(&seen.id)
@@ -714,7 +723,7 @@ async fn apply_merge(
             add(counts, "left_for_next_run", 1);
             continue;
         };
-        if changed.contains(&seen.id) || candidates.get(*candidate) != Some(&seen.id) {
+        if changed.contains(&seen.id) {
             add(counts, "left_for_next_run", 1);
             continue;
         }

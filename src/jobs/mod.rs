@@ -401,7 +401,7 @@ impl RunLog {
         let versions_before = if ctx.dry_run {
             None
         } else {
-            Some(ctx.store.table_versions().await?)
+            Some(ctx.store.table_versions().await)
         };
         let log = RunLog {
             run_id,
@@ -550,7 +550,7 @@ impl RunLog {
             .map(serde_json::to_string)
             .transpose()?;
         let versions_after = match report {
-            Some(_) => Some(ctx.store.table_versions().await?),
+            Some(_) => Some(ctx.store.table_versions().await),
             None => None,
         };
         let table_versions = self.versions_before.as_ref().map(|before| {

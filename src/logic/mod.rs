@@ -13,3 +13,4 @@ pub mod reading;
 pub mod scores;
 pub mod similarity;
 pub mod synth;
+pub mod temporal;

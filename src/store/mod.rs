@@ -412,16 +412,24 @@ impl Store {
         self.merge_rows(spec, Box::new(reader)).await
     }
 
-    /// The current version of every table (each commit makes one).
-    pub async fn table_versions(&self) -> Result<BTreeMap<String, u64>> {
+    /// The current version of every table (each commit makes one). A table that cannot be
+    /// read is left out (and logged): the run's own work reports that table's error, and
+    /// undo refuses what it cannot diff.
+    pub async fn table_versions(&self) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
         for spec in ALL_TABLES {
-            out.insert(
-                spec.name.to_string(),
-                self.table(spec.name).await?.version().await?,
-            );
+            let version = match self.table(spec.name).await {
+                Ok(t) => t.version().await.map_err(StoreError::from),
+                Err(e) => Err(e),
+            };
+            match version {
+                Ok(v) => {
+                    out.insert(spec.name.to_string(), v);
+                }
+                Err(e) => tracing::warn!(table = spec.name, "version not read: {e}"),
+            }
         }
-        Ok(out)
+        out
     }
 
     /// Reads `columns` of a table as it was at `version` (optionally filtered); columns the

@@ -317,6 +317,8 @@ const INTEGRATE: &[&str] = &[
     "--now",
     "2025-09-01T00:00:00Z",
 ];
+/// In batch mode at a lower `--min-confidence`, so the offline judge's merge (0.65) is
+/// applied and the poll goes through both rounds.
 const INTEGRATE_BATCH: &[&str] = &[
     "--config",
     "{config}",
@@ -330,6 +332,8 @@ const INTEGRATE_BATCH: &[&str] = &[
     "providers",
     "--mode",
     "batch",
+    "--min-confidence",
+    "0.6",
 ];
 const CLUSTER: &[&str] = &["cluster", "--mode", "full", "--threshold", "0.5"];
 const CONSOLIDATE: &[&str] = &[
@@ -527,6 +531,7 @@ const BATCH_SCENARIOS: &[Scenario] = &[
             "integrate.after-audit",
             "integrate.after-links",
             "integrate.after-review",
+            "integrate.batch.after-merge-texts",
             "batches.poll.after-apply",
         ],
         witness: "SELECT COUNT(*) AS n FROM memories WHERE superseded_by IS NOT NULL",

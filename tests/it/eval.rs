@@ -304,3 +304,69 @@ fn the_eval_runs_unchanged_against_an_openai_compatible_server() {
     let calls = mock.stats()["chat"].as_u64().unwrap();
     assert!(calls > cases, "{calls} calls for {cases} cases");
 }
+
+/// A conversation in LoCoMo's shape, written for this test: sessions with their dates, turns,
+/// and temporal questions (category 2) pointing at evidence turns.
+const CONVERSATION: &str = r#"[{"sample_id": "t-1",
+ "conversation": {"speaker_a": "Ana", "speaker_b": "Ben",
+  "session_1_date_time": "9:00 am on 10 May, 2023",
+  "session_1": [
+   {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a kitten yesterday, she is tiny."},
+   {"speaker": "Ben", "dia_id": "D1:2", "text": "Congrats! I ran a marathon last Sunday and I am still sore."}],
+  "session_2_date_time": "6:00 pm on 2 June, 2023",
+  "session_2": [
+   {"speaker": "Ana", "dia_id": "D2:1", "text": "My sister visited last week, and we are going to Rome next month."},
+   {"speaker": "Ben", "dia_id": "D2:2", "text": "I have lived here for six years now."}]},
+ "qa": [
+  {"question": "When did Ana adopt a kitten?", "answer": "9 May 2023", "evidence": ["D1:1"], "category": 2},
+  {"question": "When did Ben run a marathon?", "answer": "The sunday before 10 May 2023", "evidence": ["D1:2"], "category": 2},
+  {"question": "When is Ana going to Rome?", "answer": "July 2023", "evidence": ["D2:1"], "category": 2},
+  {"question": "When did Ana's sister visit?", "answer": "The week before 2 June 2023", "evidence": ["D2:1"], "category": 2},
+  {"question": "How long has Ben lived here?", "answer": "six years", "evidence": ["D2:2"], "category": 2},
+  {"question": "What did Ana adopt?", "answer": "a kitten", "evidence": ["D1:1"], "category": 1}]}]"#;
+
+#[test]
+fn eval_temporal_scores_relative_dates_against_the_gold_answers_and_lists_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("conv.json");
+    std::fs::write(&file, CONVERSATION).unwrap();
+    let out = memlife(&[
+        "--json",
+        "eval",
+        "temporal",
+        "--locomo",
+        file.to_str().unwrap(),
+        "--all",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["questions"], 5, "category 2 only: {report}");
+    assert_eq!(report["gold_not_a_date"], 1, "a duration is counted apart");
+    assert_eq!(report["dated"], 4);
+    assert_eq!(report["resolved"], 4);
+    assert_eq!(report["correct"], 4, "{report}");
+    let case = |q: &str| {
+        report["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["question"].as_str().unwrap().contains(q))
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(case("kitten")["resolved"], "2023-05-09");
+    assert_eq!(case("marathon")["resolved"], "2023-05-07");
+    // Two expressions in one turn: each question gets the one beside its words.
+    assert_eq!(case("Rome")["expression"], "next month");
+    assert_eq!(case("sister")["expression"], "last week");
+    // A wrong gold answer is listed as a failure, with what was resolved.
+    let wrong = CONVERSATION.replace("\"9 May 2023\"", "\"8 May 2023\"");
+    std::fs::write(&file, wrong).unwrap();
+    let out = memlife(&["eval", "temporal", "--locomo", file.to_str().unwrap()]);
+    let text = stdout(&out);
+    assert!(text.contains("3 correct (accuracy 75.0%)"), "{text}");
+    assert!(
+        text.contains("wrong (1):") && text.contains("yesterday -> 2023-05-09"),
+        "{text}"
+    );
+}

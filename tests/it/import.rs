@@ -487,3 +487,28 @@ fn parquet_vectors_read_fast_or_generically_give_the_same_rows_and_errors() {
     parquet_with_vectors(&short, 20_000, true, (12_345, Some(vec![0.5; 383])));
     aborts_naming_one_row(&TestDb::new(), &short, &["row 12345", "embedding"]);
 }
+
+#[test]
+fn import_fills_the_event_day_a_memory_names_relative_to_when_it_was_said() {
+    let db = TestDb::new();
+    let file = db.path("m.jsonl");
+    std::fs::write(
+        &file,
+        r#"{"id":"a","user_id":"u","text":"Went to the support group yesterday","created_at":"2023-05-08T13:56:00Z"}
+{"id":"b","user_id":"u","text":"Went hiking last week","created_at":"2023-05-08T13:56:00Z"}
+{"id":"c","user_id":"u","text":"Met Jo last Friday","created_at":"2023-05-08T13:56:00Z","happens_at":"2023-05-01T00:00:00Z"}
+"#,
+    )
+    .unwrap();
+    assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
+    let rows = db.rows("SELECT id, CAST(happens_at AS VARCHAR) AS h FROM memories ORDER BY id");
+    assert_eq!(
+        rows[0]["h"], "2023-05-07T00:00:00Z",
+        "yesterday: the day before"
+    );
+    assert!(rows[1]["h"].is_null(), "a week is not a day: {rows:?}");
+    assert_eq!(
+        rows[2]["h"], "2023-05-01T00:00:00Z",
+        "a given happens_at is kept"
+    );
+}

@@ -516,14 +516,16 @@ fn undo_refuses_when_a_later_run_changed_the_same_rows() {
         stdout(&out)
     );
     assert_eq!(snapshot(&db), before, "a refused undo changes nothing");
-    // Another job's run is refused with the reason.
+    // Another job's run (undone from the tables' versions) is refused the same way: the
+    // integrate runs since rewrote rows the embed run wrote.
     let out = db.run(&["--json", "undo", "--last", "embed"]);
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("undo reverts integrate and review runs"),
+        stdout(&out).contains("memories row m1 changed after run"),
         "{}",
-        stderr(&out)
+        stdout(&out)
     );
+    assert_eq!(snapshot(&db), before, "a refused undo changes nothing");
 }
 
 #[test]
