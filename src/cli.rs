@@ -47,11 +47,14 @@ pub enum Command {
     MockLlm(mock::MockOptions),
     Similar(commands::similar::SimilarArgs),
     Traverse(commands::traverse::TraverseArgs),
+    /// A user's memories nearest a query, ranked, activated on return.
+    Recall(commands::recall::RecallArgs),
     /// Facts `integrate` queued because its judge was unsure.
     Review(commands::review::ReviewArgs),
     /// A memory's supersession chain, or the version true at a time.
     History(commands::history::HistoryArgs),
-    /// Revert an integrate or review run from its audit rows.
+    /// Revert a finished run of any job (integrate and review from their audit rows, the
+    /// others from the tables' versions).
     Undo(commands::undo::UndoArgs),
 }
 
@@ -75,6 +78,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
             .map(|()| ExitStatus::Success),
         Command::Similar(args) => commands::similar::run(&app, args, out).await,
         Command::Traverse(args) => commands::traverse::run(&app, args, out).await,
+        Command::Recall(args) => commands::recall::run(&app, args, out).await,
         Command::Review(args) => commands::review::run(&app, args, out).await,
         Command::History(args) => commands::history::run(&app, args, out).await,
         Command::Undo(args) => commands::undo::run(&app, args, out).await,

@@ -19,6 +19,7 @@ pub mod export;
 pub mod history;
 pub mod index;
 pub mod init;
+pub mod recall;
 pub mod review;
 pub mod similar;
 pub mod sql;

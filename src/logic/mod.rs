@@ -10,6 +10,7 @@ pub mod eval;
 pub mod hash;
 pub mod integrate;
 pub mod reading;
+pub mod recall;
 pub mod scores;
 pub mod similarity;
 pub mod synth;

@@ -85,6 +85,8 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     // answer of the batch as it came back.
     "SUBMIT",
     "JUDGE",
+    // `memlife recall`: the memories a recall returned and the activation it wrote.
+    "RECALL",
 ];
 pub const REVIEW_STATUSES: &[&str] = &["pending", "approved", "rejected", "expired"];
 /// The life of a Batch API submission (see `llm::batch`).

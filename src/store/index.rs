@@ -98,6 +98,31 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The `limit` rows of `table` nearest to `vector` by cosine distance among those
+    /// `filter` keeps (filtered before the search), with `columns` and `_distance`; through
+    /// the vector index when there is one, else an exact scan.
+    pub async fn nearest_rows(
+        &self,
+        table: &str,
+        vector: Vec<f32>,
+        limit: usize,
+        filter: &str,
+        columns: &[&str],
+    ) -> Result<Vec<RecordBatch>> {
+        let query = self
+            .table(table)
+            .await?
+            .query()
+            .only_if(filter)
+            .nearest_to(vector)?
+            .distance_type(DistanceType::Cosine)
+            .limit(limit)
+            .select(Select::columns(columns));
+        Ok(query.execute().await?.try_collect().await?)
+    }
+}
+
 /// The scalar (BTree) indexes lookups by id need: traversal walks `links` by either end and
 /// reads the memories it reaches by id; entity jobs read `memory_entities` both ways.
 pub const SCALAR_INDEXES: &[(&str, &str)] = &[

@@ -275,6 +275,22 @@ const SCENARIOS: &[Scenario] = &[
         witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'UNDO'",
     },
     Scenario {
+        name: "recall (activation)",
+        setup: &[IMPORT, EMBED],
+        job: &[
+            "recall",
+            "Noor drinks milk in her coffee",
+            "--user",
+            "noor",
+            "--embedder",
+            "hash",
+            "--now",
+            "2025-09-01T00:00:00Z",
+        ],
+        points: &["recall.after-audit", "recall.after-activation"],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE last_accessed_at = '2025-09-01T00:00:00Z'",
+    },
+    Scenario {
         name: "traverse (heal-on-read)",
         setup: &[IMPORT, DEAD_LINKS],
         job: &["traverse", "noor-0", "--depth", "2"],
