@@ -42,6 +42,9 @@ pub enum BenchCommand {
     /// New facts integrated into a synthetic store against `memlife mock-llm` at a fixed
     /// latency per call (facts per second, LLM calls per fact, our own time per fact).
     Integrate(super::bench_integrate::IntegrateBench),
+    /// Recall latency for one user with many memories (exact and indexed search, p50 and
+    /// p95) and recalls per second in one process.
+    Recall(super::bench_recall::RecallBench),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +119,7 @@ pub async fn run(app: &App, args: &BenchArgs, out: &mut dyn Write) -> Result<Exi
         }
         BenchCommand::Consolidate(bench) => super::bench_consolidate::run(bench, out)?,
         BenchCommand::Graph(bench) => super::bench_graph::run(bench, out).await?,
+        BenchCommand::Recall(bench) => super::bench_recall::run(bench, out).await?,
         BenchCommand::Integrate(bench) => super::bench_integrate::run(bench, out)?,
         BenchCommand::Embed(bench) => {
             let embedder = app

@@ -51,6 +51,11 @@ pub struct RecallArgs {
     /// Read only: activate nothing.
     #[arg(long)]
     pub no_activate: bool,
+    /// Answer the question (a ReasonedAnswer); on by itself for date questions ("when did",
+    /// "what date", "how long ago", "what day"). Offline: from the dates the recalled
+    /// memories name.
+    #[arg(long)]
+    pub reason: bool,
     /// The recall's clock (RFC 3339); default the current time.
     #[arg(long)]
     pub now: Option<String>,
@@ -59,7 +64,7 @@ pub struct RecallArgs {
 }
 
 #[derive(Serialize)]
-struct Recalled {
+pub struct Recalled {
     rank: usize,
     id: String,
     score: f64,
@@ -75,15 +80,17 @@ struct Recalled {
 }
 
 #[derive(Serialize)]
-struct Report {
+pub struct Report {
     query: String,
     user: String,
     mode: Mode,
     now: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     as_of: Option<String>,
-    memories: Vec<Recalled>,
-    activated: usize,
+    pub memories: Vec<Recalled>,
+    pub activated: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<crate::logic::recall::ReasonedAnswer>,
     notes: Vec<String>,
 }
 
@@ -229,12 +236,6 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
         Some(t) => parse_timestamp(t).ok_or_else(|| anyhow!("--now {t:?} is not RFC 3339"))?,
         None => chrono::Utc::now().timestamp_micros(),
     };
-    let as_of = match &args.as_of {
-        Some(t) => {
-            Some(parse_timestamp(t).ok_or_else(|| anyhow!("--as-of {t:?} is not RFC 3339"))?)
-        }
-        None => None,
-    };
     if args.k == 0 {
         bail!("--k must be at least 1");
     }
@@ -247,11 +248,31 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
         Some(Embedded::Refused(why)) => bail!("the embedder refused the query: {why}"),
         None => bail!("the embedder returned nothing for the query"),
     };
+    let report = recall(store, &config.scores, args, &model, vector, now).await?;
+    print(app.json, &report, out)?;
+    Ok(ExitStatus::Success)
+}
+
+/// One recall with the query embedded already (`model` made `vector`), at clock `now`.
+pub async fn recall(
+    store: &Store,
+    scores: &crate::logic::scores::ScoreParams,
+    args: &RecallArgs,
+    model: &str,
+    vector: Vec<f32>,
+    now: i64,
+) -> Result<Report> {
+    let as_of = match &args.as_of {
+        Some(t) => {
+            Some(parse_timestamp(t).ok_or_else(|| anyhow!("--as-of {t:?} is not RFC 3339"))?)
+        }
+        None => None,
+    };
     let tiers: Vec<String> = args.mode.tiers().iter().map(|t| t.to_string()).collect();
     let mut filter = format!(
         "user_id = {} AND embedding_model = {} AND tier IN ({})",
         sql_string(&args.user),
-        sql_string(&model),
+        sql_string(model),
         sql_list(&tiers)
     );
     if !args.mode.archived() {
@@ -304,6 +325,7 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
         as_of: as_of.map(format_timestamp),
         memories: Vec::new(),
         activated: 0,
+        answer: None,
         notes: Vec::new(),
     };
     for (n, &i) in order.iter().enumerate() {
@@ -331,6 +353,30 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
                 .and_then(Value::as_str)
                 .map(str::to_string),
         });
+    }
+    if args.reason || crate::logic::recall::is_date_question(&args.query) {
+        let day = |t: &str| {
+            parse_timestamp(t)
+                .and_then(chrono::DateTime::from_timestamp_micros)
+                .map(|d| d.date_naive())
+                .unwrap_or_default()
+        };
+        let evidence: Vec<crate::logic::recall::Evidence<'_>> = report
+            .memories
+            .iter()
+            .map(|m| crate::logic::recall::Evidence {
+                id: &m.id,
+                text: &m.text,
+                written: day(&m.created_at),
+            })
+            .collect();
+        let today = day(&format_timestamp(now));
+        report.answer = crate::logic::recall::answer_offline(&args.query, &evidence, today);
+        report.notes.push(
+            "answered offline from the dates the recalled memories name (an LLM role for \
+             reasoned answers is not built yet)"
+                .into(),
+        );
     }
     if !args.no_activate && !report.memories.is_empty() {
         let key = format!(
@@ -371,7 +417,7 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
                 .await?;
             let changes = rows
                 .iter()
-                .map(|r| activation(&config.scores, r, now))
+                .map(|r| activation(scores, r, now))
                 .collect::<Result<Vec<_>>>()?;
             let mut audit = AuditRow::new("recall", "RECALL", &key, now);
             audit.id = id;
@@ -387,10 +433,14 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
         report.activated = apply(store, &changes, now).await?;
         crate::crash::point("recall.after-activation");
     }
-    if app.json {
-        serde_json::to_writer_pretty(&mut *out, &report)?;
+    Ok(report)
+}
+
+fn print(json: bool, report: &Report, out: &mut dyn Write) -> Result<()> {
+    if json {
+        serde_json::to_writer_pretty(&mut *out, report)?;
         writeln!(out)?;
-        return Ok(ExitStatus::Success);
+        return Ok(());
     }
     writeln!(
         out,
@@ -419,8 +469,22 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
             writeln!(out, "     superseded by {s}")?;
         }
     }
+    if let Some(a) = &report.answer {
+        writeln!(
+            out,
+            "answer: {} (confidence {:.2}{}; {})",
+            a.answer,
+            a.confidence,
+            if a.requires_inference {
+                ", inferred"
+            } else {
+                ""
+            },
+            a.reasoning
+        )?;
+    }
     for n in &report.notes {
         writeln!(out, "note: {n}")?;
     }
-    Ok(ExitStatus::Success)
+    Ok(())
 }

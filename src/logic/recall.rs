@@ -7,6 +7,11 @@
 //!   cosine of the query and the memory, salience the stored salience (importance when a
 //!   memory has none), and recency exp(-days since last access, else creation, / 30). Ties go
 //!   to the newer memory, then the smaller id.
+//! - Reasoned answers offline (`answer_offline`): a date question ("when did", "what date",
+//!   "what day", "how long ago") is answered from the first recalled memory, in rank order,
+//!   whose text names a time (resolved against when it was written, `logic::temporal`); with
+//!   none, from the day the best memory was written, marked as needing inference and at low
+//!   confidence.
 
 /// How far a recall searches.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -74,6 +79,98 @@ pub fn rank(candidates: &[Candidate], k: usize) -> Vec<usize> {
     order
 }
 
+/// Questions about a time, which recall answers with a `ReasonedAnswer` by itself.
+pub fn is_date_question(question: &str) -> bool {
+    let q = question.to_lowercase();
+    [
+        "when did",
+        "when was",
+        "when were",
+        "when is",
+        "when will",
+        "what date",
+        "what day",
+        "which day",
+        "how long ago",
+        "in which month",
+        "what month",
+        "what year",
+    ]
+    .iter()
+    .any(|m| q.contains(m))
+}
+
+/// seed 001's ReasonedAnswer.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ReasonedAnswer {
+    pub answer: String,
+    pub confidence: f64,
+    pub reasoning: String,
+    pub temporal_resolutions: Vec<String>,
+    pub source_memory_ids: Vec<String>,
+    pub requires_inference: bool,
+}
+
+/// A recalled memory as the offline answer reads it.
+pub struct Evidence<'a> {
+    pub id: &'a str,
+    pub text: &'a str,
+    pub written: chrono::NaiveDate,
+}
+
+/// Answers a date question from recalled memories, best first (see the module doc); `None`
+/// when nothing was recalled.
+pub fn answer_offline(
+    question: &str,
+    memories: &[Evidence<'_>],
+    today: chrono::NaiveDate,
+) -> Option<ReasonedAnswer> {
+    let best = memories.first()?;
+    let how_long = question.to_lowercase().contains("how long ago");
+    let resolved = memories.iter().find_map(|m| {
+        let found = crate::logic::temporal::resolve(m.text, m.written);
+        let pick = found.iter().find(|r| !r.implied).or(found.first()).cloned();
+        pick.map(|r| (m, r))
+    });
+    Some(match resolved {
+        Some((m, r)) => {
+            let label = r.label();
+            let answer = if how_long {
+                let days = (today - r.start).num_days();
+                format!("{days} days ago ({label})")
+            } else {
+                label.clone()
+            };
+            let confidence = match r.granularity {
+                crate::logic::temporal::Granularity::Day => 0.8,
+                _ => 0.6,
+            };
+            ReasonedAnswer {
+                answer,
+                confidence,
+                reasoning: format!(
+                    "offline: memory {} (written {}) says \"{}\", which is {label}",
+                    m.id, m.written, r.expression
+                ),
+                temporal_resolutions: vec![format!("{}: {label}", r.expression)],
+                source_memory_ids: vec![m.id.to_string()],
+                requires_inference: false,
+            }
+        }
+        None => ReasonedAnswer {
+            answer: format!("on or before {}", best.written),
+            confidence: 0.3,
+            reasoning: format!(
+                "offline: no recalled memory names a time; the best match, {}, was written on {}",
+                best.id, best.written
+            ),
+            temporal_resolutions: Vec::new(),
+            source_memory_ids: vec![best.id.to_string()],
+            requires_inference: true,
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +194,34 @@ mod tests {
         ];
         assert_eq!(rank(&cands, 3), vec![2, 1, 0]);
         assert_eq!(rank(&cands, 1), vec![2]);
+    }
+
+    #[test]
+    fn date_questions_are_answered_from_the_first_memory_that_names_a_time() {
+        let d = |s: &str| chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap();
+        assert!(is_date_question("When did Ana adopt the kitten?"));
+        assert!(!is_date_question("What does Ana like?"));
+        let mems = [
+            Evidence {
+                id: "a",
+                text: "Ana has a kitten called Miso",
+                written: d("2023-05-10"),
+            },
+            Evidence {
+                id: "b",
+                text: "Ana adopted a kitten yesterday",
+                written: d("2023-05-10"),
+            },
+        ];
+        let a = answer_offline("When did Ana adopt the kitten?", &mems, d("2023-06-01")).unwrap();
+        assert_eq!(a.answer, "2023-05-09");
+        assert_eq!(a.source_memory_ids, ["b"]);
+        assert!(!a.requires_inference);
+        let a = answer_offline("How long ago did Ana adopt it?", &mems, d("2023-06-01")).unwrap();
+        assert_eq!(a.answer, "23 days ago (2023-05-09)");
+        let a = answer_offline("When?", &mems[..1], d("2023-06-01")).unwrap();
+        assert!(a.requires_inference && a.confidence < 0.5, "{a:?}");
+        assert!(answer_offline("When?", &[], d("2023-06-01")).is_none());
     }
 
     #[test]

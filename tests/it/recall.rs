@@ -153,3 +153,36 @@ fn returned_memories_are_activated_once_per_recall() {
     );
     assert_eq!(db.count("memories"), 7, "nothing added");
 }
+
+#[test]
+fn a_date_question_gets_a_reasoned_answer_from_the_dates_memories_name() {
+    let db = loaded();
+    let file = db.path("kitten.jsonl");
+    std::fs::write(
+        &file,
+        r#"{"id":"k1","user_id":"u","text":"User adopted a grey kitten yesterday","tier":"hot","state":"active","created_at":"2025-05-10T09:00:00Z"}"#,
+    )
+    .unwrap();
+    for args in [
+        vec!["import", file.as_str()],
+        vec!["embed", "--embedder", "hash"],
+    ] {
+        assert_eq!(db.run(&args).status.code(), Some(0));
+    }
+    // "When did" switches the answer on by itself.
+    let report = recall(
+        &db,
+        "When did the user adopt a grey kitten?",
+        &["--no-activate"],
+    );
+    let answer = &report["answer"];
+    assert_eq!(answer["answer"], "2025-05-09", "{report}");
+    assert_eq!(answer["source_memory_ids"], serde_json::json!(["k1"]));
+    assert_eq!(answer["requires_inference"], false);
+    assert!(answer["reasoning"].as_str().unwrap().contains("yesterday"));
+    // Another question has no answer unless asked for.
+    let plain = recall(&db, "grey kitten", &["--no-activate"]);
+    assert!(plain.get("answer").is_none(), "{plain}");
+    let asked = recall(&db, "grey kitten", &["--no-activate", "--reason"]);
+    assert_eq!(asked["answer"]["answer"], "2025-05-09");
+}

@@ -1,0 +1,197 @@
+//! `memlife bench recall`: recall latency for one user with many memories (issue 16's target:
+//! 100k memories, standard mode, k = 10, p95 at most 50 ms excluding the query's embedding),
+//! with and without a Lance vector index, and the throughput of many recalls in one process.
+//! Memories get seeded random unit vectors (the search's cost does not depend on what the
+//! vectors mean) and tiers in the proportions a used store has (40% hot, 30% warm, 20% cold,
+//! 10% archived); queries are random unit vectors too, embedded before the clock starts. The
+//! recalls are `memlife recall`'s own function, read only (`--no-activate`); a last set with
+//! activation measures the write a recall adds. Prints JSON for BENCHMARKS.md.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Result, anyhow};
+use arrow::array::RecordBatchIterator;
+use serde_json::json;
+
+use super::recall::{RecallArgs, recall};
+use crate::logic::recall::Mode;
+use crate::model::schema::MEMORIES;
+use crate::store::index::VectorIndex;
+use crate::store::{Store, batch_from_json};
+
+#[derive(clap::Args, Debug)]
+pub struct RecallBench {
+    #[arg(long, default_value_t = 100_000)]
+    pub memories: usize,
+    /// Recalls measured per configuration.
+    #[arg(long, default_value_t = 1000)]
+    pub queries: usize,
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// Recalls with activation (one write each), measured apart.
+    #[arg(long, default_value_t = 100)]
+    pub activated: usize,
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Keep the database in this folder (default: a temporary folder, removed afterwards).
+    #[arg(long)]
+    pub keep: Option<PathBuf>,
+}
+
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+fn unit_vector(state: &mut u64, dim: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..dim)
+        .map(|_| (next(state) % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub async fn run(bench: &RecallBench, out: &mut dyn Write) -> Result<()> {
+    let (dir, keep) = match &bench.keep {
+        Some(dir) => (dir.clone(), true),
+        None => (
+            std::env::temp_dir().join(format!("memlife-bench-recall-{}", std::process::id())),
+            false,
+        ),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let uri = dir.join("db").display().to_string();
+    let result = measure(bench, &uri).await;
+    if !keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let report = result?;
+    serde_json::to_writer_pretty(&mut *out, &report)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+const MODEL: &str = "bench-random-v1";
+
+async fn timed(
+    store: &Store,
+    bench: &RecallBench,
+    queries: &[Vec<f32>],
+    activate: bool,
+) -> Result<serde_json::Value> {
+    let scores = crate::logic::scores::ScoreParams::default();
+    let now = chrono::Utc::now().timestamp_micros();
+    let mut times = Vec::with_capacity(queries.len());
+    let mut returned = 0usize;
+    let all = Instant::now();
+    for (i, q) in queries.iter().enumerate() {
+        let args = RecallArgs {
+            query: format!("bench query {i}"),
+            user: "u0".into(),
+            mode: Mode::Standard,
+            k: bench.k,
+            as_of: None,
+            history: false,
+            no_activate: !activate,
+            reason: false,
+            now: None,
+            embedder: Default::default(),
+        };
+        let began = Instant::now();
+        let report = recall(store, &scores, &args, MODEL, q.clone(), now + i as i64).await?;
+        times.push(began.elapsed().as_secs_f64() * 1000.0);
+        returned += report.memories.len();
+    }
+    let total = all.elapsed().as_secs_f64();
+    times.sort_by(f64::total_cmp);
+    Ok(json!({
+        "recalls": queries.len(),
+        "p50_ms": percentile(&times, 0.5),
+        "p95_ms": percentile(&times, 0.95),
+        "max_ms": times.last().copied().unwrap_or(0.0),
+        "recalls_per_second": queries.len() as f64 / total.max(1e-9),
+        "mean_returned": returned as f64 / queries.len().max(1) as f64,
+    }))
+}
+
+async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
+    let (store, _) = Store::init(uri, 384).await?;
+    let dim = store.embedding_dim();
+    let now = chrono::Utc::now().timestamp_micros();
+    let mut state = bench.seed.max(1);
+    let build = Instant::now();
+    let tiers = [
+        "hot", "hot", "hot", "hot", "warm", "warm", "warm", "cold", "cold", "archived",
+    ];
+    for start in (0..bench.memories).step_by(20_000) {
+        let rows: Vec<serde_json::Value> = (start..(start + 20_000).min(bench.memories))
+            .map(|i| {
+                let tier = tiers[i % tiers.len()];
+                let archived = tier == "archived";
+                json!({"id": format!("m{i:07}"), "user_id": "u0",
+                       "text": format!("Synthetic memory {i} for the recall benchmark"),
+                       "tier": tier, "state": if archived { "archived" } else { "active" },
+                       "archived_at": if archived { json!("2025-01-01T00:00:00Z") } else { json!(null) },
+                       "salience": (i % 100) as f64 / 100.0,
+                       "embedding": unit_vector(&mut state, dim), "embedding_model": MODEL})
+            })
+            .collect();
+        let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        let schema = batch.schema();
+        store
+            .append(
+                &MEMORIES,
+                Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema)),
+            )
+            .await?;
+    }
+    let build_s = build.elapsed().as_secs_f64();
+    let queries: Vec<Vec<f32>> = (0..bench.queries)
+        .map(|_| unit_vector(&mut state, dim))
+        .collect();
+    let exact = timed(&store, bench, &queries, false).await?;
+    let indexing = Instant::now();
+    let partitions = ((bench.memories as f64).sqrt() as u32).clamp(1, 1024);
+    store
+        .create_vector_index(
+            "memories",
+            "embedding",
+            VectorIndex::IvfPq {
+                partitions,
+                sub_vectors: 48,
+            },
+        )
+        .await?;
+    let index_s = indexing.elapsed().as_secs_f64();
+    let indexed = timed(&store, bench, &queries, false).await?;
+    let activated = timed(
+        &store,
+        bench,
+        &queries[..bench.activated.min(queries.len())],
+        true,
+    )
+    .await?;
+    Ok(json!({
+        "cpu": super::bench_consolidate::cpu_name(),
+        "memories": bench.memories,
+        "k": bench.k,
+        "mode": "standard",
+        "build_seconds": build_s,
+        "exact_search": exact,
+        "index": {"kind": "IVF_PQ", "partitions": partitions, "sub_vectors": 48, "build_seconds": index_s},
+        "indexed_search": indexed,
+        "indexed_with_activation": activated,
+    }))
+}
