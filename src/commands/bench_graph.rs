@@ -41,35 +41,55 @@ pub struct GraphBench {
     pub keep: Option<PathBuf>,
 }
 
-fn next(state: &mut u64) -> u64 {
+pub(super) fn next(state: &mut u64) -> u64 {
     *state ^= *state << 13;
     *state ^= *state >> 7;
     *state ^= *state << 17;
     *state
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-pub async fn run(bench: &GraphBench, out: &mut dyn Write) -> Result<()> {
-    let (dir, keep) = match &bench.keep {
-        Some(dir) => (dir.clone(), true),
-        None => (
-            std::env::temp_dir().join(format!("memlife-bench-graph-{}", std::process::id())),
-            false,
-        ),
-    };
-    std::fs::create_dir_all(&dir)?;
-    let uri = dir.join("db").display().to_string();
-    let result = measure(bench, &uri).await;
-    if !keep {
-        let _ = std::fs::remove_dir_all(&dir);
+/// The database folder of a benchmark (`keep`, else a temporary one removed afterwards).
+pub(super) struct BenchDir {
+    pub dir: PathBuf,
+    keep: bool,
+}
+
+impl BenchDir {
+    pub(super) fn new(keep: &Option<PathBuf>, name: &str) -> Result<BenchDir> {
+        let (dir, keep) = match keep {
+            Some(dir) => (dir.clone(), true),
+            None => (
+                std::env::temp_dir().join(format!("memlife-bench-{name}-{}", std::process::id())),
+                false,
+            ),
+        };
+        std::fs::create_dir_all(&dir)?;
+        Ok(BenchDir { dir, keep })
     }
-    let report = result?;
+
+    pub(super) fn uri(&self) -> String {
+        self.dir.join("db").display().to_string()
+    }
+}
+
+impl Drop for BenchDir {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub async fn run(bench: &GraphBench, out: &mut dyn Write) -> Result<()> {
+    let dir = BenchDir::new(&bench.keep, "graph")?;
+    let report = measure(bench, &dir.uri()).await?;
     serde_json::to_writer_pretty(&mut *out, &report)?;
     writeln!(out)?;
     Ok(())

@@ -15,6 +15,7 @@ use anyhow::{Result, anyhow};
 use arrow::array::RecordBatchIterator;
 use serde_json::json;
 
+use super::bench_graph::{BenchDir, next, percentile};
 use super::recall::{RecallArgs, recall};
 use crate::logic::recall::Mode;
 use crate::model::schema::MEMORIES;
@@ -40,13 +41,6 @@ pub struct RecallBench {
     pub keep: Option<PathBuf>,
 }
 
-fn next(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
 fn unit_vector(state: &mut u64, dim: usize) -> Vec<f32> {
     let mut v: Vec<f32> = (0..dim)
         .map(|_| (next(state) % 2001) as f32 / 1000.0 - 1.0)
@@ -56,28 +50,9 @@ fn unit_vector(state: &mut u64, dim: usize) -> Vec<f32> {
     v
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 pub async fn run(bench: &RecallBench, out: &mut dyn Write) -> Result<()> {
-    let (dir, keep) = match &bench.keep {
-        Some(dir) => (dir.clone(), true),
-        None => (
-            std::env::temp_dir().join(format!("memlife-bench-recall-{}", std::process::id())),
-            false,
-        ),
-    };
-    std::fs::create_dir_all(&dir)?;
-    let uri = dir.join("db").display().to_string();
-    let result = measure(bench, &uri).await;
-    if !keep {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    let report = result?;
+    let dir = BenchDir::new(&bench.keep, "recall")?;
+    let report = measure(bench, &dir.uri()).await?;
     serde_json::to_writer_pretty(&mut *out, &report)?;
     writeln!(out)?;
     Ok(())

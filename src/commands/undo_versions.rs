@@ -105,6 +105,32 @@ fn key_predicate(spec: &TableSpec, keys: &[Key]) -> String {
         .join(" OR ")
 }
 
+/// The key columns of a batch, as text.
+fn key_columns(batch: &RecordBatch, spec: &TableSpec) -> Result<Vec<ArrayRef>> {
+    spec.key
+        .iter()
+        .map(|k| {
+            let col = batch
+                .column_by_name(k)
+                .ok_or_else(|| anyhow!("{}: no key column {k}", spec.name))?;
+            Ok(arrow::compute::cast(col, &DataType::Utf8)?)
+        })
+        .collect()
+}
+
+fn key_at(keys: &[ArrayRef], row: usize) -> Key {
+    keys.iter()
+        .map(|a| {
+            let s = a.as_string::<i32>();
+            if s.is_null(row) {
+                String::new()
+            } else {
+                s.value(row).to_string()
+            }
+        })
+        .collect()
+}
+
 /// Each row's key and a hash of all its `columns` (in that order, as present).
 fn hashed(batches: &[RecordBatch], spec: &TableSpec) -> Result<BTreeMap<Key, u64>> {
     let state = RandomState::default();
@@ -116,29 +142,9 @@ fn hashed(batches: &[RecordBatch], spec: &TableSpec) -> Result<BTreeMap<Key, u64
         let arrays: Vec<ArrayRef> = batch.columns().to_vec();
         let mut hashes = vec![0u64; batch.num_rows()];
         create_hashes(arrays.iter().map(|a| a.as_ref()), &state, &mut hashes)?;
-        let keys: Vec<ArrayRef> = spec
-            .key
-            .iter()
-            .map(|k| {
-                let col = batch
-                    .column_by_name(k)
-                    .ok_or_else(|| anyhow!("{}: no key column {k}", spec.name))?;
-                Ok(arrow::compute::cast(col, &DataType::Utf8)?)
-            })
-            .collect::<Result<_>>()?;
+        let keys = key_columns(batch, spec)?;
         for (row, hash) in hashes.iter().enumerate() {
-            let key: Key = keys
-                .iter()
-                .map(|a| {
-                    let s = a.as_string::<i32>();
-                    if s.is_null(row) {
-                        String::new()
-                    } else {
-                        s.value(row).to_string()
-                    }
-                })
-                .collect();
-            out.insert(key, *hash);
+            out.insert(key_at(&keys, row), *hash);
         }
     }
     Ok(out)
@@ -185,24 +191,9 @@ async fn rows_at(
 ) -> Result<Vec<RecordBatch>> {
     let mut out = Vec::new();
     for batch in store.scan_at(spec.name, version, None, cols).await? {
-        let key_cols: Vec<ArrayRef> = spec
-            .key
-            .iter()
-            .map(|k| {
-                let col = batch
-                    .column_by_name(k)
-                    .ok_or_else(|| anyhow!("{}: no key column {k}", spec.name))?;
-                Ok(arrow::compute::cast(col, &DataType::Utf8)?)
-            })
-            .collect::<Result<_>>()?;
+        let key_cols = key_columns(&batch, spec)?;
         let mask: arrow::array::BooleanArray = (0..batch.num_rows())
-            .map(|row| {
-                let key: Key = key_cols
-                    .iter()
-                    .map(|a| a.as_string::<i32>().value(row).to_string())
-                    .collect();
-                Some(keys.contains(&key))
-            })
+            .map(|row| Some(keys.contains(&key_at(&key_cols, row))))
             .collect();
         let kept = arrow::compute::filter_record_batch(&batch, &mask)?;
         if kept.num_rows() > 0 {

@@ -461,7 +461,13 @@ impl Applier for IntegrateApplier {
         let mut counts = BTreeMap::new();
         let s = submitted(env.store, record, items).await?;
         // Decisions an earlier application logged and did not apply.
-        let resumed = resume_runs(env.store, env.embedder, &[record.run_id.clone()], s.now).await?;
+        let resumed = resume_runs(
+            env.store,
+            env.embedder,
+            std::slice::from_ref(&record.run_id),
+            s.now,
+        )
+        .await?;
         if resumed > 0 {
             add(&mut counts, "resumed", resumed);
         }
@@ -593,17 +599,7 @@ async fn apply_classify(
             s.now,
         ));
     }
-    if !plans.is_empty() {
-        write_plans(
-            env.store,
-            &(env.embedder)()?,
-            &plans,
-            &BTreeMap::new(),
-            s.now,
-            JOB,
-        )
-        .await?;
-    }
+    write_decided(env, &plans, s.now).await?;
     if merges.is_empty() {
         return Ok(());
     }
@@ -633,6 +629,26 @@ async fn apply_classify(
         }
     }
     Ok(())
+}
+
+/// Logs and applies the decisions of one application (their rows are embedded here).
+async fn write_decided(
+    env: &ApplyEnv<'_>,
+    plans: &[super::integrate::Plan],
+    now: i64,
+) -> Result<()> {
+    if plans.is_empty() {
+        return Ok(());
+    }
+    write_plans(
+        env.store,
+        &(env.embedder)()?,
+        plans,
+        &BTreeMap::new(),
+        now,
+        JOB,
+    )
+    .await
 }
 
 fn count(counts: &mut BTreeMap<String, u64>, decision: &Decision) {
@@ -751,16 +767,6 @@ async fn apply_merge(
             s.now,
         ));
     }
-    if !plans.is_empty() {
-        write_plans(
-            env.store,
-            &(env.embedder)()?,
-            &plans,
-            &BTreeMap::new(),
-            s.now,
-            JOB,
-        )
-        .await?;
-    }
+    write_decided(env, &plans, s.now).await?;
     Ok(())
 }

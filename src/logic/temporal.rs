@@ -312,10 +312,10 @@ fn quantity(w: &[String], i: usize) -> Option<(i64, usize)> {
     if i >= 3 && is(w, i - 1, "of") && is(w, i - 2, "couple") {
         return Some((2, i - 3 + usize::from(!is(w, i - 3, "a"))));
     }
-    if i >= 1 {
-        if let Some(n) = number(&w[i - 1]) {
-            return Some((n, i - 1));
-        }
+    if i >= 1
+        && let Some(n) = number(&w[i - 1])
+    {
+        return Some((n, i - 1));
     }
     None
 }
