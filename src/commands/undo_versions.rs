@@ -279,8 +279,40 @@ pub async fn undo(
         .copied()
         .filter(|s| after.get(s.name) > versions.before.get(s.name))
         .collect();
-    // Runs that wrote the same tables while this one ran.
     let mut conflicts: Vec<String> = Vec::new();
+    // Integrate decisions this run applied (a `batches poll` of integrate batches) are undone
+    // from their audit rows, by their integrate run: a version undo would leave the decisions
+    // standing and their facts in no table.
+    if let (Some(&b), Some(&a)) = (versions.before.get("audit_log"), after.get("audit_log"))
+        && a > b
+    {
+        let decisions = "operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE', 'REVIEW') \
+                         AND classification IN ('NEW', 'COEXIST', 'DUPLICATE', 'SUPERSEDE', 'MERGE')";
+        let ids = |batches: Vec<RecordBatch>| -> BTreeMap<String, String> {
+            json_rows(&batches)
+                .iter()
+                .map(|r| (text_of(r, "id"), text_of(r, "run_id")))
+                .collect()
+        };
+        let old = ids(store
+            .scan_at("audit_log", b, Some(decisions), &["id", "run_id"])
+            .await?);
+        let new = ids(store
+            .scan_at("audit_log", a, Some(decisions), &["id", "run_id"])
+            .await?);
+        let runs: BTreeSet<&String> = new
+            .iter()
+            .filter(|(id, _)| !old.contains_key(*id))
+            .map(|(_, run)| run)
+            .collect();
+        for run in runs {
+            conflicts.push(format!(
+                "run {run_id} applied decisions of integrate run {run}: undo that run instead \
+                 (`memlife undo {run}`)"
+            ));
+        }
+    }
+    // Runs that wrote the same tables while this one ran.
     let others = json_rows(
         &store
             .scan_columns(
@@ -407,9 +439,7 @@ pub async fn undo(
         report
             .notes
             .push(format!("run {run_id} ({job}) left nothing to revert"));
-        if dry_run {
-            return Ok(());
-        }
+        return Ok(());
     }
     if dry_run {
         return Ok(());

@@ -812,6 +812,21 @@ fn batch_mode_writes_what_an_online_run_writes() {
         outcome(&online),
         "same tables as the online run"
     );
+    // A poll's integrate decisions are undone by their integrate run, not by the poll.
+    let first_poll = batch
+        .scalar("SELECT run_id FROM runs WHERE job = 'batches.poll' ORDER BY started_at LIMIT 1");
+    let out = batch.run(&["--json", "undo", first_poll.trim_matches('"')]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("undo that run instead"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        outcome(&batch),
+        outcome(&online),
+        "a refused undo changes nothing"
+    );
     // The judge's answers are logged, one row per request.
     assert_eq!(
         batch.scalar("SELECT COUNT(*) FROM audit_log WHERE operation = 'JUDGE'"),
