@@ -439,6 +439,10 @@ pub async fn undo(
         report
             .notes
             .push(format!("run {run_id} ({job}) left nothing to revert"));
+        // A killed undo may have reverted everything: its `running` row is marked abandoned.
+        if !dry_run {
+            RunLog::reap_abandoned(ctx, "undo").await?;
+        }
         return Ok(());
     }
     if dry_run {
