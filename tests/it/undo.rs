@@ -146,10 +146,9 @@ fn undo_refuses_when_a_later_run_changed_the_same_rows_and_changes_nothing() {
 }
 
 #[test]
-fn undo_refuses_a_run_that_did_not_finish() {
+fn undo_of_an_import_removes_what_it_added_and_the_file_imports_again() {
     let db = loaded();
     let out = db.run(&["undo", "--last", "import"]);
-    // The import run finished: it is undone (its rows deleted).
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         db.count("memories"),
