@@ -22,6 +22,7 @@ pub const DEFAULT_TASK_ROLES: &[(&str, &str)] = &[
     ("summarize", "fast"),
     ("entity.describe", "fast"),
     ("entities.extract", "fast"),
+    ("recall.answer", "reasoning"),
 ];
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]

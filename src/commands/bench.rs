@@ -275,6 +275,7 @@ pub async fn llm(
         created_at: crate::model::encoding::format_timestamp(memories[i].created_at),
         happens_at: None,
         text: memories[i].text.clone(),
+        dates: Vec::new(),
     };
     let items: Vec<Item> = (0..requests)
         .map(|i| Item {
@@ -284,6 +285,7 @@ pub async fn llm(
                 memories: vec![view(i), view(i + 1)],
                 proposal: None,
                 now: "2026-01-01T00:00:00Z".into(),
+                question: None,
             },
         })
         .collect();

@@ -81,6 +81,7 @@ async fn timed(
             history: false,
             no_activate: !activate,
             reason: false,
+            judge: None,
             now: None,
             embedder: Default::default(),
         };

@@ -325,6 +325,7 @@ fn views(case: &Case) -> Vec<MemoryView> {
             created_at: at.clone(),
             happens_at: None,
             text: text.clone(),
+            dates: Vec::new(),
         })
         .collect()
 }
@@ -350,6 +351,7 @@ fn first_item(i: usize, case: &Case, now: &str) -> Item {
             memories,
             proposal: case.proposal.clone(),
             now: now.to_string(),
+            question: None,
         },
     }
 }
@@ -506,6 +508,7 @@ async fn consolidate_second_pass(
                     memories: members,
                     proposal: Some(group.text.clone()),
                     now: now.to_string(),
+                    question: None,
                 },
             });
             groups.push((

@@ -56,6 +56,10 @@ pub struct RecallArgs {
     /// memories name.
     #[arg(long)]
     pub reason: bool,
+    /// Who answers with --reason: offline (the rules) or providers (the recall.answer task's
+    /// role in memlife.toml). Default: llm.judge of the config.
+    #[arg(long = "llm", value_enum)]
+    pub judge: Option<crate::llm::JudgeKind>,
     /// The recall's clock (RFC 3339); default the current time.
     #[arg(long)]
     pub now: Option<String>,
@@ -71,6 +75,8 @@ pub struct Recalled {
     similarity: f64,
     tier: String,
     state: String,
+    #[serde(skip)]
+    kind: String,
     text: String,
     created_at: String,
     /// The dates the text names, resolved against when it was written.
@@ -97,6 +103,7 @@ pub struct Report {
 const COLUMNS: &[&str] = &[
     "id",
     "text",
+    "kind",
     "tier",
     "state",
     "salience",
@@ -248,7 +255,17 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
         Some(Embedded::Refused(why)) => bail!("the embedder refused the query: {why}"),
         None => bail!("the embedder returned nothing for the query"),
     };
-    let report = recall(store, &config.scores, args, &model, vector, now).await?;
+    let llm = crate::llm::Llm::new(
+        &config,
+        &crate::llm::LlmArgs {
+            judge: args.judge,
+            mode: Some(crate::llm::Mode::Online),
+        },
+    )?;
+    let mut report = recall(store, &config.scores, args, &model, vector, now).await?;
+    if args.reason || crate::logic::recall::is_date_question(&args.query) {
+        reason(&llm, &mut report, now).await;
+    }
     print(app.json, &report, out)?;
     Ok(ExitStatus::Success)
 }
@@ -345,6 +362,7 @@ pub async fn recall(
             similarity: (candidates[i].similarity * 1e4).round() / 1e4,
             tier: text_of(r, "tier"),
             state: text_of(r, "state"),
+            kind: text_of(r, "kind"),
             text: text_of(r, "text"),
             created_at: format_timestamp(created),
             when,
@@ -353,30 +371,6 @@ pub async fn recall(
                 .and_then(Value::as_str)
                 .map(str::to_string),
         });
-    }
-    if args.reason || crate::logic::recall::is_date_question(&args.query) {
-        let day = |t: &str| {
-            parse_timestamp(t)
-                .and_then(chrono::DateTime::from_timestamp_micros)
-                .map(|d| d.date_naive())
-                .unwrap_or_default()
-        };
-        let evidence: Vec<crate::logic::recall::Evidence<'_>> = report
-            .memories
-            .iter()
-            .map(|m| crate::logic::recall::Evidence {
-                id: &m.id,
-                text: &m.text,
-                written: day(&m.created_at),
-            })
-            .collect();
-        let today = day(&format_timestamp(now));
-        report.answer = crate::logic::recall::answer_offline(&args.query, &evidence, today);
-        report.notes.push(
-            "answered offline from the dates the recalled memories name (an LLM role for \
-             reasoned answers is not built yet)"
-                .into(),
-        );
     }
     if !args.no_activate && !report.memories.is_empty() {
         let key = format!(
@@ -436,6 +430,68 @@ pub async fn recall(
     Ok(report)
 }
 
+/// Asks the `recall.answer` role for a ReasonedAnswer over the recalled memories (best first,
+/// each with the dates its text names). A reply that fails validation, or no provider, leaves
+/// the offline rules' answer (from the resolved dates), and the report says why.
+pub async fn reason(llm: &crate::llm::Llm, report: &mut Report, now: i64) {
+    use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
+    if report.memories.is_empty() {
+        report
+            .notes
+            .push("nothing recalled: no answer".into());
+        return;
+    }
+    let input = TaskInput {
+        task: Task::RecallAnswer,
+        memories: report
+            .memories
+            .iter()
+            .map(|m| MemoryView {
+                id: m.id.clone(),
+                kind: m.kind.clone(),
+                created_at: m.created_at.clone(),
+                happens_at: None,
+                text: m.text.clone(),
+                dates: m.when.clone(),
+            })
+            .collect(),
+        proposal: None,
+        now: format_timestamp(now),
+        question: Some(report.query.clone()),
+    };
+    let item = crate::llm::Item {
+        custom_id: "recall.answer".into(),
+        input: input.clone(),
+    };
+    let outcome = llm.run(vec![item]).await.pop();
+    let served = outcome.as_ref().and_then(|o| o.served_by.clone());
+    match outcome {
+        Some(crate::llm::Outcome {
+            reply: Some(Reply::Answer(answer)),
+            failure: None,
+            ..
+        }) => {
+            report.answer = Some(answer);
+            report.notes.push(match served.as_deref() {
+                Some("offline") | None => {
+                    "answered offline: from the dates the recalled memories name".into()
+                }
+                Some(p) => format!("answered by provider {p} (recall.answer)"),
+            });
+        }
+        other => {
+            let why = other
+                .and_then(|o| o.failure)
+                .unwrap_or_else(|| "no reply".into());
+            report.answer = Some(crate::llm::offline::answer(&input));
+            report.notes.push(format!(
+                "the recall.answer role gave no answer that could be trusted ({why}): \
+                 answered offline from the dates the recalled memories name"
+            ));
+        }
+    }
+}
+
 fn print(json: bool, report: &Report, out: &mut dyn Write) -> Result<()> {
     if json {
         serde_json::to_writer_pretty(&mut *out, report)?;
@@ -472,7 +528,7 @@ fn print(json: bool, report: &Report, out: &mut dyn Write) -> Result<()> {
     if let Some(a) = &report.answer {
         writeln!(
             out,
-            "answer: {} (confidence {:.2}{}; {})",
+            "answer: {} (confidence {:.2}{}; from {})",
             a.answer,
             a.confidence,
             if a.requires_inference {
@@ -480,8 +536,16 @@ fn print(json: bool, report: &Report, out: &mut dyn Write) -> Result<()> {
             } else {
                 ""
             },
-            a.reasoning
+            a.source_memory_ids.join(", ")
         )?;
+        for t in &a.temporal_resolutions {
+            writeln!(
+                out,
+                "     \"{}\" in {} means {}",
+                t.expression, t.memory_id, t.resolved
+            )?;
+        }
+        writeln!(out, "     reasoning: {}", a.reasoning)?;
     }
     for n in &report.notes {
         writeln!(out, "note: {n}")?;

@@ -411,6 +411,7 @@ async fn decide(
                         created_at: String::new(),
                         happens_at: None,
                         text: text_of(r, "candidate_text"),
+                        dates: Vec::new(),
                     };
                     Item {
                         custom_id: text_of(r, "id"),
@@ -419,6 +420,7 @@ async fn decide(
                             memories: vec![candidate, MemoryView::from_row(&fact)],
                             proposal: None,
                             now: now_text.clone(),
+                            question: None,
                         },
                     }
                 })

@@ -608,6 +608,7 @@ fn propose_item(cluster: &ClusterRow, members: &[Value], now: &str) -> Item {
             memories: members.iter().map(view).collect(),
             proposal: None,
             now: now.to_string(),
+            question: None,
         },
     }
 }
@@ -677,6 +678,7 @@ fn verify_items(cluster_item: &Item, groups: &[ProposedGroup]) -> Vec<Item> {
                     .collect(),
                 proposal: Some(group.text.clone()),
                 now: cluster_item.input.now.clone(),
+                question: None,
             },
         })
         .collect()

@@ -152,6 +152,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
                 created_at: text_of(row, "created_at"),
                 happens_at: None,
                 text: entity_view_text(&text_of(row, "name"), &text_of(row, "entity_type")),
+                dates: Vec::new(),
             }];
             let description = text_of(row, "description");
             if !description.trim().is_empty() {
@@ -161,6 +162,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
                     created_at: text_of(row, "updated_at"),
                     happens_at: None,
                     text: description,
+                    dates: Vec::new(),
                 });
             }
             for (i, (note, added)) in notes_of(row).into_iter().enumerate() {
@@ -170,6 +172,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
                     created_at: added,
                     happens_at: None,
                     text: note,
+                    dates: Vec::new(),
                 });
             }
             let mut facts: Vec<&MemoryView> = named
@@ -187,6 +190,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
                     memories: views,
                     proposal: None,
                     now: clock.clone(),
+                    question: None,
                 },
             }
         })

@@ -954,11 +954,13 @@ fn extract_items(
                                 created_at: format_timestamp(m.created_at),
                                 happens_at: None,
                                 text: m.text.clone(),
+                                dates: Vec::new(),
                             }
                         })
                         .collect(),
                     proposal: None,
                     now: now.to_string(),
+                    question: None,
                 },
             };
             out.push((user.to_string(), item, chunk.to_vec()));

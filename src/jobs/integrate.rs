@@ -288,6 +288,7 @@ async fn current_memories(
                         .is_valid(row)
                         .then(|| format_timestamp(happens.value(row))),
                     text: texts.value(row).to_string(),
+                    dates: Vec::new(),
                 });
                 m.vectors.push(values.values()[start..start + dim].to_vec());
             }
@@ -811,6 +812,7 @@ async fn classify(
                     memories: vec![c.clone(), facts[*f].clone()],
                     proposal: None,
                     now: now.to_string(),
+                    question: None,
                 },
             });
         }
@@ -1075,6 +1077,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
                         memories: vec![cands[*candidate].clone(), views[*f].clone()],
                         proposal: None,
                         now: now_text.clone(),
+                        question: None,
                     },
                 });
             }

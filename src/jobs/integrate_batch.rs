@@ -207,6 +207,7 @@ pub(super) async fn submit(
                         memories: vec![(*c).clone(), view.clone()],
                         proposal: None,
                         now: now_text.clone(),
+                        question: None,
                     },
                 })
                 .collect();
@@ -582,6 +583,7 @@ async fn apply_classify(
                     memories: vec![views[*candidate].clone(), fact_view(fact)],
                     proposal: None,
                     now: format_timestamp(s.now),
+                    question: None,
                 },
             });
             continue;

@@ -112,6 +112,7 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
                     .is_valid(row)
                     .then(|| format_timestamp(happens.value(row))),
                 text: texts.value(row).to_string(),
+                dates: Vec::new(),
             });
             let start = list.value_offset(row) as usize;
             out.vectors
@@ -207,6 +208,7 @@ fn candidate_items(
                 memories: vec![memories.views[s].clone(), memories.views[t].clone()],
                 proposal: None,
                 now: now.to_string(),
+                question: None,
             },
         })
         .collect()

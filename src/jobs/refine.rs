@@ -445,6 +445,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
                 memories: vec![MemoryView::from_row(m)],
                 proposal: None,
                 now: now_text.clone(),
+                question: None,
             },
         })
         .collect();

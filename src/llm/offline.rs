@@ -1115,6 +1115,57 @@ pub fn judge(input: &TaskInput) -> Reply {
         Task::Summarize => Reply::Summary(summarize(m)),
         Task::EntityDescribe => Reply::Describe(describe(m)),
         Task::EntitiesExtract => Reply::Extract(extract_entities(m)),
+        Task::RecallAnswer => Reply::Answer(answer(input)),
+    }
+}
+
+/// `recall.answer` offline: a date question is answered from the dates the memories name
+/// (`logic::recall::answer_offline`, memories in the order given: best first); any other
+/// question gets the best memory's text as written, at low confidence, since no rule reads
+/// meaning out of it.
+pub fn answer(input: &TaskInput) -> crate::llm::tasks::AnswerReply {
+    use crate::logic::recall::{Evidence, ReasonedAnswer, answer_offline, is_date_question};
+    let day = |t: &str| {
+        crate::model::encoding::parse_timestamp(t)
+            .and_then(chrono::DateTime::from_timestamp_micros)
+            .map(|d| d.date_naive())
+            .unwrap_or_default()
+    };
+    let question = input.question.as_deref().unwrap_or("");
+    let evidence: Vec<Evidence<'_>> = input
+        .memories
+        .iter()
+        .map(|m| Evidence {
+            id: &m.id,
+            text: &m.text,
+            written: day(&m.created_at),
+        })
+        .collect();
+    let best = &input.memories[0];
+    if is_date_question(question)
+        && let Some(a) = answer_offline(question, &evidence, day(&input.now))
+    {
+        return a;
+    }
+    let written = day(&best.created_at);
+    ReasonedAnswer {
+        answer: best.text.clone(),
+        confidence: 0.3,
+        reasoning: format!(
+            "offline: the memory nearest the question, {}, as written on {written} (the rules \
+             answer only date questions)",
+            best.id
+        ),
+        temporal_resolutions: crate::logic::temporal::resolve(&best.text, written)
+            .into_iter()
+            .map(|r| crate::logic::recall::TemporalReference {
+                memory_id: best.id.clone(),
+                resolved: r.label(),
+                expression: r.expression,
+            })
+            .collect(),
+        source_memory_ids: vec![best.id.clone()],
+        requires_inference: true,
     }
 }
 
@@ -1140,6 +1191,7 @@ mod tests {
             created_at: format!("2025-{created}T00:00:00Z"),
             happens_at: None,
             text: text.into(),
+            dates: Vec::new(),
         }
     }
 
@@ -1484,6 +1536,7 @@ mod tests {
                 },
                 proposal: Some("User works at Initech.".into()),
                 now: "2025-03-01T00:00:00Z".into(),
+                question: Some("When did the user start at Initech?".into()),
             };
             let reply = judge(&input);
             let reparsed = parse_reply(&input, &reply.to_model_json()).unwrap();

@@ -126,6 +126,7 @@ mod tests {
             created_at: "2025-01-01T00:00:00Z".into(),
             happens_at: None,
             text: text.into(),
+            dates: Vec::new(),
         }
     }
 
@@ -135,6 +136,7 @@ mod tests {
             memories,
             proposal: Some("x".into()),
             now: "2025-02-01T00:00:00Z".into(),
+            question: None,
         }
     }
 

@@ -8,6 +8,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::logic::recall::{ReasonedAnswer as AnswerReply, TemporalReference};
+
 /// A task of the LLM layer. Its name is how config, reports and batch records refer to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Task {
@@ -29,6 +31,8 @@ pub enum Task {
     EntityDescribe,
     #[serde(rename = "entities.extract")]
     EntitiesExtract,
+    #[serde(rename = "recall.answer")]
+    RecallAnswer,
 }
 
 pub const ALL_TASKS: &[Task] = &[
@@ -41,6 +45,7 @@ pub const ALL_TASKS: &[Task] = &[
     Task::Summarize,
     Task::EntityDescribe,
     Task::EntitiesExtract,
+    Task::RecallAnswer,
 ];
 
 /// Bumped whenever a template or schema changes, and recorded with every call.
@@ -58,6 +63,7 @@ impl Task {
             Task::Summarize => "summarize",
             Task::EntityDescribe => "entity.describe",
             Task::EntitiesExtract => "entities.extract",
+            Task::RecallAnswer => "recall.answer",
         }
     }
 
@@ -76,6 +82,7 @@ impl Task {
             Task::Summarize => include_str!("prompts/summarize.v1.txt"),
             Task::EntityDescribe => include_str!("prompts/entity.describe.v1.txt"),
             Task::EntitiesExtract => include_str!("prompts/entities.extract.v1.txt"),
+            Task::RecallAnswer => include_str!("prompts/recall.answer.v1.txt"),
         }
     }
 
@@ -90,6 +97,7 @@ impl Task {
             Task::Summarize => include_str!("prompts/summarize.v1.schema.json"),
             Task::EntityDescribe => include_str!("prompts/entity.describe.v1.schema.json"),
             Task::EntitiesExtract => include_str!("prompts/entities.extract.v1.schema.json"),
+            Task::RecallAnswer => include_str!("prompts/recall.answer.v1.schema.json"),
         }
     }
 
@@ -101,7 +109,7 @@ impl Task {
             Task::IntegrateMerge | Task::ConsolidatePropose | Task::ConsolidateVerify => {
                 (2, usize::MAX)
             }
-            Task::Summarize | Task::EntityDescribe => (1, usize::MAX),
+            Task::Summarize | Task::EntityDescribe | Task::RecallAnswer => (1, usize::MAX),
             Task::EntitiesExtract => (1, EXTRACT_BATCH),
         }
     }
@@ -119,6 +127,10 @@ pub struct MemoryView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub happens_at: Option<String>,
     pub text: String,
+    /// The dates the text names, resolved against when it was written (`logic::temporal`),
+    /// as "expression: date or interval" (recall.answer only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dates: Vec<String>,
 }
 
 impl MemoryView {
@@ -131,6 +143,7 @@ impl MemoryView {
             created_at: text("created_at").unwrap_or("").to_string(),
             happens_at: text("happens_at").map(str::to_string),
             text: text("text").unwrap_or("").to_string(),
+            dates: Vec::new(),
         }
     }
 }
@@ -145,6 +158,9 @@ pub struct TaskInput {
     pub proposal: Option<String>,
     /// The run's clock, RFC 3339.
     pub now: String,
+    /// The user's question (recall.answer only), on one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
 }
 
 impl TaskInput {
@@ -160,6 +176,11 @@ impl TaskInput {
         if self.task == Task::ConsolidateVerify && self.proposal.is_none() {
             return Err("consolidate.verify needs a proposal".into());
         }
+        if self.task == Task::RecallAnswer
+            && self.question.as_deref().is_none_or(|q| q.trim().is_empty())
+        {
+            return Err("recall.answer needs a question".into());
+        }
         Ok(())
     }
 
@@ -171,6 +192,10 @@ impl TaskInput {
             .template()
             .replace("{{now}}", &self.now)
             .replace("{{proposal}}", self.proposal.as_deref().unwrap_or(""))
+            .replace(
+                "{{question}}",
+                &self.question.as_deref().unwrap_or("").replace(['\n', '\r'], " "),
+            )
             .replace("{{schema}}", self.task.schema().trim())
             .replace("{{memories}}", &memories)
     }
@@ -188,6 +213,10 @@ impl TaskInput {
             .lines()
             .find_map(|l| l.strip_prefix("PROPOSED TEXT: "))
             .map(str::to_string);
+        let question = prompt
+            .lines()
+            .find_map(|l| l.strip_prefix("QUESTION: "))
+            .map(str::to_string);
         let after = prompt.split_once("MEMORIES (JSON")?.1;
         let start = after.find('[')?;
         let mut stream =
@@ -198,6 +227,7 @@ impl TaskInput {
             memories,
             proposal,
             now,
+            question,
         })
     }
 
@@ -361,6 +391,8 @@ pub enum Reply {
     Describe(DescribeReply),
     #[serde(rename = "entities.extract")]
     Extract(ExtractReply),
+    #[serde(rename = "recall.answer")]
+    Answer(AnswerReply),
 }
 
 impl Reply {
@@ -376,6 +408,7 @@ impl Reply {
             Reply::Summary(r) => serde_json::to_string(r),
             Reply::Describe(r) => serde_json::to_string(r),
             Reply::Extract(r) => serde_json::to_string(r),
+            Reply::Answer(r) => serde_json::to_string(r),
         };
         value.expect("replies serialise")
     }
@@ -581,6 +614,43 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
             }
             Reply::Extract(r)
         }
+        Task::RecallAnswer => {
+            let r: AnswerReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            if r.answer.trim().is_empty() {
+                return Err("answer is empty".into());
+            }
+            for id in &r.source_memory_ids {
+                if !ids.contains(id.as_str()) {
+                    return Err(format!("source memory id {id:?} was not in the request"));
+                }
+            }
+            let texts: std::collections::BTreeMap<&str, String> = input
+                .memories
+                .iter()
+                .map(|m| (m.id.as_str(), m.text.to_lowercase()))
+                .collect();
+            for t in &r.temporal_resolutions {
+                let Some(text) = texts.get(t.memory_id.as_str()) else {
+                    return Err(format!(
+                        "temporal resolution of memory {:?}, which was not in the request",
+                        t.memory_id
+                    ));
+                };
+                // An expression the memory does not contain was invented.
+                let expression = t.expression.trim().to_lowercase();
+                if expression.is_empty() || !text.contains(&expression) {
+                    return Err(format!(
+                        "{:?} is not written in memory {:?}",
+                        t.expression, t.memory_id
+                    ));
+                }
+                if t.resolved.trim().is_empty() {
+                    return Err(format!("{:?} resolved to nothing", t.expression));
+                }
+            }
+            Reply::Answer(r)
+        }
     };
     Ok(reply)
 }
@@ -614,9 +684,12 @@ pub fn safe_default(task: Task) -> Option<Reply> {
         })),
         // No merged text, summary or description: the caller writes nothing.
         // No entities read by the model: the caller reads them with its rules.
-        Task::IntegrateMerge | Task::Summarize | Task::EntityDescribe | Task::EntitiesExtract => {
-            None
-        }
+        // No answer: recall answers from the resolved dates (the offline rules) and says so.
+        Task::IntegrateMerge
+        | Task::Summarize
+        | Task::EntityDescribe
+        | Task::EntitiesExtract
+        | Task::RecallAnswer => None,
     }
 }
 
@@ -634,9 +707,11 @@ mod tests {
                     created_at: format!("2025-0{}-01T00:00:00Z", i + 1),
                     happens_at: None,
                     text: format!("User fact number {i} with \"quotes\" and {{braces}}"),
+                    dates: Vec::new(),
                 })
                 .collect(),
             proposal: (task == Task::ConsolidateVerify).then(|| "merged".to_string()),
+            question: (task == Task::RecallAnswer).then(|| "When did it happen?".to_string()),
             now: "2025-12-01T00:00:00Z".into(),
         }
     }
@@ -655,6 +730,44 @@ mod tests {
             assert_eq!(TaskInput::from_prompt(&prompt).as_ref(), Some(&input));
             serde_json::from_str::<serde_json::Value>(task.schema()).unwrap();
         }
+    }
+
+    #[test]
+    fn a_recall_prompt_carries_the_question_and_the_resolved_dates() {
+        let mut input = input(Task::RecallAnswer, 1);
+        input.question = Some("When did\nit happen?".into());
+        input.memories[0].dates = vec!["yesterday: 2025-05-09".into()];
+        let prompt = input.render();
+        assert!(prompt.contains("QUESTION: When did it happen?"), "{prompt}");
+        assert!(prompt.contains("yesterday: 2025-05-09"), "{prompt}");
+        input.question = Some("When did it happen?".into());
+        assert_eq!(TaskInput::from_prompt(&input.render()), Some(input.clone()));
+        input.question = None;
+        assert!(input.check().is_err(), "no question, no call");
+    }
+
+    #[test]
+    fn an_answer_may_cite_only_what_it_was_shown() {
+        let mut input = input(Task::RecallAnswer, 2);
+        input.memories[0].text = "User moved to Lyon last week".into();
+        let reply = |sources: &str, expression: &str, memory: &str| {
+            format!(
+                r#"{{"answer":"late April","confidence":0.8,"reasoning":"r","temporal_resolutions":[{{"memory_id":"{memory}","expression":"{expression}","resolved":"2025-04-21/2025-04-27"}}],"source_memory_ids":[{sources}],"requires_inference":true}}"#
+            )
+        };
+        assert!(parse_reply(&input, &reply(r#""m0""#, "last week", "m0")).is_ok());
+        assert!(parse_reply(&input, &reply(r#""m0""#, "Last Week", "m0")).is_ok());
+        let wrong = [
+            (reply(r#""m7""#, "last week", "m0"), "not in the request"),
+            (reply(r#""m0""#, "last month", "m0"), "is not written in memory"),
+            (reply(r#""m0""#, "last week", "m1"), "is not written in memory"),
+            (reply(r#""m0""#, "last week", "m9"), "not in the request"),
+        ];
+        for (text, why) in wrong {
+            let err = parse_reply(&input, &text).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+        assert_eq!(safe_default(Task::RecallAnswer), None);
     }
 
     #[test]

@@ -100,13 +100,26 @@ pub fn is_date_question(question: &str) -> bool {
     .any(|m| q.contains(m))
 }
 
-/// seed 001's ReasonedAnswer.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+/// seed 001's TemporalReference: a time expression of a memory and what it means.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemporalReference {
+    pub memory_id: String,
+    /// The words of the memory, as written.
+    pub expression: String,
+    /// What they mean, counted from when the memory was written: a date (YYYY-MM-DD) or an
+    /// interval.
+    pub resolved: String,
+}
+
+/// seed 001's ReasonedAnswer (also the reply of the `recall.answer` LLM task).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ReasonedAnswer {
     pub answer: String,
     pub confidence: f64,
     pub reasoning: String,
-    pub temporal_resolutions: Vec<String>,
+    pub temporal_resolutions: Vec<TemporalReference>,
     pub source_memory_ids: Vec<String>,
     pub requires_inference: bool,
 }
@@ -152,7 +165,11 @@ pub fn answer_offline(
                     "offline: memory {} (written {}) says \"{}\", which is {label}",
                     m.id, m.written, r.expression
                 ),
-                temporal_resolutions: vec![format!("{}: {label}", r.expression)],
+                temporal_resolutions: vec![TemporalReference {
+                    memory_id: m.id.to_string(),
+                    expression: r.expression.clone(),
+                    resolved: label.clone(),
+                }],
                 source_memory_ids: vec![m.id.to_string()],
                 requires_inference: false,
             }

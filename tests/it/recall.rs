@@ -183,6 +183,116 @@ fn a_date_question_gets_a_reasoned_answer_from_the_dates_memories_name() {
     // Another question has no answer unless asked for.
     let plain = recall(&db, "grey kitten", &["--no-activate"]);
     assert!(plain.get("answer").is_none(), "{plain}");
+    // Asked for, offline: the nearest memory as written, its dates resolved, marked as
+    // inferred at low confidence (the rules answer only date questions).
     let asked = recall(&db, "grey kitten", &["--no-activate", "--reason"]);
-    assert_eq!(asked["answer"]["answer"], "2025-05-09");
+    let answer = &asked["answer"];
+    assert_eq!(answer["answer"], "User adopted a grey kitten yesterday");
+    assert_eq!(answer["requires_inference"], true);
+    assert!(answer["confidence"].as_f64().unwrap() < 0.5);
+    assert_eq!(
+        answer["temporal_resolutions"],
+        serde_json::json!([{"memory_id": "k1", "expression": "yesterday", "resolved": "2025-05-09"}])
+    );
+}
+
+/// The kitten memory of the test above, in a database whose `recall.answer` role is the mock
+/// LLM answering `answers`.
+fn with_mock(answers: &str) -> (TestDb, crate::llm::Mock, String) {
+    let db = TestDb::new();
+    let file = db.path("kitten.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            r#"{"id":"k1","user_id":"u","text":"User adopted a grey kitten yesterday","created_at":"2025-05-10T09:00:00Z"}"#,
+            "\n",
+            r#"{"id":"k2","user_id":"u","text":"User named the kitten Miso","created_at":"2025-05-12T09:00:00Z"}"#,
+        ),
+    )
+    .unwrap();
+    for args in [
+        vec!["import", file.as_str()],
+        vec!["embed", "--embedder", "hash"],
+    ] {
+        assert_eq!(db.run(&args).status.code(), Some(0));
+    }
+    let path = db.path("answers.jsonl");
+    std::fs::write(&path, answers).unwrap();
+    let mock = crate::llm::Mock::start(&["--answers", &path]);
+    let config = db.path("memlife.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n",
+            crate::llm::mock_provider("mock", &mock.url, "")
+        ),
+    )
+    .unwrap();
+    (db, mock, config)
+}
+
+/// The prompt's memories are the two kitten memories, best first: the scripted reply must
+/// name them in the order the recall ranks them, so the test asks for both orders.
+fn scripted(reply: &str) -> String {
+    let texts = [
+        "User adopted a grey kitten yesterday",
+        "User named the kitten Miso",
+    ];
+    [
+        format!(r#"{{"task":"recall.answer","texts":["{}","{}"],"reply":{reply}}}"#, texts[0], texts[1]),
+        format!(r#"{{"task":"recall.answer","texts":["{}","{}"],"reply":{reply}}}"#, texts[1], texts[0]),
+    ]
+    .join("\n")
+}
+
+fn recall_with(db: &TestDb, config: &str, query: &str) -> Value {
+    let out = db.run(&[
+        "--json",
+        "--config",
+        config,
+        "recall",
+        query,
+        "--user",
+        "u",
+        "--embedder",
+        "hash",
+        "--llm",
+        "providers",
+        "--no-activate",
+        "--k",
+        "2",
+        "--now",
+        "2025-06-01T00:00:00Z",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+#[test]
+fn a_provider_answers_date_questions_over_real_http_and_its_reply_is_checked() {
+    // A model's answer, resolving "yesterday" against the memory's own date.
+    let good = r#"{"answer":"9 May 2025","confidence":0.9,"reasoning":"k1 was written on 10 May and says yesterday","temporal_resolutions":[{"memory_id":"k1","expression":"yesterday","resolved":"2025-05-09"}],"source_memory_ids":["k1"],"requires_inference":true}"#;
+    let (db, mock, config) = with_mock(&scripted(good));
+    let report = recall_with(&db, &config, "When did the user adopt the kitten?");
+    let answer = &report["answer"];
+    assert_eq!(answer["answer"], "9 May 2025", "{report}");
+    assert_eq!(answer["source_memory_ids"], serde_json::json!(["k1"]));
+    assert_eq!(answer["temporal_resolutions"][0]["resolved"], "2025-05-09");
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("answered by provider mock"), "{notes}");
+    assert_eq!(mock.stats()["chat"], 1, "one call per recall");
+}
+
+#[test]
+fn an_untrustworthy_answer_falls_back_to_the_offline_rules_and_says_why() {
+    // The model cites a memory it was not shown and an expression no memory contains.
+    let invented = r#"{"answer":"last Tuesday","confidence":0.95,"reasoning":"made up","temporal_resolutions":[{"memory_id":"k1","expression":"last Tuesday","resolved":"2025-05-06"}],"source_memory_ids":["k9"],"requires_inference":false}"#;
+    let (db, _mock, config) = with_mock(&scripted(invented));
+    let report = recall_with(&db, &config, "When did the user adopt the kitten?");
+    let answer = &report["answer"];
+    assert_eq!(answer["answer"], "2025-05-09", "the offline rules answered: {report}");
+    assert_eq!(answer["source_memory_ids"], serde_json::json!(["k1"]));
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("no answer that could be trusted"), "{notes}");
+    assert!(notes.contains("k9"), "the reason names what was wrong: {notes}");
 }
