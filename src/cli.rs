@@ -56,6 +56,8 @@ pub enum Command {
     /// Revert a finished run of any job (integrate and review from their audit rows, the
     /// others from the tables' versions).
     Undo(commands::undo::UndoArgs),
+    /// The session-start block of a user's consolidated summaries (seed 001).
+    Summaries(commands::summaries::SummariesArgs),
 }
 
 /// Runs the parsed command; its output goes to `out`.
@@ -82,5 +84,6 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
         Command::Review(args) => commands::review::run(&app, args, out).await,
         Command::History(args) => commands::history::run(&app, args, out).await,
         Command::Undo(args) => commands::undo::run(&app, args, out).await,
+        Command::Summaries(args) => commands::summaries::run(&app, args, out).await,
     }
 }

@@ -58,6 +58,9 @@ pub struct Config {
     /// Candidates, confidence and operations of `memlife integrate`.
     #[serde(default)]
     pub integrate: crate::logic::integrate::IntegrateParams,
+    /// The session-start block of `memlife summaries inject`.
+    #[serde(default)]
+    pub summaries: crate::logic::summaries::SummaryParams,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -315,6 +318,7 @@ impl Config {
     fn validate(&self) -> Result<()> {
         self.scores.validate().map_err(anyhow::Error::msg)?;
         self.cluster.validate().map_err(anyhow::Error::msg)?;
+        self.summaries.validate().map_err(anyhow::Error::msg)?;
         for (model, t) in &self.thresholds {
             for (key, value) in [
                 ("link", t.link),

@@ -25,6 +25,7 @@ pub mod review;
 pub mod similar;
 pub mod sql;
 pub mod stats;
+pub mod summaries;
 pub mod synth;
 pub mod traverse;
 pub mod undo;

@@ -13,5 +13,6 @@ pub mod reading;
 pub mod recall;
 pub mod scores;
 pub mod similarity;
+pub mod summaries;
 pub mod synth;
 pub mod temporal;

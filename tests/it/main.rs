@@ -27,6 +27,7 @@ mod roundtrip;
 mod saved_sql;
 mod scores;
 mod store;
+mod summaries;
 mod tidy;
 mod traverse;
 mod undo;

@@ -1,0 +1,410 @@
+//! The session-start summary block (seed 001, "SessionStart Hook: Summary Injection"): which
+//! consolidated summaries go in, the block's text and version, and its replacement in a
+//! context file. Pure: text in, text out; tokens are counted by the caller's tokenizer.
+//!
+//! - Candidates are a user's live summaries (see `commands::summaries`) at or above
+//!   `min_confidence`.
+//! - Priority = weights x (relevance, recency, activation, confidence), the weights set by
+//!   `prioritize`: relevance 0.55/0.20/0.15/0.10, recency 0.20/0.55/0.15/0.10, activation
+//!   0.20/0.15/0.55/0.10. Relevance is the cosine of the summary and the session's description
+//!   (project, files), 0 when the session has none; recency exp(-days since the summary was
+//!   last updated / 30); activation n / (n + 5) for n accesses. Ties go to the newer summary,
+//!   then the smaller id.
+//! - In priority order, a summary joins while the whole block, wrapper included, stays within
+//!   the token budget and fewer than `max` have joined; one that does not fit is skipped and
+//!   the next is tried.
+//! - The version is a hash of the user and the chosen summaries (ids and texts, in order):
+//!   the same selection gives the same version, whatever the clock.
+//! - A context file keeps every byte outside the block. Every earlier block is removed and the
+//!   new one takes the first one's place (appended at the end when there was none), so any
+//!   number of runs leaves exactly one.
+
+use serde::{Deserialize, Serialize};
+
+pub const OPEN: &str = "<memory_consolidated_summaries";
+pub const CLOSE: &str = "</memory_consolidated_summaries>";
+
+/// What to rank first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Prioritize {
+    Relevance,
+    Recency,
+    Activation,
+}
+
+/// `[summaries]` in memlife.toml (seed 001's HOOK_SESSION_START_SUMMARIES_*).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SummaryParams {
+    /// At most this many summaries in the block.
+    pub max: usize,
+    /// Tokens (cl100k_base) of the whole block, wrapper included.
+    pub token_budget: usize,
+    pub min_confidence: f64,
+    pub prioritize: Prioritize,
+}
+
+impl Default for SummaryParams {
+    fn default() -> Self {
+        SummaryParams {
+            max: 10,
+            token_budget: 2000,
+            min_confidence: 0.7,
+            prioritize: Prioritize::Relevance,
+        }
+    }
+}
+
+impl SummaryParams {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max == 0 {
+            return Err("summaries.max = 0: the block would never hold a summary".into());
+        }
+        if self.token_budget == 0 {
+            return Err("summaries.token_budget = 0: no block fits in no tokens".into());
+        }
+        if !(0.0..=1.0).contains(&self.min_confidence) {
+            return Err(format!(
+                "summaries.min_confidence = {}: a confidence is between 0 and 1",
+                self.min_confidence
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A summary as selection reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    pub id: String,
+    pub text: String,
+    /// Microseconds: when the summary was last updated (else created).
+    pub updated_at: i64,
+    pub access_count: i64,
+    pub confidence: f64,
+    /// Cosine with the session's description, when it has one.
+    pub relevance: Option<f64>,
+}
+
+pub fn priority(c: &Candidate, by: Prioritize, now: i64) -> f64 {
+    let (wr, wt, wa, wc) = match by {
+        Prioritize::Relevance => (0.55, 0.20, 0.15, 0.10),
+        Prioritize::Recency => (0.20, 0.55, 0.15, 0.10),
+        Prioritize::Activation => (0.20, 0.15, 0.55, 0.10),
+    };
+    let days = ((now - c.updated_at) as f64 / 86_400e6).max(0.0);
+    let recency = (-days / 30.0).exp();
+    let n = c.access_count.max(0) as f64;
+    let activation = n / (n + 5.0);
+    wr * c.relevance.unwrap_or(0.0).clamp(0.0, 1.0)
+        + wt * recency
+        + wa * activation
+        + wc * c.confidence.clamp(0.0, 1.0)
+}
+
+/// The version of a selection: 8 hex digits of FNV-1a over the user and the summaries.
+pub fn version(user: &str, chosen: &[&Candidate]) -> String {
+    let mut parts = vec![user];
+    for c in chosen {
+        parts.push(&c.id);
+        parts.push(&c.text);
+    }
+    let h = crate::logic::hash::fnv1a(&parts);
+    format!("{:08x}", (h >> 32) ^ (h & 0xffff_ffff))
+}
+
+/// A summary's text on one line, unable to open or close a block.
+fn line_of(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('<', "&lt;")
+}
+
+/// The block for `chosen`, in that order (`generated_at` RFC 3339).
+pub fn render(user: &str, chosen: &[&Candidate], generated_at: &str) -> String {
+    let mut s = format!(
+        "{OPEN} version=\"{}\" generated_at=\"{generated_at}\">\n\
+         <!-- Auto-generated by memlife summaries inject; replaced on each session start -->\n\n\
+         ## Memory context for {}\n\n",
+        version(user, chosen),
+        line_of(user)
+    );
+    if chosen.is_empty() {
+        s.push_str("(no consolidated summaries yet)\n");
+    }
+    for c in chosen {
+        let day = chrono::DateTime::from_timestamp_micros(c.updated_at)
+            .map(|d| d.format("%Y-%m-%d").to_string())
+            .unwrap_or_default();
+        s.push_str(&format!("- {} (updated {day})\n", line_of(&c.text)));
+    }
+    s.push_str(CLOSE);
+    s
+}
+
+/// What selection chose and why others were left out.
+#[derive(Debug, PartialEq)]
+pub struct Selection {
+    /// Indexes into the candidates, in block order.
+    pub chosen: Vec<usize>,
+    pub block: String,
+    pub tokens: usize,
+    /// Candidates left out because they did not fit the budget.
+    pub over_budget: Vec<usize>,
+    /// Candidates left out because `max` were chosen already.
+    pub over_max: usize,
+}
+
+/// Chooses and renders (see the module doc). Err when even the empty block exceeds the
+/// budget.
+pub fn select(
+    user: &str,
+    candidates: &[Candidate],
+    params: &SummaryParams,
+    now: i64,
+    generated_at: &str,
+    count: &dyn Fn(&str) -> usize,
+) -> Result<Selection, String> {
+    let mut order: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].confidence >= params.min_confidence)
+        .collect();
+    let score: Vec<f64> = candidates
+        .iter()
+        .map(|c| priority(c, params.prioritize, now))
+        .collect();
+    order.sort_by(|&a, &b| {
+        score[b]
+            .total_cmp(&score[a])
+            .then(candidates[b].updated_at.cmp(&candidates[a].updated_at))
+            .then(candidates[a].id.cmp(&candidates[b].id))
+    });
+    let empty = render(user, &[], generated_at);
+    let empty_tokens = count(&empty);
+    if empty_tokens > params.token_budget {
+        return Err(format!(
+            "the empty block takes {empty_tokens} tokens, over the budget of {}",
+            params.token_budget
+        ));
+    }
+    let mut chosen: Vec<usize> = Vec::new();
+    let (mut block, mut tokens) = (empty, empty_tokens);
+    let mut over_budget = Vec::new();
+    let mut over_max = 0;
+    for i in order {
+        if chosen.len() >= params.max {
+            over_max += 1;
+            continue;
+        }
+        let mut trial = chosen.clone();
+        trial.push(i);
+        let refs: Vec<&Candidate> = trial.iter().map(|&j| &candidates[j]).collect();
+        let text = render(user, &refs, generated_at);
+        let n = count(&text);
+        if n <= params.token_budget {
+            chosen = trial;
+            block = text;
+            tokens = n;
+        } else {
+            over_budget.push(i);
+        }
+    }
+    Ok(Selection {
+        chosen,
+        block,
+        tokens,
+        over_budget,
+        over_max,
+    })
+}
+
+/// An attribute of the first block's opening tag in `text`.
+fn attribute_in<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let start = text.find(OPEN)?;
+    let head = &text[start..];
+    let head = &head[..head.find('>')?];
+    let v = head.split_once(&format!(" {name}=\""))?.1;
+    Some(&v[..v.find('"')?])
+}
+
+/// The version of the first block in `text`.
+pub fn version_in(text: &str) -> Option<&str> {
+    attribute_in(text, "version")
+}
+
+/// When the first block in `text` was generated.
+pub fn generated_at_in(text: &str) -> Option<&str> {
+    attribute_in(text, "generated_at")
+}
+
+/// The blocks of `text`, as byte ranges. Err (naming the line) on an opening tag without its
+/// closing tag, so a damaged file is never rewritten.
+pub fn blocks(text: &str) -> Result<Vec<std::ops::Range<usize>>, String> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find(OPEN) {
+        let start = from + at;
+        let Some(len) = text[start..].find(CLOSE) else {
+            let line = text[..start].matches('\n').count() + 1;
+            return Err(format!(
+                "line {line}: {OPEN} is not closed by {CLOSE}; fix or remove it by hand"
+            ));
+        };
+        let end = start + len + CLOSE.len();
+        out.push(start..end);
+        from = end;
+    }
+    Ok(out)
+}
+
+/// `text` with its blocks replaced by `block` (see the module doc).
+pub fn replace(text: &str, block: &str) -> Result<String, String> {
+    let found = blocks(text)?;
+    let Some(first) = found.first() else {
+        let mut out = text.to_string();
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(block);
+        out.push('\n');
+        return Ok(out);
+    };
+    let mut out = String::with_capacity(text.len() + block.len());
+    out.push_str(&text[..first.start]);
+    out.push_str(block);
+    let mut last = first.end;
+    for r in &found[1..] {
+        out.push_str(&text[last..r.start]);
+        last = r.end;
+    }
+    out.push_str(&text[last..]);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400_000_000;
+
+    fn c(id: &str, text: &str, days_old: i64, access: i64, relevance: Option<f64>) -> Candidate {
+        Candidate {
+            id: id.into(),
+            text: text.into(),
+            updated_at: 100 * DAY - days_old * DAY,
+            access_count: access,
+            confidence: 0.8,
+            relevance,
+        }
+    }
+
+    /// Words as tokens: enough to test the budget arithmetic.
+    fn words(s: &str) -> usize {
+        s.split_whitespace().count()
+    }
+
+    #[test]
+    fn priorities_follow_the_chosen_criterion() {
+        let cands = [
+            c("relevant", "About the parser", 60, 0, Some(0.9)),
+            c("recent", "About lunch", 0, 0, Some(0.1)),
+            c("used", "About the team", 60, 50, Some(0.1)),
+        ];
+        let first = |by| {
+            let p = SummaryParams {
+                prioritize: by,
+                ..Default::default()
+            };
+            let s = select("u", &cands, &p, 100 * DAY, "T", &words).unwrap();
+            cands[s.chosen[0]].id.clone()
+        };
+        assert_eq!(first(Prioritize::Relevance), "relevant");
+        assert_eq!(first(Prioritize::Recency), "recent");
+        assert_eq!(first(Prioritize::Activation), "used");
+    }
+
+    #[test]
+    fn the_budget_and_the_maximum_are_never_exceeded() {
+        let long = "word ".repeat(40);
+        let cands: Vec<Candidate> = (0..30)
+            .map(|i| {
+                let text = if i % 3 == 0 { long.clone() } else { format!("short {i}") };
+                c(&format!("s{i:02}"), &text, i, 0, None)
+            })
+            .collect();
+        for budget in [30, 60, 100, 400] {
+            let p = SummaryParams {
+                token_budget: budget,
+                ..Default::default()
+            };
+            let s = select("u", &cands, &p, 100 * DAY, "T", &words).unwrap();
+            assert!(s.tokens <= budget && words(&s.block) == s.tokens);
+            assert!(s.chosen.len() <= 10);
+            // A long summary that does not fit does not stop shorter ones from joining.
+            if budget == 60 {
+                assert!(!s.over_budget.is_empty() && s.chosen.len() > 1, "{s:?}");
+            }
+        }
+        let p = SummaryParams {
+            token_budget: 5,
+            ..Default::default()
+        };
+        assert!(select("u", &cands, &p, 0, "T", &words).is_err());
+        // Below the minimum confidence: never chosen.
+        let mut weak = c("weak", "Weak", 0, 99, Some(1.0));
+        weak.confidence = 0.5;
+        let s = select("u", &[weak], &SummaryParams::default(), 0, "T", &words).unwrap();
+        assert!(s.chosen.is_empty() && s.block.contains("no consolidated summaries"));
+    }
+
+    #[test]
+    fn the_version_changes_with_the_selection_only() {
+        let a = c("a", "Alpha", 1, 0, None);
+        let b = c("b", "Beta", 2, 0, None);
+        let v = version("u", &[&a, &b]);
+        assert_eq!(v.len(), 8);
+        assert_eq!(v, version("u", &[&a, &b]));
+        assert_eq!(
+            version_in(&render("u", &[&a, &b], "2020-01-01T00:00:00Z")),
+            Some(v.as_str())
+        );
+        assert_eq!(
+            version_in(&render("u", &[&a, &b], "2030-01-01T00:00:00Z")),
+            Some(v.as_str()),
+            "the clock is not part of the version"
+        );
+        assert_ne!(v, version("u", &[&a]));
+        assert_ne!(v, version("w", &[&a, &b]));
+        let mut edited = b.clone();
+        edited.text = "Beta, edited".into();
+        assert_ne!(v, version("u", &[&a, &edited]));
+    }
+
+    #[test]
+    fn replacing_keeps_every_other_byte_and_leaves_one_block() {
+        let a = c("a", "Alpha", 1, 0, None);
+        let one = render("u", &[&a], "T1");
+        let two = render("u", &[], "T2");
+        let before = "# Notes\r\nkeep   this\n\n  trailing spaces  ";
+        let once = replace(before, &one).unwrap();
+        assert!(once.starts_with(before));
+        assert_eq!(blocks(&once).unwrap().len(), 1);
+        let twice = replace(&once, &two).unwrap();
+        assert_eq!(twice, once.replace(&one, &two));
+        // Two blocks (a file edited by hand): the first's place, the second gone.
+        let doubled = format!("head\n{one}\nmiddle\n{one}\ntail");
+        assert_eq!(
+            replace(&doubled, &two).unwrap(),
+            format!("head\n{two}\nmiddle\n\ntail")
+        );
+        // A summary cannot close the block early.
+        let sneaky = c("x", "ends here </memory_consolidated_summaries> not", 0, 0, None);
+        let block = render("u", &[&sneaky], "T");
+        assert_eq!(blocks(&block).unwrap(), vec![0..block.len()]);
+        // A damaged block is refused, with its line.
+        let err = replace("a\nb\n<memory_consolidated_summaries version=\"x\">\n", &two);
+        assert!(err.unwrap_err().starts_with("line 3:"));
+        assert_eq!(replace("", &two).unwrap(), format!("{two}\n"));
+    }
+}
