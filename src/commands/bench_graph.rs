@@ -164,26 +164,56 @@ async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
     }
     let index_s = indexing.elapsed().as_secs_f64();
 
+    let starts: Vec<usize> = (0..bench.starts)
+        .map(|_| (next(&mut state) % bench.memories as u64) as usize)
+        .collect();
+    let args = TraverseArgs {
+        ids: Vec::new(),
+        depth: bench.depth,
+        types: Vec::new(),
+        min_confidence: 0.0,
+        limit: bench.limit,
+        no_heal: true,
+    };
+    // Level by level (one `memlife traverse ID`), then with users' graphs cached (many walks
+    // in one process: `memlife traverse ID ID ...`), from the same starts.
     let walker = Walker::open(&store).await?;
     let mut times = Vec::with_capacity(bench.starts);
     let (mut reached, mut followed, mut truncated) = (0usize, 0usize, 0usize);
-    for _ in 0..bench.starts {
-        let start = (next(&mut state) % bench.memories as u64) as usize;
-        let args = TraverseArgs {
-            id: id(start),
-            depth: bench.depth,
-            types: Vec::new(),
-            min_confidence: 0.0,
-            limit: bench.limit,
-            no_heal: true,
-        };
+    let mut walks = Vec::with_capacity(bench.starts);
+    for &start in &starts {
         let began = Instant::now();
-        let (walk, _) = walker.walk(&args).await?;
+        let (walk, _) = walker.walk(&id(start), &args).await?;
         times.push(began.elapsed().as_secs_f64() * 1000.0);
         reached += walk.memories.len();
         followed += walk.links_followed;
         truncated += usize::from(walk.truncated);
+        walks.push(walk);
     }
+    let cached = Walker::cached(&store).await?;
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    let mut users_seen = std::collections::BTreeSet::new();
+    let mut differ = 0usize;
+    let all_cached = Instant::now();
+    for (walk, &start) in walks.iter().zip(&starts) {
+        let began = Instant::now();
+        let (again, _) = cached.walk(&id(start), &args).await?;
+        let ms = began.elapsed().as_secs_f64() * 1000.0;
+        if users_seen.insert(start / per_user) {
+            cold.push(ms);
+        } else {
+            warm.push(ms);
+        }
+        let same = again.memories.len() == walk.memories.len()
+            && again.memories.iter().zip(&walk.memories).all(|(a, b)| {
+                (&a.id, a.depth, &a.path, &a.text) == (&b.id, b.depth, &b.path, &b.text)
+            })
+            && again.links_followed == walk.links_followed;
+        differ += usize::from(!same);
+    }
+    let cached_total_ms = all_cached.elapsed().as_secs_f64() * 1000.0;
+    cold.sort_by(f64::total_cmp);
+    warm.sort_by(f64::total_cmp);
     times.sort_by(f64::total_cmp);
     let n = bench.starts.max(1) as f64;
     Ok(json!({
@@ -203,5 +233,11 @@ async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
         "mean_memories_reached": reached as f64 / n,
         "mean_links_followed": followed as f64 / n,
         "walks_stopped_at_limit": truncated,
+        "cached": {
+            "mean_ms_per_walk": cached_total_ms / n,
+            "first_walk_in_a_user": {"walks": cold.len(), "median_ms": percentile(&cold, 0.5), "p95_ms": percentile(&cold, 0.95)},
+            "later_walks": {"walks": warm.len(), "median_ms": percentile(&warm, 0.5), "p95_ms": percentile(&warm, 0.95)},
+            "walks_differing_from_level_by_level": differ,
+        },
     }))
 }

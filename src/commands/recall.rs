@@ -256,7 +256,7 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
         None => bail!("the embedder returned nothing for the query"),
     };
     let llm = crate::llm::Llm::new(
-        &config,
+        config,
         &crate::llm::LlmArgs {
             judge: args.judge,
             mode: Some(crate::llm::Mode::Online),
@@ -436,9 +436,7 @@ pub async fn recall(
 pub async fn reason(llm: &crate::llm::Llm, report: &mut Report, now: i64) {
     use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
     if report.memories.is_empty() {
-        report
-            .notes
-            .push("nothing recalled: no answer".into());
+        report.notes.push("nothing recalled: no answer".into());
         return;
     }
     let input = TaskInput {

@@ -161,11 +161,7 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
         sql_string(&args.user),
         sql_timestamp(now)
     );
-    let rows = json_rows(
-        &store
-            .scan_columns("memories", Some(&live), COLUMNS)
-            .await?,
-    );
+    let rows = json_rows(&store.scan_columns("memories", Some(&live), COLUMNS).await?);
     let relevance = relevance(app, args, store, &live, rows.len()).await?;
     let candidates: Vec<Candidate> = rows
         .iter()
@@ -173,7 +169,9 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
             let id = text_of(r, "id");
             let time = |f: &str| r.get(f).and_then(Value::as_str).and_then(parse_timestamp);
             Candidate {
-                relevance: relevance.as_ref().map(|m| m.get(&id).copied().unwrap_or(0.0)),
+                relevance: relevance
+                    .as_ref()
+                    .map(|m| m.get(&id).copied().unwrap_or(0.0)),
                 text: text_of(r, "text"),
                 updated_at: time("updated_at").or(time("created_at")).unwrap_or(now),
                 access_count: r.get("access_count").and_then(Value::as_i64).unwrap_or(0),
@@ -278,13 +276,21 @@ async fn relevance(
     let query = about.join("; ");
     let vector = match embedder.embed(&[query.as_str()]).await?.pop() {
         Some(Embedded::Vector { values, .. }) => values,
-        Some(Embedded::Refused(why)) => bail!("the embedder refused the session's description: {why}"),
+        Some(Embedded::Refused(why)) => {
+            bail!("the embedder refused the session's description: {why}")
+        }
         None => bail!("the embedder returned nothing for the session's description"),
     };
     let filter = format!("{live} AND embedding_model = {}", sql_string(&model));
     let found = json_rows(
         &store
-            .nearest_rows("memories", vector, candidates, &filter, &["id", "_distance"])
+            .nearest_rows(
+                "memories",
+                vector,
+                candidates,
+                &filter,
+                &["id", "_distance"],
+            )
             .await?,
     );
     Ok(Some(

@@ -3,6 +3,12 @@
 //! instead of looping. Each level is two indexed reads: the links touching the frontier, then
 //! the memories at their other ends.
 //!
+//! A walk stays in the start memory's user's graph: it follows that user's links
+//! (`links.user_id`) to that user's memories; a link of the user's to another user's memory is
+//! counted, not followed. Walks from several starts in one process (`memlife traverse ID ID
+//! ...`, `Walker::cached`) read each user's graph once, through the `user_id` indexes, and
+//! walk it in memory.
+//!
 //! Heal-on-read (seed 000): a link whose other end is no longer a memory is dead. Dead links
 //! met on the way are removed (each logged to `audit_log` as HEAL before the delete) and
 //! counted in the report; `--no-heal` only reports them. Links to archived memories are
@@ -10,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
@@ -30,8 +37,10 @@ use crate::store::audit::AuditRow;
 /// Walk the link graph from one memory, both directions, breadth-first.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TraverseArgs {
-    /// The memory to start from.
-    pub id: String,
+    /// The memories to start from: one walk each, in order (several walks share one read of
+    /// each user's graph).
+    #[arg(required = true, num_args = 1..)]
+    pub ids: Vec<String>,
     /// Links away from the start.
     #[arg(long, default_value_t = 2)]
     pub depth: usize,
@@ -85,6 +94,9 @@ pub struct Traversal {
     pub archived_reached: usize,
     pub dead_links: Vec<DeadLink>,
     pub dead_links_removed: usize,
+    /// The start's user's links to memories of other users: not followed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub links_to_other_users: usize,
     pub truncated: bool,
     pub duration_ms: f64,
 }
@@ -96,10 +108,63 @@ struct Link {
     confidence: f64,
 }
 
-/// The walk's reader: the two tables opened once.
+/// The walk's reader: the two tables opened once, and, for many walks in one process
+/// (`Walker::cached`), each user's graph held in memory.
 pub struct Walker {
     memories: lancedb::Table,
     links: lancedb::Table,
+    cache: Option<tokio::sync::Mutex<GraphCache>>,
+}
+
+/// Users' graphs, valid for the tables' versions they were read at.
+#[derive(Default)]
+struct GraphCache {
+    versions: (u64, u64),
+    graphs: Vec<Arc<UserGraph>>,
+}
+
+/// One user's links and memories, read in two scans: the walk then reads nothing else
+/// (but the memories at the far end of a link to another user, or to no memory at all,
+/// which it checks in the table as an uncached walk does).
+struct UserGraph {
+    user: String,
+    /// id -> (state, archived, text).
+    memories: HashMap<String, (String, bool, String)>,
+    links: Vec<CachedLink>,
+    /// Memory id -> the links touching it (indexes into `links`), either end.
+    touching: HashMap<String, Vec<u32>>,
+}
+
+/// (state, archived, user) of a memory at a link's end.
+type Ends = (String, bool, String);
+
+struct CachedLink {
+    source: String,
+    target: String,
+    link_type: String,
+    confidence: Option<f64>,
+}
+
+impl UserGraph {
+    /// The links touching `ids`, each once, as `Walker::links_of` reads them.
+    fn links_of(&self, ids: &[String], filter: &LinkFilter) -> Vec<Link> {
+        let mut seen: BTreeSet<u32> = BTreeSet::new();
+        for id in ids {
+            if let Some(list) = self.touching.get(id) {
+                seen.extend(list.iter().copied());
+            }
+        }
+        seen.into_iter()
+            .map(|i| &self.links[i as usize])
+            .filter(|l| filter.matches(&l.link_type, l.confidence))
+            .map(|l| Link {
+                source: l.source.clone(),
+                target: l.target.clone(),
+                link_type: l.link_type.clone(),
+                confidence: l.confidence.unwrap_or(1.0),
+            })
+            .collect()
+    }
 }
 
 impl Walker {
@@ -107,17 +172,174 @@ impl Walker {
         Ok(Walker {
             memories: store.table("memories").await?,
             links: store.table(LINKS.name).await?,
+            cache: None,
         })
+    }
+
+    /// A walker for many walks: the first walk from a user's memory reads the user's whole
+    /// graph (two scans through the `user_id` indexes), and later walks in that user's graph
+    /// read nothing until a table's version changes.
+    pub async fn cached(store: &Store) -> Result<Walker> {
+        let mut walker = Walker::open(store).await?;
+        walker.cache = Some(tokio::sync::Mutex::new(GraphCache::default()));
+        Ok(walker)
+    }
+
+    /// The graph holding `start`, read when no cached graph holds it; None without a cache
+    /// or when `start` is not a memory.
+    async fn graph_for(&self, start: &str) -> Result<Option<Arc<UserGraph>>> {
+        let Some(cache) = &self.cache else {
+            return Ok(None);
+        };
+        let versions = (self.links.version().await?, self.memories.version().await?);
+        let mut cache = cache.lock().await;
+        if cache.versions != versions {
+            cache.graphs.clear();
+            cache.versions = versions;
+        }
+        if let Some(g) = cache.graphs.iter().find(|g| g.memories.contains_key(start)) {
+            return Ok(Some(g.clone()));
+        }
+        let batches: Vec<RecordBatch> = self
+            .memories
+            .query()
+            .only_if_expr(col("id").eq(lit(start)))
+            .select(Select::columns(&["user_id"]))
+            .execute()
+            .await?
+            .try_collect()
+            .await?;
+        let Some(user) = batches
+            .iter()
+            .find(|b| b.num_rows() > 0)
+            .map(|b| b.column(0).as_string::<i32>().value(0).to_string())
+        else {
+            return Ok(None);
+        };
+        let graph = Arc::new(self.load(&user).await?);
+        cache.graphs.push(graph.clone());
+        Ok(Some(graph))
+    }
+
+    /// Reads one user's graph.
+    async fn load(&self, user: &str) -> Result<UserGraph> {
+        let mine = col("user_id").eq(lit(user));
+        let batches: Vec<RecordBatch> = self
+            .memories
+            .query()
+            .only_if_expr(mine.clone())
+            .select(Select::columns(&["id", "state", "archived_at", "text"]))
+            .execute()
+            .await?
+            .try_collect()
+            .await?;
+        let mut memories = HashMap::new();
+        for batch in &batches {
+            let ids = batch.column(0).as_string::<i32>();
+            let states = batch.column(1).as_string::<i32>();
+            let archived = batch.column(2);
+            let texts = batch.column(3).as_string::<i32>();
+            for row in 0..batch.num_rows() {
+                let state = states.value(row).to_string();
+                let is_archived = archived.is_valid(row) || state == "archived";
+                memories.insert(
+                    ids.value(row).to_string(),
+                    (state, is_archived, texts.value(row).to_string()),
+                );
+            }
+        }
+        let batches: Vec<RecordBatch> = self
+            .links
+            .query()
+            .only_if_expr(mine)
+            .select(Select::columns(&[
+                "source_id",
+                "target_id",
+                "link_type",
+                "confidence",
+            ]))
+            .execute()
+            .await?
+            .try_collect()
+            .await?;
+        let mut links = Vec::new();
+        let mut touching: HashMap<String, Vec<u32>> = HashMap::new();
+        for batch in &batches {
+            let sources = batch.column(0).as_string::<i32>();
+            let targets = batch.column(1).as_string::<i32>();
+            let types = batch.column(2).as_string::<i32>();
+            let confidences = batch.column(3).as_primitive::<Float64Type>();
+            for row in 0..batch.num_rows() {
+                let i = links.len() as u32;
+                let (source, target) = (sources.value(row), targets.value(row));
+                touching.entry(source.to_string()).or_default().push(i);
+                if target != source {
+                    touching.entry(target.to_string()).or_default().push(i);
+                }
+                links.push(CachedLink {
+                    source: source.to_string(),
+                    target: target.to_string(),
+                    link_type: types.value(row).to_string(),
+                    confidence: confidences.is_valid(row).then(|| confidences.value(row)),
+                });
+            }
+        }
+        Ok(UserGraph {
+            user: user.to_string(),
+            memories,
+            links,
+            touching,
+        })
+    }
+
+    /// Opens the tables again and forgets the cached graphs: after a write (a heal) the next
+    /// walk reads the tables as they are now, not as this walker first opened them.
+    pub async fn reopen(&mut self, store: &Store) -> Result<()> {
+        self.memories = store.table("memories").await?;
+        self.links = store.table(LINKS.name).await?;
+        if let Some(cache) = &self.cache {
+            *cache.lock().await = GraphCache::default();
+        }
+        Ok(())
+    }
+
+    /// id -> (state, archived, user) of `ids`: from the graph where it holds them, else the
+    /// table.
+    async fn states_of(
+        &self,
+        graph: &Option<Arc<UserGraph>>,
+        ids: &[String],
+    ) -> Result<HashMap<String, Ends>> {
+        let Some(g) = graph else {
+            return self.memories_of(ids).await;
+        };
+        let mut out = HashMap::with_capacity(ids.len());
+        let mut elsewhere = Vec::new();
+        for id in ids {
+            match g.memories.get(id) {
+                Some((state, archived, _)) => {
+                    out.insert(id.clone(), (state.clone(), *archived, g.user.clone()));
+                }
+                None => elsewhere.push(id.clone()),
+            }
+        }
+        if !elsewhere.is_empty() {
+            out.extend(self.memories_of(&elsewhere).await?);
+        }
+        Ok(out)
     }
 
     /// The links touching `ids` (either end), filtered as `--types` and `--min-confidence`
     /// ask. The filter is a DataFusion expression, not SQL text: a level's list of up to 1000
     /// ids is not printed and parsed again on every read.
-    async fn links_of(&self, ids: &[String], filter: &Option<Expr>) -> Result<Vec<Link>> {
+    async fn links_of(&self, ids: &[String], filter: &LinkFilter, user: &str) -> Result<Vec<Link>> {
+        let filter = filter.expr();
         let mut out = Vec::new();
         for chunk in ids.chunks(1000) {
-            let mut condition = id_in("source_id", chunk).or(id_in("target_id", chunk));
-            if let Some(filter) = filter {
+            let mut condition = id_in("source_id", chunk)
+                .or(id_in("target_id", chunk))
+                .and(col("user_id").eq(lit(user)));
+            if let Some(filter) = &filter {
                 condition = condition.and(filter.clone());
             }
             let batches: Vec<RecordBatch> = self
@@ -201,14 +423,14 @@ impl Walker {
 
     /// id -> (state, archived) of the memories among `ids`: what tells a live end from a
     /// dead one. Texts are read apart (`texts_of`), only for the memories a walk returns.
-    async fn memories_of(&self, ids: &[String]) -> Result<HashMap<String, (String, bool)>> {
+    async fn memories_of(&self, ids: &[String]) -> Result<HashMap<String, Ends>> {
         let mut out = HashMap::new();
         for chunk in ids.chunks(1000) {
             let batches: Vec<RecordBatch> = self
                 .memories
                 .query()
                 .only_if_expr(id_in("id", chunk))
-                .select(Select::columns(&["id", "state", "archived_at"]))
+                .select(Select::columns(&["id", "state", "archived_at", "user_id"]))
                 .execute()
                 .await?
                 .try_collect()
@@ -217,10 +439,14 @@ impl Walker {
                 let ids = batch.column(0).as_string::<i32>();
                 let states = batch.column(1).as_string::<i32>();
                 let archived = batch.column(2);
+                let users = batch.column(3).as_string::<i32>();
                 for row in 0..batch.num_rows() {
                     let state = states.value(row).to_string();
                     let is_archived = archived.is_valid(row) || state == "archived";
-                    out.insert(ids.value(row).to_string(), (state, is_archived));
+                    out.insert(
+                        ids.value(row).to_string(),
+                        (state, is_archived, users.value(row).to_string()),
+                    );
                 }
             }
         }
@@ -252,38 +478,47 @@ impl Walker {
     }
 
     /// The walk itself; dead links are collected, not removed (see `heal`).
-    pub async fn walk(&self, args: &TraverseArgs) -> Result<(Traversal, Vec<(DeadLink, String)>)> {
+    pub async fn walk(
+        &self,
+        start_id: &str,
+        args: &TraverseArgs,
+    ) -> Result<(Traversal, Vec<(DeadLink, String)>)> {
         let started = Instant::now();
-        let start = self.memories_of(std::slice::from_ref(&args.id)).await?;
-        let Some((state, archived)) = start.get(&args.id).cloned() else {
+        let graph = self.graph_for(start_id).await?;
+        let start = self.states_of(&graph, &[start_id.to_string()]).await?;
+        let Some((state, archived, user)) = start.get(start_id).cloned() else {
             bail!(
                 "memory {} not found (memlife sql \"SELECT id FROM memories ...\" lists them)",
-                args.id
+                start_id
             );
         };
-        let filter = link_filter(args);
+        let filter = LinkFilter::of(args);
         let mut reached = vec![Reached {
-            id: args.id.clone(),
+            id: start_id.to_string(),
             depth: 0,
             link_type: None,
             direction: None,
             confidence: None,
-            path: vec![args.id.clone()],
+            path: vec![start_id.to_string()],
             state,
             archived,
             text: String::new(),
         }];
-        let mut index: HashMap<String, usize> = HashMap::from([(args.id.clone(), 0)]);
+        let mut index: HashMap<String, usize> = HashMap::from([(start_id.to_string(), 0)]);
         let mut dead: BTreeSet<DeadLink> = BTreeSet::new();
-        let mut frontier = vec![args.id.clone()];
+        let mut frontier = vec![start_id.to_string()];
         let mut followed = 0;
+        let mut other_users = 0;
         let mut truncated = false;
         for depth in 1..=args.depth {
             if frontier.is_empty() || truncated {
                 break;
             }
             let in_frontier: BTreeSet<&str> = frontier.iter().map(String::as_str).collect();
-            let mut links = self.links_of(&frontier, &filter).await?;
+            let mut links = match &graph {
+                Some(g) => g.links_of(&frontier, &filter),
+                None => self.links_of(&frontier, &filter, &user).await?,
+            };
             // Best link first, so a memory reached by several is reached by the strongest.
             links.sort_by(|a, b| {
                 b.confidence.total_cmp(&a.confidence).then_with(|| {
@@ -308,7 +543,7 @@ impl Walker {
                 .into_iter()
                 .map(str::to_string)
                 .collect();
-            let found = self.memories_of(&unknown).await?;
+            let found = self.states_of(&graph, &unknown).await?;
             let mut next = Vec::new();
             for (l, from, to, direction) in steps {
                 let link = &links[l];
@@ -321,6 +556,10 @@ impl Walker {
                     });
                     continue;
                 }
+                if !index.contains_key(to) && found[to].2 != user {
+                    other_users += 1;
+                    continue; // another user's memory: a walk stays in its user's graph
+                }
                 followed += 1;
                 if index.contains_key(to) {
                     continue; // reached already, at this depth or nearer: a cycle ends here
@@ -329,7 +568,7 @@ impl Walker {
                     truncated = true;
                     continue;
                 }
-                let (state, archived) = found[to].clone();
+                let (state, archived, _) = found[to].clone();
                 let mut path = reached[index[from]].path.clone();
                 path.push(to.to_string());
                 index.insert(to.to_string(), reached.len());
@@ -348,8 +587,27 @@ impl Walker {
             }
             frontier = next;
         }
-        let ids: Vec<String> = reached.iter().map(|r| r.id.clone()).collect();
-        let mut texts = self.texts_of(&ids).await?;
+        let ids: Vec<String> = reached
+            .iter()
+            .filter(|r| {
+                graph
+                    .as_ref()
+                    .is_none_or(|g| !g.memories.contains_key(&r.id))
+            })
+            .map(|r| r.id.clone())
+            .collect();
+        let mut texts = if ids.is_empty() {
+            HashMap::new()
+        } else {
+            self.texts_of(&ids).await?
+        };
+        if let Some(g) = &graph {
+            for r in &reached {
+                if let Some((_, _, text)) = g.memories.get(&r.id) {
+                    texts.insert(r.id.clone(), text.clone());
+                }
+            }
+        }
         for r in &mut reached {
             r.text = texts.remove(&r.id).unwrap_or_default();
         }
@@ -368,13 +626,14 @@ impl Walker {
             .collect();
         Ok((
             Traversal {
-                start: args.id.clone(),
+                start: start_id.to_string(),
                 depth: args.depth,
                 memories: reached,
                 links_followed: followed,
                 archived_reached,
                 dead_links: dead.iter().map(|(d, _)| d.clone()).collect(),
                 dead_links_removed: 0,
+                links_to_other_users: other_users,
                 truncated,
                 duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             },
@@ -383,35 +642,70 @@ impl Walker {
     }
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// `column IN (ids)` as a DataFusion expression.
 fn id_in(column: &str, ids: &[String]) -> Expr {
     col(column).in_list(ids.iter().map(|id| lit(id.as_str())).collect(), false)
 }
 
-/// The condition on links that `--types` and `--min-confidence` ask for.
-fn link_filter(args: &TraverseArgs) -> Option<Expr> {
-    let mut parts: Vec<Expr> = Vec::new();
-    if !args.types.is_empty() {
+/// The links `--types` and `--min-confidence` let a walk follow: as a DataFusion expression
+/// for the table, as a predicate for a cached graph (the same rule: a link without a
+/// confidence passes only when no minimum is asked for).
+struct LinkFilter {
+    exact: Vec<String>,
+    shares_entity: bool,
+    min_confidence: f64,
+}
+
+impl LinkFilter {
+    fn of(args: &TraverseArgs) -> LinkFilter {
         let family = SHARES_ENTITY_PREFIX.trim_end_matches(':');
-        let exact: Vec<Expr> = args
-            .types
-            .iter()
-            .filter(|t| t.as_str() != family)
-            .map(|t| lit(t.as_str()))
-            .collect();
-        let mut any = Vec::new();
-        if !exact.is_empty() {
-            any.push(col("link_type").in_list(exact, false));
+        LinkFilter {
+            exact: args
+                .types
+                .iter()
+                .filter(|t| t.as_str() != family)
+                .cloned()
+                .collect(),
+            shares_entity: args.types.iter().any(|t| t == family),
+            min_confidence: args.min_confidence,
         }
-        if args.types.iter().any(|t| t == family) {
-            any.push(col("link_type").like(lit(format!("{SHARES_ENTITY_PREFIX}%"))));
+    }
+
+    fn any_type(&self) -> bool {
+        self.exact.is_empty() && !self.shares_entity
+    }
+
+    fn matches(&self, link_type: &str, confidence: Option<f64>) -> bool {
+        let typed = self.any_type()
+            || self.exact.iter().any(|t| t == link_type)
+            || (self.shares_entity && link_type.starts_with(SHARES_ENTITY_PREFIX));
+        let confident =
+            self.min_confidence <= 0.0 || confidence.is_some_and(|c| c >= self.min_confidence);
+        typed && confident
+    }
+
+    fn expr(&self) -> Option<Expr> {
+        let mut parts: Vec<Expr> = Vec::new();
+        if !self.any_type() {
+            let mut any = Vec::new();
+            if !self.exact.is_empty() {
+                let exact = self.exact.iter().map(|t| lit(t.as_str())).collect();
+                any.push(col("link_type").in_list(exact, false));
+            }
+            if self.shares_entity {
+                any.push(col("link_type").like(lit(format!("{SHARES_ENTITY_PREFIX}%"))));
+            }
+            parts.extend(any.into_iter().reduce(Expr::or));
         }
-        parts.extend(any.into_iter().reduce(Expr::or));
+        if self.min_confidence > 0.0 {
+            parts.push(col("confidence").gt_eq(lit(self.min_confidence)));
+        }
+        parts.into_iter().reduce(Expr::and)
     }
-    if args.min_confidence > 0.0 {
-        parts.push(col("confidence").gt_eq(lit(args.min_confidence)));
-    }
-    parts.into_iter().reduce(Expr::and)
 }
 
 /// Removes dead links: each one's HEAL audit row first (with the link as it was), then the
@@ -459,16 +753,37 @@ pub async fn heal(store: &Store, dead: &[(DeadLink, String)]) -> Result<usize> {
 
 pub async fn run(app: &App, args: &TraverseArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     let store = app.store().await?;
-    let walker = Walker::open(store).await?;
-    let (mut traversal, dead) = walker.walk(args).await?;
-    if !args.no_heal {
-        traversal.dead_links_removed = heal(store, &dead).await?;
+    // One walk reads level by level; several share each user's graph, read once.
+    let mut walker = if args.ids.len() > 1 {
+        Walker::cached(store).await?
+    } else {
+        Walker::open(store).await?
+    };
+    let mut walks = Vec::with_capacity(args.ids.len());
+    for id in &args.ids {
+        let (mut traversal, dead) = walker.walk(id, args).await?;
+        if !args.no_heal && !dead.is_empty() {
+            traversal.dead_links_removed = heal(store, &dead).await?;
+            walker.reopen(store).await?;
+        }
+        walks.push(traversal);
     }
     if app.json {
-        serde_json::to_writer_pretty(&mut *out, &traversal)?;
+        if let [one] = walks.as_slice() {
+            serde_json::to_writer_pretty(&mut *out, one)?;
+        } else {
+            serde_json::to_writer_pretty(&mut *out, &walks)?;
+        }
         writeln!(out)?;
         return Ok(ExitStatus::Success);
     }
+    for traversal in &walks {
+        print(args, traversal, out)?;
+    }
+    Ok(ExitStatus::Success)
+}
+
+fn print(args: &TraverseArgs, traversal: &Traversal, out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
         "traverse {} (depth {}): {} memories, {} links followed, {} archived reached{}",
@@ -523,5 +838,5 @@ pub async fn run(app: &App, args: &TraverseArgs, out: &mut dyn Write) -> Result<
             )?;
         }
     }
-    Ok(ExitStatus::Success)
+    Ok(())
 }

@@ -194,7 +194,11 @@ impl TaskInput {
             .replace("{{proposal}}", self.proposal.as_deref().unwrap_or(""))
             .replace(
                 "{{question}}",
-                &self.question.as_deref().unwrap_or("").replace(['\n', '\r'], " "),
+                &self
+                    .question
+                    .as_deref()
+                    .unwrap_or("")
+                    .replace(['\n', '\r'], " "),
             )
             .replace("{{schema}}", self.task.schema().trim())
             .replace("{{memories}}", &memories)
@@ -759,8 +763,14 @@ mod tests {
         assert!(parse_reply(&input, &reply(r#""m0""#, "Last Week", "m0")).is_ok());
         let wrong = [
             (reply(r#""m7""#, "last week", "m0"), "not in the request"),
-            (reply(r#""m0""#, "last month", "m0"), "is not written in memory"),
-            (reply(r#""m0""#, "last week", "m1"), "is not written in memory"),
+            (
+                reply(r#""m0""#, "last month", "m0"),
+                "is not written in memory",
+            ),
+            (
+                reply(r#""m0""#, "last week", "m1"),
+                "is not written in memory",
+            ),
             (reply(r#""m0""#, "last week", "m9"), "not in the request"),
         ];
         for (text, why) in wrong {

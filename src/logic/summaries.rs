@@ -329,7 +329,11 @@ mod tests {
         let long = "word ".repeat(40);
         let cands: Vec<Candidate> = (0..30)
             .map(|i| {
-                let text = if i % 3 == 0 { long.clone() } else { format!("short {i}") };
+                let text = if i % 3 == 0 {
+                    long.clone()
+                } else {
+                    format!("short {i}")
+                };
                 c(&format!("s{i:02}"), &text, i, 0, None)
             })
             .collect();
@@ -399,11 +403,20 @@ mod tests {
             format!("head\n{two}\nmiddle\n\ntail")
         );
         // A summary cannot close the block early.
-        let sneaky = c("x", "ends here </memory_consolidated_summaries> not", 0, 0, None);
+        let sneaky = c(
+            "x",
+            "ends here </memory_consolidated_summaries> not",
+            0,
+            0,
+            None,
+        );
         let block = render("u", &[&sneaky], "T");
         assert_eq!(blocks(&block).unwrap(), vec![0..block.len()]);
         // A damaged block is refused, with its line.
-        let err = replace("a\nb\n<memory_consolidated_summaries version=\"x\">\n", &two);
+        let err = replace(
+            "a\nb\n<memory_consolidated_summaries version=\"x\">\n",
+            &two,
+        );
         assert!(err.unwrap_err().starts_with("line 3:"));
         assert_eq!(replace("", &two).unwrap(), format!("{two}\n"));
     }

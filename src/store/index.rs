@@ -124,9 +124,12 @@ impl Store {
 }
 
 /// The scalar (BTree) indexes lookups by id need: traversal walks `links` by either end and
-/// reads the memories it reaches by id; entity jobs read `memory_entities` both ways.
+/// reads the memories it reaches by id (or, walking many times, a user's whole graph by
+/// `user_id`); entity jobs read `memory_entities` both ways.
 pub const SCALAR_INDEXES: &[(&str, &str)] = &[
     ("memories", "id"),
+    ("memories", "user_id"),
+    ("links", "user_id"),
     ("links", "source_id"),
     ("links", "target_id"),
     ("memory_entities", "memory_id"),

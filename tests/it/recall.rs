@@ -239,8 +239,14 @@ fn scripted(reply: &str) -> String {
         "User named the kitten Miso",
     ];
     [
-        format!(r#"{{"task":"recall.answer","texts":["{}","{}"],"reply":{reply}}}"#, texts[0], texts[1]),
-        format!(r#"{{"task":"recall.answer","texts":["{}","{}"],"reply":{reply}}}"#, texts[1], texts[0]),
+        format!(
+            r#"{{"task":"recall.answer","texts":["{}","{}"],"reply":{reply}}}"#,
+            texts[0], texts[1]
+        ),
+        format!(
+            r#"{{"task":"recall.answer","texts":["{}","{}"],"reply":{reply}}}"#,
+            texts[1], texts[0]
+        ),
     ]
     .join("\n")
 }
@@ -290,9 +296,15 @@ fn an_untrustworthy_answer_falls_back_to_the_offline_rules_and_says_why() {
     let (db, _mock, config) = with_mock(&scripted(invented));
     let report = recall_with(&db, &config, "When did the user adopt the kitten?");
     let answer = &report["answer"];
-    assert_eq!(answer["answer"], "2025-05-09", "the offline rules answered: {report}");
+    assert_eq!(
+        answer["answer"], "2025-05-09",
+        "the offline rules answered: {report}"
+    );
     assert_eq!(answer["source_memory_ids"], serde_json::json!(["k1"]));
     let notes = report["notes"].to_string();
     assert!(notes.contains("no answer that could be trusted"), "{notes}");
-    assert!(notes.contains("k9"), "the reason names what was wrong: {notes}");
+    assert!(
+        notes.contains("k9"),
+        "the reason names what was wrong: {notes}"
+    );
 }

@@ -17,7 +17,8 @@ const MEMORIES: &str = r#"{"id":"s-parser","user_id":"u","text":"User rewrote th
 {"id":"s-other","user_id":"w","text":"User w plays chess","source":"consolidate","state":"active","confidence":0.9,"created_at":"2025-05-26T00:00:00Z"}
 "#;
 
-const CONTEXT: &str = "# Project notes\r\n\nKeep   these bytes: tabs\there, ünïcödé, no newline at the end";
+const CONTEXT: &str =
+    "# Project notes\r\n\nKeep   these bytes: tabs\there, ünïcödé, no newline at the end";
 
 fn loaded() -> TestDb {
     let db = TestDb::new();
@@ -53,8 +54,12 @@ fn inject(db: &TestDb, context: &str, extra: &[&str]) -> Value {
 
 /// The file without its one block (and the block).
 fn split(text: &str) -> (String, String) {
-    let start = text.find("<memory_consolidated_summaries").expect("a block");
-    let end = text.find("</memory_consolidated_summaries>").expect("closed")
+    let start = text
+        .find("<memory_consolidated_summaries")
+        .expect("a block");
+    let end = text
+        .find("</memory_consolidated_summaries>")
+        .expect("closed")
         + "</memory_consolidated_summaries>".len();
     assert_eq!(
         text.matches("<memory_consolidated_summaries").count(),
@@ -88,7 +93,11 @@ fn any_number_of_runs_leave_one_block_and_every_other_byte() {
     assert_eq!(chosen, ["s-diet", "s-family", "s-parser"], "{first}");
     let after_first = std::fs::read_to_string(&context).unwrap();
     let (rest, block) = split(&after_first);
-    assert_eq!(rest, format!("{CONTEXT}\n\n"), "the file's bytes, then the block");
+    assert_eq!(
+        rest,
+        format!("{CONTEXT}\n\n"),
+        "the file's bytes, then the block"
+    );
     assert!(block.contains(&format!(
         "version=\"{}\"",
         first["version"].as_str().unwrap()
@@ -98,7 +107,15 @@ fn any_number_of_runs_leave_one_block_and_every_other_byte() {
     // Runs with the same selection leave the file exactly as it was, whatever the clock.
     for later in ["2025-06-01T00:00:00Z", "2025-06-01T00:00:01Z"] {
         let out = db.run(&[
-            "--json", "summaries", "inject", "--user", "u", "--context", &context, "--now", later,
+            "--json",
+            "summaries",
+            "inject",
+            "--user",
+            "u",
+            "--context",
+            &context,
+            "--now",
+            later,
         ]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let again: Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -127,7 +144,14 @@ fn any_number_of_runs_leave_one_block_and_every_other_byte() {
 
     // --stdout prints the block the file holds.
     let out = db.run(&[
-        "summaries", "inject", "--user", "u", "--context", &context, "--stdout", "--now",
+        "summaries",
+        "inject",
+        "--user",
+        "u",
+        "--context",
+        &context,
+        "--stdout",
+        "--now",
         "2025-06-01T00:00:00Z",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -144,19 +168,39 @@ fn the_token_budget_is_never_exceeded() {
         let budget: usize = budget.parse().unwrap();
         let (_, block) = split(&std::fs::read_to_string(&context).unwrap());
         let counted = memlife::commands::summaries::tokens(&block);
-        assert_eq!(report["tokens"], counted, "the report counts the block written");
-        assert!(counted <= budget, "{counted} tokens over a budget of {budget}");
+        assert_eq!(
+            report["tokens"], counted,
+            "the report counts the block written"
+        );
+        assert!(
+            counted <= budget,
+            "{counted} tokens over a budget of {budget}"
+        );
         seen.push(ids(&report).len());
     }
     assert_eq!(seen[0], 3);
-    assert!(seen[3] < seen[0], "a small budget leaves summaries out: {seen:?}");
+    assert!(
+        seen[3] < seen[0],
+        "a small budget leaves summaries out: {seen:?}"
+    );
     // A budget the wrapper alone exceeds: refused, the file untouched.
     let before = std::fs::read_to_string(&context).unwrap();
     let out = db.run(&[
-        "summaries", "inject", "--user", "u", "--context", &context, "--budget", "40",
+        "summaries",
+        "inject",
+        "--user",
+        "u",
+        "--context",
+        &context,
+        "--budget",
+        "40",
     ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("over the budget of 40"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("over the budget of 40"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(std::fs::read_to_string(&context).unwrap(), before);
     // --max caps the count.
     let report = inject(&db, &context, &["--max", "1"]);
@@ -199,6 +243,9 @@ fn a_damaged_block_is_refused_with_its_line_and_nothing_is_written() {
     let out = db.run(&["summaries", "inject", "--user", "u", "--context", &context]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("context.md") && err.contains("line 3"), "{err}");
+    assert!(
+        err.contains("context.md") && err.contains("line 3"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_to_string(&context).unwrap(), damaged);
 }

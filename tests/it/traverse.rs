@@ -243,3 +243,89 @@ fn link_statistics_count_inbound_and_outbound_by_type_per_memory_and_user() {
     assert_eq!(out.status.code(), Some(2));
     db.skip_final_check(); // the dead links stay: this test only reads
 }
+
+#[test]
+fn walks_from_several_starts_share_a_cached_graph_and_equal_single_walks() {
+    let db = TestDb::new();
+    graph(&db);
+    // A link from Ana's graph to another user's memory: not followed, and not dead.
+    std::fs::write(
+        db.path("bo.jsonl"),
+        r#"{"id":"bo1","user_id":"bo","text":"Bo runs the market stall next to Ana"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        db.path("bo-link.jsonl"),
+        r#"{"source_id":"e","target_id":"bo1","user_id":"ana","link_type":"related_to","confidence":0.4}"#,
+    )
+    .unwrap();
+    for args in [
+        vec!["import", db.path("bo.jsonl").leak() as &str],
+        vec![
+            "import",
+            "--table",
+            "links",
+            db.path("bo-link.jsonl").leak(),
+        ],
+    ] {
+        assert_eq!(db.run(&args).status.code(), Some(0));
+    }
+    let strip = |mut t: serde_json::Value| {
+        t.as_object_mut().unwrap().remove("duration_ms");
+        t
+    };
+    let starts = ["a", "d", "x", "bo1", "c"];
+    for options in [
+        vec!["--depth", "1"],
+        vec!["--depth", "3"],
+        vec!["--depth", "6"],
+        vec!["--depth", "3", "--types", "causes,shares_entity"],
+        vec!["--depth", "4", "--min-confidence", "0.65"],
+    ] {
+        let mut args = starts.to_vec();
+        args.extend_from_slice(&options);
+        args.push("--no-heal");
+        let together = traverse(&db, &args);
+        let together = together.as_array().expect("one report per start");
+        assert_eq!(together.len(), starts.len());
+        for (start, walk) in starts.iter().zip(together) {
+            let mut alone = vec![*start];
+            alone.extend_from_slice(&options);
+            alone.push("--no-heal");
+            assert_eq!(
+                strip(walk.clone()),
+                strip(traverse(&db, &alone)),
+                "from {start} with {options:?}"
+            );
+        }
+    }
+    // A walk stays in its user's graph: Ana's link to Bo's memory is counted, not followed.
+    let deep = traverse(&db, &["a", "x", "--depth", "6", "--no-heal"]);
+    assert!(
+        reached(&deep[0]).iter().all(|(id, _)| id != "bo1"),
+        "{deep}"
+    );
+    assert_eq!(deep[0]["links_to_other_users"], 1);
+    assert_eq!(reached(&traverse(&db, &["bo1", "--depth", "3"])).len(), 1);
+
+    // Healing in a multi-start walk: each dead link removed once, and later starts in the
+    // same process no longer meet it.
+    let healed = traverse(&db, &["a", "b", "x", "--depth", "2"]);
+    let removed: u64 = healed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["dead_links_removed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(removed, 3, "{healed}");
+    assert_eq!(
+        healed[1]["dead_links"],
+        serde_json::json!([]),
+        "b's dead link went with a's walk"
+    );
+    assert!(dead_links(&db).is_empty());
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM audit_log WHERE operation = 'HEAL'"),
+        "3"
+    );
+}
