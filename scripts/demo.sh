@@ -16,10 +16,13 @@ bash scripts/demo-folder.sh "$db"
 "$bin" --db "$db" import data/sample.jsonl
 "$bin" --db "$db" embed
 "$bin" --db "$db" link
-"$bin" --db "$db" scores
+# The sample's memories were written and used through 2025: the scores run at the end of the
+# sample (its last event is 2025-12-30), as a daily run would on a store used every day, not at
+# today's date, which would find every memory months untouched.
+"$bin" --db "$db" scores --now 2025-12-31T00:00:00Z
 "$bin" --db "$db" stats
 echo
-echo "Nearest neighbours of one memory (memlife similar):"
+echo "Nearest live neighbours of one memory (memlife similar; --archived adds archived ones):"
 "$bin" --db "$db" similar user-01-000045 --k 5
 echo
 echo "Saved report sql/current_facts.sql (first 10 rows):"

@@ -88,6 +88,9 @@ pub struct SimilarArgs {
     /// Only neighbours at or above this cosine similarity.
     #[arg(long, default_value_t = -1.0)]
     pub min: f32,
+    /// Archived memories too (default: live neighbours only).
+    #[arg(long)]
+    pub archived: bool,
 }
 
 pub async fn run(app: &App, args: &SimilarArgs, out: &mut dyn Write) -> Result<ExitStatus> {
@@ -117,13 +120,24 @@ pub async fn run(app: &App, args: &SimilarArgs, out: &mut dyn Write) -> Result<E
         .position(|x| x == id)
         .context("memory vanished")?;
     let query = &vectors.data[position * vectors.dim..(position + 1) * vectors.dim];
+    // Archived memories are left out unless asked for: ask for enough to drop them.
+    let live = |i: u32| args.archived || vectors.states[i as usize] != "archived";
+    let archived = (0..vectors.ids.len() as u32).filter(|&i| !live(i)).count();
     let rows = [position as u32];
-    let neighbours = top_k(query, &vectors.data, vectors.dim, k, SelfMatch::Rows(&rows))
+    let neighbours = top_k(
+        query,
+        &vectors.data,
+        vectors.dim,
+        k + archived,
+        SelfMatch::Rows(&rows),
+    )
         .into_iter()
         .next()
         .unwrap_or_default();
     let rows: Vec<SimilarRow> = neighbours
         .into_iter()
+        .filter(|n| live(n.index))
+        .take(k)
         .filter(|n| n.score >= min)
         .enumerate()
         .map(|(rank, n)| SimilarRow {

@@ -256,6 +256,30 @@ fn similar_ranks_a_users_neighbours_and_explains_missing_vectors() {
     );
     let missing = db.run(&["similar", "nope"]);
     assert!(stderr(&missing).contains("no memory with id 'nope'"));
+
+    // Archived memories are left out unless asked for.
+    let row = db.path("m2.jsonl");
+    let out = db.run(&["export", "--where", "id = 'm2'", "-o", &row]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut m2: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&row).unwrap().trim()).unwrap();
+    m2["state"] = "archived".into();
+    m2["tier"] = "archived".into();
+    m2["archived_at"] = "2025-01-01T00:00:00Z".into();
+    std::fs::write(&row, m2.to_string()).unwrap();
+    assert_eq!(db.run(&["import", &row]).status.code(), Some(0));
+    db.skip_final_check(); // an archival imported by hand has no audit row
+    let live = json(&db.run(&["--json", "similar", "m1", "--k", "3"]));
+    let live: Vec<&str> = live["neighbours"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(live.len(), 3);
+    assert!(!live.contains(&"m2"), "{live:?}");
+    let all = json(&db.run(&["--json", "similar", "m1", "--k", "3", "--archived"]));
+    assert_eq!(all["neighbours"][0]["id"], "m2");
 }
 
 #[test]
