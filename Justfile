@@ -10,7 +10,7 @@ test:
 
 # Formatting and lints, as CI expects them.
 lint:
-    cargo fmt --all -- --check && cargo clippy --all-targets -- -D warnings
+    cargo fmt --all -- --check && cargo clippy --workspace --all-targets -- -D warnings
 
 # Regenerate the committed sample data (deterministic: the same bytes every time).
 sample:

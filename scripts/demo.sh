@@ -16,10 +16,10 @@ bash scripts/demo-folder.sh "$db"
 "$bin" --db "$db" import data/sample.jsonl
 "$bin" --db "$db" embed
 "$bin" --db "$db" link
-# The sample's memories were written and used through 2025: the scores run at the end of the
-# sample (its last event is 2025-12-30), as a daily run would on a store used every day, not at
-# today's date, which would find every memory months untouched.
-"$bin" --db "$db" scores --now 2025-12-31T00:00:00Z
+# The sample's memories were written and used through 2025: the scores run just after the
+# sample's last event (an access at 2025-12-31T22:12Z), as a daily run would on a store used
+# every day, not at today's date, which would find every memory months untouched.
+"$bin" --db "$db" scores --now 2026-01-01T00:00:00Z
 "$bin" --db "$db" stats
 echo
 echo "Nearest live neighbours of one memory (memlife similar; --archived adds archived ones):"

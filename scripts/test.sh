@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/fetch-model.sh
-cargo test --all-targets "$@"
+cargo test --workspace --all-targets "$@"

@@ -1,7 +1,8 @@
 //! memlife: batch jobs that keep an LLM agent's memory store healthy, on Lance tables.
 //!
 //! Layers, innermost first (ARCHITECTURE.md has the map):
-//! - `logic`: the pure core (scores, similarity, synthetic data, hashing): no I/O at all;
+//! - `logic`: the pure core (scores, similarity, synthetic data, hashing): no I/O at all, a
+//!   crate of its own (crates/memlife-logic) whose only dependencies are serde, chrono, rayon;
 //! - `model`: the table model (schemas, encodings, row building): arrow only;
 //! - `formats`: file readers and writers (JSON Lines, JSON, CSV, Parquet);
 //! - `store`: the only module that touches the database (Lance tables, DataFusion SQL);
@@ -20,6 +21,8 @@ pub mod exit;
 pub mod formats;
 pub mod jobs;
 pub mod llm;
-pub mod logic;
+/// The pure core, its own crate (crates/memlife-logic) so that it builds beside lance and its
+/// tests need no database.
+pub use memlife_logic as logic;
 pub mod model;
 pub mod store;

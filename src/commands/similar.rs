@@ -131,9 +131,9 @@ pub async fn run(app: &App, args: &SimilarArgs, out: &mut dyn Write) -> Result<E
         k + archived,
         SelfMatch::Rows(&rows),
     )
-        .into_iter()
-        .next()
-        .unwrap_or_default();
+    .into_iter()
+    .next()
+    .unwrap_or_default();
     let rows: Vec<SimilarRow> = neighbours
         .into_iter()
         .filter(|n| live(n.index))

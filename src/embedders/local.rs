@@ -5,10 +5,10 @@
 
 use std::path::Path;
 
+use super::bert::{BertModel, Config};
 use anyhow::{Context, Result, bail};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use super::Embedded;
@@ -101,7 +101,7 @@ impl LocalEmbedder {
         let ids = Tensor::from_vec(ids, (rows, width), device)?;
         let types = Tensor::from_vec(types, (rows, width), device)?;
         let mask = Tensor::from_vec(mask, (rows, width), device)?;
-        let hidden = self.model.forward(&ids, &types, Some(&mask))?;
+        let hidden = self.model.forward(&ids, &types, &mask)?;
         // Mean over real tokens: sum(hidden * mask) / sum(mask), then unit length.
         let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let summed = hidden.broadcast_mul(&mask)?.sum(1)?;

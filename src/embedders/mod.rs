@@ -2,6 +2,7 @@
 //! database records that name beside every vector (`embedding_model`), so vectors of
 //! different models are never compared or mixed within a user.
 
+mod bert;
 pub mod hash;
 pub mod local;
 pub mod openai;

@@ -225,7 +225,7 @@ fn spawn_producer(
     let memories = builder.spec().name == "memories";
     let fill = move |batch: Result<RecordBatch, ArrowError>| -> Result<RecordBatch, ArrowError> {
         match batch {
-            Ok(b) if memories => crate::logic::temporal::fill_happens_at(&b),
+            Ok(b) if memories => crate::model::rows::fill_happens_at(&b),
             other => other,
         }
     };

@@ -43,17 +43,8 @@ pub const MEMORY_TIERS: &[&str] = &["hot", "warm", "cold", "archived"];
 pub const TTL_POLICIES: &[&str] = &["decay", "keep_forever", "ephemeral"];
 pub const SENSITIVITIES: &[&str] = &["low", "normal", "high"];
 pub const LINK_ORIGINS: &[&str] = &["llm", "structural"];
-pub const ENTITY_TYPES: &[&str] = &[
-    "person",
-    "place",
-    "organization",
-    "tool",
-    "project",
-    "pet",
-    "concept",
-    "event",
-    "other",
-];
+/// The entity types (defined beside the extraction rules that choose among them).
+pub use crate::logic::entities::ENTITY_TYPES;
 pub const RUN_STATUSES: &[&str] = &["running", "done", "partial", "failed", "abandoned"];
 pub const AUDIT_OPERATIONS: &[&str] = &[
     "ADD",

@@ -38,7 +38,7 @@ fn sources(folder: &str) -> Vec<(PathBuf, String)> {
 #[test]
 fn every_source_file_opens_with_a_doc_comment_saying_why_it_exists() {
     let mut missing = Vec::new();
-    for folder in ["src", "tests", "benches"] {
+    for folder in ["src", "crates/memlife-logic/src", "tests", "benches"] {
         if !root().join(folder).exists() {
             continue;
         }
@@ -77,7 +77,7 @@ const FORBIDDEN_IN_PURE_CORE: &[&str] = &[
 #[test]
 fn the_pure_core_does_no_io() {
     let mut violations = Vec::new();
-    for folder in ["src/logic", "src/model"] {
+    for folder in ["crates/memlife-logic/src", "src/model"] {
         for (path, text) in sources(folder) {
             for (number, line) in text.lines().enumerate() {
                 let code = line.split("//").next().unwrap_or("");
@@ -97,6 +97,32 @@ fn the_pure_core_does_no_io() {
         violations.is_empty(),
         "I/O in the pure core: {violations:#?}"
     );
+}
+
+/// The only crates the pure core may depend on: none of them does I/O.
+const PURE_CORE_DEPENDENCIES: &[&str] = &["serde", "chrono", "rayon", "clap"];
+
+#[test]
+fn the_pure_core_crate_depends_on_nothing_that_does_io() {
+    let manifest = std::fs::read_to_string(root().join("crates/memlife-logic/Cargo.toml"))
+        .expect("the pure core's manifest");
+    let mut section = String::new();
+    let mut found = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+        } else if section.ends_with("dependencies]") && !line.is_empty() && !line.starts_with('#')
+        {
+            let name = line.split(['=', ' ']).next().unwrap_or("").to_string();
+            found.push(name);
+        }
+    }
+    assert!(found.contains(&"rayon".to_string()), "manifest not read: {found:?}");
+    let extra: Vec<&String> = found
+        .iter()
+        .filter(|name| !PURE_CORE_DEPENDENCIES.contains(&name.as_str()))
+        .collect();
+    assert!(extra.is_empty(), "the pure core depends on {extra:?}");
 }
 
 #[test]

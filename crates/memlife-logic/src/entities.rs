@@ -34,6 +34,20 @@
 //!   sentence that later says he, she, his, her.
 //! - otherwise `other`.
 
+/// The types an entity may have (`entities.entity_type`), in the order that breaks ties
+/// between equally supported types.
+pub const ENTITY_TYPES: &[&str] = &[
+    "person",
+    "place",
+    "organization",
+    "tool",
+    "project",
+    "pet",
+    "concept",
+    "event",
+    "other",
+];
+
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One named entity found in one text.
@@ -559,7 +573,7 @@ pub fn vote<'a>(mentions: impl IntoIterator<Item = &'a Mention>) -> &'static str
         }
     }
     let order = |t: &str| {
-        crate::model::schema::ENTITY_TYPES
+        ENTITY_TYPES
             .iter()
             .position(|x| *x == t)
             .unwrap_or(usize::MAX)

@@ -141,7 +141,7 @@ pub fn answer_offline(
     let best = memories.first()?;
     let how_long = question.to_lowercase().contains("how long ago");
     let resolved = memories.iter().find_map(|m| {
-        let found = crate::logic::temporal::resolve(m.text, m.written);
+        let found = crate::temporal::resolve(m.text, m.written);
         let pick = found.iter().find(|r| !r.implied).or(found.first()).cloned();
         pick.map(|r| (m, r))
     });
@@ -155,7 +155,7 @@ pub fn answer_offline(
                 label.clone()
             };
             let confidence = match r.granularity {
-                crate::logic::temporal::Granularity::Day => 0.8,
+                crate::temporal::Granularity::Day => 0.8,
                 _ => 0.6,
             };
             ReasonedAnswer {

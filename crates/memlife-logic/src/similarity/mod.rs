@@ -298,7 +298,7 @@ mod tests {
         // Only the first k found count.
         assert_eq!(recall_hits("q", &["a", "b"], &["x", "y", "a", "b"], 2), 0);
     }
-    use crate::logic::synth::Rng;
+    use crate::synth::Rng;
 
     fn random_unit_rows(rows: usize, dim: usize, seed: u64) -> Vec<f32> {
         let mut rng = Rng::new(seed);

@@ -649,12 +649,12 @@ mod vnni {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logic::similarity::{SelfMatch, normalise, top_k_naive};
+    use crate::similarity::{SelfMatch, normalise, top_k_naive};
 
     fn candidates_for(isa: Isa, k: usize) -> usize {
         super::candidates_for(isa, k)
     }
-    use crate::logic::synth::Rng;
+    use crate::synth::Rng;
 
     /// Clustered unit vectors: groups of near-duplicates around random centres, like the
     /// paraphrase groups of real memories, plus unrelated rows.

@@ -110,7 +110,7 @@ pub fn version(user: &str, chosen: &[&Candidate]) -> String {
         parts.push(&c.id);
         parts.push(&c.text);
     }
-    let h = crate::logic::hash::fnv1a(&parts);
+    let h = crate::hash::fnv1a(&parts);
     format!("{:08x}", (h >> 32) ^ (h & 0xffff_ffff))
 }
 

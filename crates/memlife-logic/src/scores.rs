@@ -395,7 +395,7 @@ pub fn on_access(p: &ScoreParams, m: &mut ScoreInput, current_salience: f64, now
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logic::synth::Rng;
+    use crate::synth::Rng;
 
     const DAY: i64 = 86_400_000_000;
     const T0: i64 = 1_735_689_600_000_000; // 2025-01-01

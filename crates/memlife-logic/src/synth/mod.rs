@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use crate::logic::hash::fnv1a;
+use crate::hash::fnv1a;
 
 use vocab::*;
 
