@@ -21,6 +21,10 @@ bash scripts/demo-folder.sh "$db"
 # every day, not at today's date, which would find every memory months untouched.
 "$bin" --db "$db" scores --now 2026-01-01T00:00:00Z
 "$bin" --db "$db" stats
+echo "Tiers follow retention (hot >= 0.6, warm >= 0.3, cold below). Archived memories are those"
+echo "whose salience decayed under 0.01 (in this sample, memories nobody ever recalled) or"
+echo "ephemeral ones past their deadline: still in the tables, out of retrieval (the rules:"
+echo "crates/memlife-logic/src/scores.rs)."
 echo
 echo "Nearest live neighbours of one memory (memlife similar; --archived adds archived ones):"
 "$bin" --db "$db" similar user-01-000045 --k 5
