@@ -3,9 +3,9 @@
 //!
 //! Adapted from candle-transformers 0.11.1 `models/bert.rs` (Copyright the candle authors,
 //! MIT OR Apache-2.0), which itself follows Hugging Face transformers' `modeling_bert.py`.
-//! We carry the ~150 lines we use instead of depending on candle-transformers: that crate holds
-//! about a hundred models (83k lines) and cost a clean dev build of memlife about a minute of
-//! compile time for this one (issue 17, ARCHITECTURE.md "Dependencies"). Kept from the
+//! We carry the ~200 lines we use instead of depending on candle-transformers: that crate
+//! holds about a hundred models (83k lines) and cost a clean build 20 s of compile for this
+//! one (issue 17; ARCHITECTURE.md, "Dependencies"). Kept from the
 //! original: the weights' names, absolute positions, the erf GELU, the extended attention mask
 //! with `f32::MIN`; left out: dropout (inference only), the masked-LM heads, tracing spans.
 

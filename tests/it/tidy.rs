@@ -111,13 +111,15 @@ fn the_pure_core_crate_depends_on_nothing_that_does_io() {
     for line in manifest.lines().map(str::trim) {
         if line.starts_with('[') {
             section = line.to_string();
-        } else if section.ends_with("dependencies]") && !line.is_empty() && !line.starts_with('#')
-        {
+        } else if section.ends_with("dependencies]") && !line.is_empty() && !line.starts_with('#') {
             let name = line.split(['=', ' ']).next().unwrap_or("").to_string();
             found.push(name);
         }
     }
-    assert!(found.contains(&"rayon".to_string()), "manifest not read: {found:?}");
+    assert!(
+        found.contains(&"rayon".to_string()),
+        "manifest not read: {found:?}"
+    );
     let extra: Vec<&String> = found
         .iter()
         .filter(|name| !PURE_CORE_DEPENDENCIES.contains(&name.as_str()))
