@@ -1,4 +1,6 @@
-//! All-pairs top-k with an int8 first pass and an exact f32 re-rank.
+//! All-pairs top-k with an int8 first pass and an exact f32 re-rank (and, here too because
+//! they need `unsafe` intrinsics, the AVX2 + FMA f32 dot products used by the re-rank and the
+//! partition's planning).
 //!
 //! Every vector is quantised to signed bytes with its own scale (its largest component maps
 //! to the top level). Scores of all pairs are computed once per unordered pair (the score
@@ -18,16 +20,23 @@
 //!   two words. Coarser levels cost some candidate accuracy, which the re-rank and a larger
 //!   candidate list absorb (recall measured by the benchmark).
 //!
+//! Large sets first try a partition (`super::partition`): rows grouped into lists of nearby
+//! rows, and only pairs within a list or between paired lists scored. The planner checks the
+//! partition against exact neighbours of sampled rows before it is used; data without such
+//! structure gets the exhaustive pass. The exhaustive pass is the same code over one list
+//! paired with itself.
+//!
 //! Elsewhere callers fall back to the exact f32 kernel of the parent module.
 
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use super::partition::{Partition, Plan};
 use super::{Neighbour, dot, sort_best_first};
 
-/// Rows per block: a block pair reads 2 x 384 x 384 bytes, well inside L2. A multiple of
-/// every kernel's row count and tile width.
+/// Positions per chunk of a list: a chunk pair reads 2 x 384 x 384 bytes, well inside L2. A
+/// multiple of `ALIGN`.
 const BLOCK: usize = 384;
 /// Rows per panel (VNNI): one zmm register holds 16 i32 lanes, one corpus row per lane.
 const PANEL: usize = 16;
@@ -99,33 +108,40 @@ pub fn available() -> bool {
     isa().is_some()
 }
 
-/// Vectors quantised to i8, in the two layouts the kernel reads.
+/// Positions of the quantised layout are aligned to this many rows: a multiple of every
+/// kernel's row count and tile width, so a range of positions starting and ending on it is
+/// whole tiles.
+const ALIGN: usize = 48;
+
+/// Vectors quantised to i8, in the two layouts the kernel reads. Rows sit at positions of a
+/// layout: in order (the exhaustive pass) or grouped by list (a partition), each group
+/// padded to `ALIGN` with rows that are never kept.
 struct Quantised {
-    /// Real rows; storage is padded to a multiple of `BLOCK`.
-    rows: usize,
-    padded: usize,
+    /// Per position: the original row, or `u32::MAX` for padding.
+    ids: Vec<u32>,
     /// Four dimensions per 32-bit word; the width is padded with zeros to an even number of
     /// words (the AVX2 kernel takes words in pairs).
     words: usize,
-    /// Row-major signed bytes, one row = `words` little-endian words (broadcast per word).
+    /// Position-major signed bytes, one row = `words` little-endian words (broadcast per word).
     signed: Vec<i32>,
-    /// Panels of `panel` rows: for each word, the rows' 4 bytes side by side, as unsigned
+    /// Panels of `panel` positions: for each word, the rows' 4 bytes side by side, as unsigned
     /// bytes (value + levels + 1), so the kernel multiplies unsigned panel bytes by signed
     /// query bytes.
     panels: Vec<u8>,
-    /// Per row: the scale from bytes back to the unit vector (0 for padding rows).
+    /// Per position: the scale from bytes back to the unit vector (0 for padding).
     scale: Vec<f32>,
-    /// Per row: the offset x the sum of its signed bytes, the bias the offset adds to its
+    /// Per position: the offset x the sum of its signed bytes, the bias the offset adds to its
     /// scores as a query.
     bias: Vec<i32>,
 }
 
 impl Quantised {
-    fn new(vectors: &[f32], dim: usize, isa: Isa) -> Self {
+    /// Quantises `vectors` into the positions of `ids` (a multiple of `ALIGN` long).
+    fn new(vectors: &[f32], dim: usize, isa: Isa, ids: Vec<u32>) -> Self {
         let (panel_rows, levels) = (isa.panel(), isa.levels());
         let offset = levels + 1;
-        let rows = vectors.len() / dim;
-        let padded = rows.div_ceil(BLOCK) * BLOCK;
+        let padded = ids.len();
+        debug_assert!(padded.is_multiple_of(ALIGN));
         let words = dim.div_ceil(8) * 2;
         let mut bytes = vec![0i8; padded * words * 4];
         let mut scale = vec![0.0f32; padded];
@@ -134,9 +150,12 @@ impl Quantised {
             .par_chunks_mut(words * 4)
             .zip(scale.par_iter_mut())
             .zip(bias.par_iter_mut())
-            .take(rows)
-            .enumerate()
-            .for_each(|(row, ((out, scale), bias))| {
+            .zip(ids.par_iter())
+            .for_each(|(((out, scale), bias), &id)| {
+                if id == u32::MAX {
+                    return;
+                }
+                let row = id as usize;
                 let vector = &vectors[row * dim..(row + 1) * dim];
                 let largest = vector.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 if largest > 0.0 {
@@ -168,8 +187,7 @@ impl Quantised {
                 }
             });
         Quantised {
-            rows,
-            padded,
+            ids,
             words,
             signed,
             panels,
@@ -190,21 +208,30 @@ pub fn candidates_for(isa: Isa, k: usize) -> usize {
 /// Each row's best candidates seen by one thread, by approximate score.
 struct Table {
     candidates: usize,
-    /// Per row: the lowest kept score once the row is full (-inf before; +inf for padding
-    /// rows so nothing is ever kept for them).
+    /// Per position: the lowest kept score once the row is full (-inf before; +inf for
+    /// padding so nothing is ever kept for it).
     threshold: Vec<f32>,
-    /// Per row: `candidates` slots, a min-heap on the score (empty slots score -inf).
+    /// Per position: `candidates` slots of (score, position), a min-heap on the score (empty
+    /// slots score -inf).
     slots: Vec<(f32, u32)>,
 }
 
 impl Table {
-    fn new(rows: usize, padded: usize, candidates: usize) -> Self {
-        let mut threshold = vec![f32::NEG_INFINITY; padded];
-        threshold[rows..].fill(f32::INFINITY);
+    fn new(ids: &[u32], candidates: usize) -> Self {
+        let threshold = ids
+            .iter()
+            .map(|&id| {
+                if id == u32::MAX {
+                    f32::INFINITY
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect();
         Table {
             candidates,
             threshold,
-            slots: vec![(f32::NEG_INFINITY, u32::MAX); padded * candidates],
+            slots: vec![(f32::NEG_INFINITY, u32::MAX); ids.len() * candidates],
         }
     }
 
@@ -234,20 +261,25 @@ impl Table {
             at = child;
         }
         heap[at] = (score, index);
-        self.threshold[row] = heap[0].0;
+        // The threshold may already be above the heap's root (raised from another table).
+        self.threshold[row] = self.threshold[row].max(heap[0].0);
     }
 }
 
 /// The `k` nearest other rows of every row of `vectors` (L2-normalised, `dim` wide), best
 /// first, with exact scores. `candidates` (at least `k`) rows per row are kept from the int8
-/// pass and re-ranked exactly. Panics if the CPU lacks the instruction set: check `isa()`.
+/// pass and re-ranked exactly. With `partition`, sets of at least `PARTITION_MIN_ROWS` rows
+/// first try a partition (`partition::plan`) that scores only pairs of nearby lists; the plan
+/// is returned when one was tried, chosen or not. Panics if the CPU lacks the instruction
+/// set: check `isa()`.
 pub fn all_pairs_top_k(
     vectors: &[f32],
     dim: usize,
     k: usize,
     candidates: usize,
     isa: Isa,
-) -> Vec<Vec<Neighbour>> {
+    partition: bool,
+) -> (Vec<Vec<Neighbour>>, Option<Plan>) {
     assert!(
         self::isa() == Some(isa) || (isa == Isa::Avx2 && avx2_available()),
         "the int8 kernel needs {isa:?}"
@@ -256,12 +288,40 @@ pub fn all_pairs_top_k(
         dim > 0 && vectors.len().is_multiple_of(dim),
         "vectors are not rows of {dim}"
     );
+    let from = if partition {
+        PARTITION_MIN_ROWS
+    } else {
+        usize::MAX
+    };
+    search(vectors, dim, k, candidates, isa, from)
+}
+
+/// `all_pairs_top_k`, trying a partition from `partition_from` rows on.
+fn search(
+    vectors: &[f32],
+    dim: usize,
+    k: usize,
+    candidates: usize,
+    isa: Isa,
+    partition_from: usize,
+) -> (Vec<Vec<Neighbour>>, Option<Plan>) {
     let rows = vectors.len() / dim;
     if rows == 0 || k == 0 {
-        return vec![Vec::new(); rows];
+        return (vec![Vec::new(); rows], None);
     }
     let candidates = candidates.max(k).min(rows - 1).max(1);
-    approximate_candidates(vectors, dim, candidates, isa)
+    let dot = dot_f32();
+    let (lists, plan) = if rows >= partition_from {
+        let (found, plan) = super::partition::plan(vectors, dim, k, dot, dot4_f32());
+        (found, Some(plan))
+    } else {
+        (None, None)
+    };
+    let lists = lists.unwrap_or_else(|| Partition {
+        lists: vec![(0..rows as u32).collect()],
+        pairs: vec![(0, 0)],
+    });
+    let found = approximate_candidates(vectors, dim, candidates, isa, &lists)
         .into_par_iter()
         .enumerate()
         .map(|(row, found)| {
@@ -280,58 +340,242 @@ pub fn all_pairs_top_k(
             exact.truncate(k);
             exact
         })
-        .collect()
+        .collect();
+    (found, plan)
 }
 
-/// The int8 pass alone: each row's best `candidates` other rows with their approximate
-/// scores, best first.
+/// Below this many rows scoring every pair takes about a second or less on AVX2 (0.9 s for
+/// 20k rows of 384), and a partition's planning would be a large share of it.
+pub const PARTITION_MIN_ROWS: usize = 32_768;
+
+/// The int8 pass alone: each row's best `candidates` other rows among the pairs of `lists`
+/// (every pair: one list paired with itself), with their approximate scores, best first.
 fn approximate_candidates(
     vectors: &[f32],
     dim: usize,
     candidates: usize,
     isa: Isa,
+    lists: &Partition,
 ) -> Vec<Vec<(f32, u32)>> {
     let rows = vectors.len() / dim;
-    let q = Quantised::new(vectors, dim, isa);
-    let blocks = q.padded / BLOCK;
-    let pairs: Vec<(usize, usize)> = (0..blocks)
-        .flat_map(|i| (i..blocks).map(move |j| (i, j)))
-        .collect();
-    let tables: Vec<Mutex<Option<Table>>> = (0..rayon::current_num_threads().max(1))
-        .map(|_| Mutex::new(None))
-        .collect();
-    pairs.par_iter().for_each(|&(i, j)| {
-        let slot = rayon::current_thread_index().unwrap_or(0) % tables.len();
-        let mut guard = tables[slot].lock().unwrap_or_else(|e| e.into_inner());
-        let table = guard.get_or_insert_with(|| Table::new(q.rows, q.padded, candidates));
-        // SAFETY: the instruction set was checked above; `block_pair` stays inside the
-        // padded buffers of `q` and the table.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            match isa {
-                Isa::Avx512Vnni => vnni::block_pair(&q, table, i, j),
-                Isa::Avx2 => avx2::block_pair(&q, table, i, j),
+    // Positions: each list's rows in order, padded to ALIGN; each list cut into chunks of at
+    // most BLOCK positions (a chunk pair's bytes stay in L2).
+    let mut ids = Vec::with_capacity(rows + lists.lists.len() * ALIGN);
+    let mut chunks: Vec<Vec<(usize, usize)>> = Vec::with_capacity(lists.lists.len());
+    for list in &lists.lists {
+        let start = ids.len();
+        ids.extend_from_slice(list);
+        ids.resize(start + list.len().div_ceil(ALIGN) * ALIGN, u32::MAX);
+        chunks.push(
+            (start..ids.len())
+                .step_by(BLOCK)
+                .map(|c| (c, (c + BLOCK).min(ids.len())))
+                .collect(),
+        );
+    }
+    let mut position = vec![0u32; rows];
+    for (at, &id) in ids.iter().enumerate() {
+        if id != u32::MAX {
+            position[id as usize] = at as u32;
+        }
+    }
+    let q = Quantised::new(vectors, dim, isa, ids);
+    // Jobs in phases: first each chunk with itself, then each list's chunks with each
+    // other, then the paired lists, nearest pairs first (`Partition::pairs` order). Between
+    // phases every thread's list of a row takes the best threshold any thread has reached (a
+    // score below it cannot be among the row's best `candidates`: some list already holds
+    // that many above it), so the far pairs of later phases insert little.
+    type Job = ((usize, usize), (usize, usize), bool);
+    let mut phases: [Vec<Job>; 3] = Default::default();
+    for &(a, b) in &lists.pairs {
+        let (a, b) = (a as usize, b as usize);
+        for (i, &left) in chunks[a].iter().enumerate() {
+            for (j, &right) in chunks[b].iter().enumerate() {
+                match (a == b, i.cmp(&j)) {
+                    (true, std::cmp::Ordering::Greater) => {}
+                    (true, std::cmp::Ordering::Equal) => phases[0].push((left, right, false)),
+                    (true, std::cmp::Ordering::Less) => phases[1].push((left, right, true)),
+                    (false, _) => phases[2].push((left, right, true)),
+                }
             }
-        };
-    });
+        }
+    }
+    let tables: Vec<Mutex<Table>> = (0..rayon::current_num_threads().max(1))
+        .map(|_| Mutex::new(Table::new(&q.ids, candidates)))
+        .collect();
+    for (phase, jobs) in phases.iter().enumerate() {
+        if phase > 0 {
+            share_thresholds(&tables);
+        }
+        jobs.par_iter().for_each(|&(left, right, both)| {
+            let slot = rayon::current_thread_index().unwrap_or(0) % tables.len();
+            let mut table = tables[slot].lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the instruction set was checked above; `block_pair` stays inside the
+            // padded buffers of `q` and the table.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                match isa {
+                    Isa::Avx512Vnni => vnni::block_pair(&q, &mut table, left, right, both),
+                    Isa::Avx2 => avx2::block_pair(&q, &mut table, left, right, both),
+                }
+            };
+        });
+    }
     let tables: Vec<Table> = tables
         .into_iter()
-        .filter_map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner()))
         .collect();
     (0..rows)
         .into_par_iter()
         .map(|row| {
+            let at = position[row] as usize;
             let mut found: Vec<(f32, u32)> = tables
                 .iter()
-                .flat_map(|t| &t.slots[row * candidates..(row + 1) * candidates])
+                .flat_map(|t| &t.slots[at * candidates..(at + 1) * candidates])
                 .filter(|s| s.1 != u32::MAX)
-                .copied()
+                .map(|&(score, at)| (score, q.ids[at as usize]))
                 .collect();
             found.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             found.truncate(candidates);
             found
         })
         .collect()
+}
+
+/// Raises every table's threshold of each row to the highest any table has for it.
+fn share_thresholds(tables: &[Mutex<Table>]) {
+    let mut tables: Vec<_> = tables
+        .iter()
+        .map(|t| t.lock().unwrap_or_else(|e| e.into_inner()))
+        .collect();
+    let positions = tables.first().map_or(0, |t| t.threshold.len());
+    for at in 0..positions {
+        let best = tables
+            .iter()
+            .map(|t| t.threshold[at])
+            .fold(f32::NEG_INFINITY, f32::max);
+        tables.iter_mut().for_each(|t| t.threshold[at] = best);
+    }
+}
+
+/// The f32 dot product for this CPU: AVX2 with FMA where it runs (checked once), else the
+/// portable loop. Both give the same scores within float rounding.
+pub fn dot_f32() -> fn(&[f32], &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return dot_avx2_fma;
+        }
+    }
+    dot
+}
+
+/// Four dot products against one row (`dot4_f32()`): the row is read once for all four.
+pub type Dot4 = fn([&[f32]; 4], &[f32]) -> [f32; 4];
+
+/// The four-query dot product for this CPU (AVX2 with FMA, else the portable loop).
+pub fn dot4_f32() -> Dot4 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return dot4_avx2_fma;
+        }
+    }
+    |queries, row| queries.map(|q| dot(q, row))
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dot4_avx2_fma(queries: [&[f32]; 4], row: &[f32]) -> [f32; 4] {
+    // SAFETY: only handed out by `dot4_f32` after the CPU was checked for AVX2 and FMA.
+    unsafe { fma::dot4(queries, row) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dot_avx2_fma(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: only handed out by `dot_f32` after the CPU was checked for AVX2 and FMA.
+    unsafe { fma::dot(a, b) }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod fma {
+    use std::arch::x86_64::*;
+
+    /// Four independent 8-lane accumulators (FMA latency x throughput), then the tail.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i + 32 <= n {
+                for (lane, acc) in acc.iter_mut().enumerate() {
+                    let at = i + lane * 8;
+                    *acc = _mm256_fmadd_ps(
+                        _mm256_loadu_ps(pa.add(at)),
+                        _mm256_loadu_ps(pb.add(at)),
+                        *acc,
+                    );
+                }
+                i += 32;
+            }
+            while i + 8 <= n {
+                acc[0] = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(i)),
+                    _mm256_loadu_ps(pb.add(i)),
+                    acc[0],
+                );
+                i += 8;
+            }
+            let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+            let mut total = horizontal_sum(sum);
+            while i < n {
+                total += a[i] * b[i];
+                i += 1;
+            }
+            total
+        }
+    }
+
+    /// Four queries against one row: two accumulators per query, the row loaded once.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot4(queries: [&[f32]; 4], row: &[f32]) -> [f32; 4] {
+        let n = queries.iter().map(|q| q.len()).fold(row.len(), usize::min);
+        let pr = row.as_ptr();
+        let pq = queries.map(|q| q.as_ptr());
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            let mut i = 0;
+            while i + 16 <= n {
+                for half in 0..2 {
+                    let r = _mm256_loadu_ps(pr.add(i + half * 8));
+                    for (q, acc) in acc.iter_mut().enumerate() {
+                        acc[half] =
+                            _mm256_fmadd_ps(_mm256_loadu_ps(pq[q].add(i + half * 8)), r, acc[half]);
+                    }
+                }
+                i += 16;
+            }
+            let mut out = [0.0f32; 4];
+            for (q, out) in out.iter_mut().enumerate() {
+                *out = horizontal_sum(_mm256_add_ps(acc[q][0], acc[q][1]));
+                for j in i..n {
+                    *out += queries[q][j] * row[j];
+                }
+            }
+            out
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn horizontal_sum(v: __m256) -> f32 {
+        let half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
+        _mm_cvtss_f32(_mm_add_ss(quarter, _mm_shuffle_ps::<1>(quarter, quarter)))
+    }
 }
 
 /// Whether the AVX2 kernel can run (also on a CPU whose best choice is VNNI: tests and the
@@ -351,17 +595,25 @@ pub fn avx2_available() -> bool {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, PANEL2, PANELS2, Quantised, ROWS2, TILE2, Table};
+    use super::{PANEL2, PANELS2, Quantised, ROWS2, TILE2, Table};
 
-    /// Scores every row of block `bi` against every row of block `bj` (bi <= bj) and offers
-    /// each score to the row's list, and, off the diagonal, to the column's list too.
+    /// Scores every position of one range against every position of the other and offers
+    /// each score to the row's list, and, when `both` (off the diagonal), to the column's
+    /// list too. Ranges start on `ALIGN`; padding only at a list's end.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn block_pair(q: &Quantised, table: &mut Table, bi: usize, bj: usize) {
+    pub(super) unsafe fn block_pair(
+        q: &Quantised,
+        table: &mut Table,
+        (r_start, r_end): (usize, usize),
+        (c_start, c_end): (usize, usize),
+        both: bool,
+    ) {
         let words = q.words;
         let mut scores = [[0.0f32; TILE2]; ROWS2];
         let mut packed = vec![0i32; words * ROWS2];
-        for r0 in (bi * BLOCK..(bi + 1) * BLOCK).step_by(ROWS2) {
-            if r0 >= q.rows {
+        for r0 in (r_start..r_end).step_by(ROWS2) {
+            // Padding ends a list: the rest of the range is padding too.
+            if q.ids[r0] == u32::MAX {
                 break;
             }
             for r in 0..ROWS2 {
@@ -370,14 +622,15 @@ mod avx2 {
                     packed[w * ROWS2 + r] = value;
                 }
             }
-            for c0 in (bj * BLOCK..(bj + 1) * BLOCK).step_by(TILE2) {
-                if c0 >= q.rows {
+            for c0 in (c_start..c_end).step_by(TILE2) {
+                if q.ids[c0] == u32::MAX {
                     break;
                 }
-                // SAFETY: r0 + ROWS2 <= padded and c0 + TILE2 <= padded (multiples of BLOCK).
+                // SAFETY: r0 + ROWS2 <= r_end and c0 + TILE2 <= c_end <= positions: ranges start
+                // and end on ALIGN, a multiple of ROWS2 and TILE2.
                 unsafe {
                     micro_kernel(q, &packed, words, r0, c0, &mut scores);
-                    offer(q, table, r0, c0, &scores, bi != bj);
+                    offer(q, table, r0, c0, &scores, both);
                 }
             }
         }
@@ -467,7 +720,7 @@ mod avx2 {
                     let c = mask.trailing_zeros() as usize;
                     mask &= mask - 1;
                     let col = c0 + c;
-                    if col < q.rows && col != row && tile[c] > table.threshold[row] {
+                    if q.ids[col] != u32::MAX && col != row && tile[c] > table.threshold[row] {
                         table.insert(row, tile[c], col as u32);
                     }
                 }
@@ -479,7 +732,7 @@ mod avx2 {
                 let base = c0 + h * PANEL2;
                 for (r, tile) in scores.iter().enumerate() {
                     let row = r0 + r;
-                    if row >= q.rows {
+                    if q.ids[row] == u32::MAX {
                         break;
                     }
                     let threshold = _mm256_loadu_ps(table.threshold.as_ptr().add(base));
@@ -505,19 +758,27 @@ mod avx2 {
 mod vnni {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, PANEL, PANELS, Quantised, ROWS, TILE, Table};
+    use super::{PANEL, PANELS, Quantised, ROWS, TILE, Table};
 
-    /// Scores every row of block `bi` against every row of block `bj` (bi <= bj) and offers
-    /// each score to the row's list, and, off the diagonal, to the column's list too.
+    /// Scores every position of one range against every position of the other and offers
+    /// each score to the row's list, and, when `both` (off the diagonal), to the column's
+    /// list too. Ranges start on `ALIGN`; padding only at a list's end.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn block_pair(q: &Quantised, table: &mut Table, bi: usize, bj: usize) {
+    pub(super) unsafe fn block_pair(
+        q: &Quantised,
+        table: &mut Table,
+        (r_start, r_end): (usize, usize),
+        (c_start, c_end): (usize, usize),
+        both: bool,
+    ) {
         let words = q.words;
         let mut scores = [[0.0f32; TILE]; ROWS];
         // The query rows of one micro-kernel, word-major: the 8 words at one position are
         // adjacent, so the kernel broadcasts them from fixed offsets of one pointer.
         let mut packed = vec![0i32; words * ROWS];
-        for r0 in (bi * BLOCK..(bi + 1) * BLOCK).step_by(ROWS) {
-            if r0 >= q.rows {
+        for r0 in (r_start..r_end).step_by(ROWS) {
+            // Padding ends a list: the rest of the range is padding too.
+            if q.ids[r0] == u32::MAX {
                 break;
             }
             for r in 0..ROWS {
@@ -526,15 +787,15 @@ mod vnni {
                     packed[w * ROWS + r] = value;
                 }
             }
-            for c0 in (bj * BLOCK..(bj + 1) * BLOCK).step_by(TILE) {
-                if c0 >= q.rows {
+            for c0 in (c_start..c_end).step_by(TILE) {
+                if q.ids[c0] == u32::MAX {
                     break;
                 }
-                // SAFETY: r0 + ROWS <= padded and c0 + TILE <= padded, because both are
-                // multiples of BLOCK, itself a multiple of ROWS and TILE.
+                // SAFETY: r0 + ROWS <= r_end and c0 + TILE <= c_end <= positions: ranges start
+                // and end on ALIGN, a multiple of ROWS and TILE.
                 unsafe {
                     micro_kernel(q, &packed, words, r0, c0, &mut scores);
-                    offer(q, table, r0, c0, &scores, bi != bj);
+                    offer(q, table, r0, c0, &scores, both);
                 }
             }
         }
@@ -613,7 +874,7 @@ mod vnni {
                     let c = mask.trailing_zeros() as usize;
                     mask &= mask - 1;
                     let col = c0 + c;
-                    if col < q.rows && col != row && tile[c] > table.threshold[row] {
+                    if q.ids[col] != u32::MAX && col != row && tile[c] > table.threshold[row] {
                         table.insert(row, tile[c], col as u32);
                     }
                 }
@@ -625,7 +886,7 @@ mod vnni {
                 let base = c0 + h * PANEL;
                 for (r, tile) in scores.iter().enumerate() {
                     let row = r0 + r;
-                    if row >= q.rows {
+                    if q.ids[row] == u32::MAX {
                         break;
                     }
                     let threshold = _mm512_loadu_ps(table.threshold.as_ptr().add(base));
@@ -701,7 +962,7 @@ mod tests {
         // Sizes that are not multiples of the block, panel or word widths.
         for (rows, dim, k) in [(3, 4, 5), (37, 5, 3), (600, 384, 10), (1100, 70, 4)] {
             let data = clustered(rows, dim, rows as u64);
-            let fast = all_pairs_top_k(&data, dim, k, candidates_for(isa, k), isa);
+            let (fast, _) = all_pairs_top_k(&data, dim, k, candidates_for(isa, k), isa, false);
             let exact = top_k_naive(&data, &data, dim, k, SelfMatch::SameRows);
             assert_eq!(fast.len(), rows);
             let mut hits = 0usize;
@@ -732,6 +993,66 @@ mod tests {
         }
     }
 
+    fn recall(data: &[f32], dim: usize, k: usize, found: &[Vec<Neighbour>]) -> f64 {
+        let exact = top_k_naive(data, data, dim, k, SelfMatch::SameRows);
+        let hits: usize = found
+            .iter()
+            .zip(&exact)
+            .map(|(f, e)| {
+                f.iter()
+                    .filter(|n| e.iter().any(|x| x.index == n.index))
+                    .count()
+            })
+            .sum();
+        hits as f64 / exact.iter().map(Vec::len).sum::<usize>() as f64
+    }
+
+    #[test]
+    fn a_partition_keeps_the_neighbours_and_unstructured_rows_score_every_pair() {
+        let (rows, dim, k) = (6000, 48, 10);
+        for isa in isas() {
+            // Text-like layers (topics, subjects, paraphrases): a partition is chosen, and
+            // finds what scoring every pair finds; every score exact.
+            let data = crate::similarity::partition::tests::topical(rows, dim, 21);
+            let (every, none) = search(&data, dim, k, candidates_for(isa, k), isa, usize::MAX);
+            assert!(none.is_none());
+            let (fast, plan) = search(&data, dim, k, candidates_for(isa, k), isa, 0);
+            let plan = plan.expect("a partition was tried");
+            assert!(plan.probes.is_some(), "{isa:?}: {plan:?}");
+            assert!(plan.work_fraction < 0.5, "{isa:?}: {plan:?}");
+            assert!(recall(&data, dim, k, &fast) >= 0.99, "{isa:?}");
+            assert!(recall(&data, dim, k, &every) >= 0.99, "{isa:?}");
+            for (row, list) in fast.iter().enumerate() {
+                assert_eq!(list.len(), k);
+                for n in list {
+                    assert_ne!(n.index as usize, row);
+                    let i = n.index as usize;
+                    let truth = dot(
+                        &data[row * dim..(row + 1) * dim],
+                        &data[i * dim..(i + 1) * dim],
+                    );
+                    assert!((n.score - truth).abs() < 1e-5);
+                }
+            }
+            // Uniform random rows: no partition holds their neighbours, so every pair is
+            // scored and the answer is the exhaustive pass's.
+            let mut rng = Rng::new(4);
+            let mut data: Vec<f32> = (0..rows * dim)
+                .map(|_| (rng.unit() * 2.0 - 1.0) as f32)
+                .collect();
+            data.chunks_mut(dim).for_each(normalise);
+            let (fast, plan) = search(&data, dim, k, candidates_for(isa, k), isa, 0);
+            assert_eq!(plan.expect("tried").probes, None, "{isa:?}");
+            let (every, _) = search(&data, dim, k, candidates_for(isa, k), isa, usize::MAX);
+            let ids = |v: &[Vec<Neighbour>]| -> Vec<Vec<u32>> {
+                v.iter()
+                    .map(|l| l.iter().map(|n| n.index).collect())
+                    .collect()
+            };
+            assert_eq!(ids(&fast), ids(&every), "{isa:?}");
+        }
+    }
+
     #[test]
     fn every_pair_is_seen_from_both_ends() {
         for isa in isas() {
@@ -740,7 +1061,7 @@ mod tests {
             let mut data = clustered(700, dim, 11);
             let copy = data[10 * dim..11 * dim].to_vec();
             data[650 * dim..651 * dim].copy_from_slice(&copy);
-            let found = all_pairs_top_k(&data, dim, 1, 8, isa);
+            let (found, _) = all_pairs_top_k(&data, dim, 1, 8, isa, false);
             assert_eq!(found[10][0].index, 650, "{isa:?}");
             assert_eq!(found[650][0].index, 10, "{isa:?}");
             assert!((found[10][0].score - 1.0).abs() < 1e-5);
@@ -764,7 +1085,11 @@ mod tests {
         }
         let rows = data.len() / dim;
         for isa in isas() {
-            let approximate = approximate_candidates(&data, dim, rows - 1, isa);
+            let every = Partition {
+                lists: vec![(0..rows as u32).collect()],
+                pairs: vec![(0, 0)],
+            };
+            let approximate = approximate_candidates(&data, dim, rows - 1, isa, &every);
             for (row, list) in approximate.iter().enumerate() {
                 assert_eq!(list.len(), rows - 1);
                 for &(score, index) in list {

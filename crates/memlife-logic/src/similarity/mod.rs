@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 #[allow(unsafe_code)]
 pub mod int8;
+pub mod partition;
 
 /// Queries handled together: their rows stay in L1/L2 while a corpus tile streams past.
 const QUERY_BLOCK: usize = 16;
@@ -208,30 +209,98 @@ pub enum Kernel {
 /// Below this many rows the exact kernel is as fast as quantising.
 const INT8_MIN_ROWS: usize = 2048;
 
+/// How an all-pairs search runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllPairs {
+    /// The exact f32 kernel even where the int8 pass is available.
+    pub exact: bool,
+    /// The int8 instruction set (`None`: this CPU's best). A set this CPU lacks panics.
+    pub isa: Option<int8::Isa>,
+    /// Let large sets try a partition of nearby lists (`partition`); off, every pair is
+    /// scored.
+    pub partition: bool,
+}
+
+impl Default for AllPairs {
+    fn default() -> Self {
+        AllPairs {
+            exact: false,
+            isa: None,
+            partition: true,
+        }
+    }
+}
+
+/// What answered an all-pairs search.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AllPairsRun {
+    pub kernel: Kernel,
+    /// The partition planned (chosen or not), when one was tried.
+    pub partition: Option<partition::Plan>,
+}
+
 /// The `k` nearest other rows of every row of one set (all pairs), best first, with exact
 /// scores. Large sets on CPUs with AVX-512 VNNI or AVX2 take the int8 pass, its candidates
-/// re-ranked exactly (`int8::candidates_for`); the rest the exact f32 kernel. `exact` forces
-/// the f32 kernel.
+/// re-ranked exactly (`int8::candidates_for`), over a partition when the data allows one;
+/// the rest the exact f32 kernel. `exact` forces the f32 kernel.
 pub fn all_pairs_top_k(
     vectors: &[f32],
     dim: usize,
     k: usize,
     exact: bool,
 ) -> (Vec<Vec<Neighbour>>, Kernel) {
+    let (found, run) = all_pairs_top_k_with(
+        vectors,
+        dim,
+        k,
+        AllPairs {
+            exact,
+            ..AllPairs::default()
+        },
+    );
+    (found, run.kernel)
+}
+
+/// `all_pairs_top_k` with every choice open (the benchmark compares kernels and passes).
+pub fn all_pairs_top_k_with(
+    vectors: &[f32],
+    dim: usize,
+    k: usize,
+    how: AllPairs,
+) -> (Vec<Vec<Neighbour>>, AllPairsRun) {
     check_shapes(vectors, vectors, dim);
-    if !exact
+    if !how.exact
         && vectors.len() / dim >= INT8_MIN_ROWS
-        && let Some(isa) = int8::isa()
+        && let Some(isa) = how.isa.or_else(int8::isa)
     {
-        let found = int8::all_pairs_top_k(vectors, dim, k, int8::candidates_for(isa, k), isa);
+        let (found, plan) = int8::all_pairs_top_k(
+            vectors,
+            dim,
+            k,
+            int8::candidates_for(isa, k),
+            isa,
+            how.partition,
+        );
         let kernel = match isa {
             int8::Isa::Avx512Vnni => Kernel::Int8Rerank,
             int8::Isa::Avx2 => Kernel::Int8RerankAvx2,
         };
-        return (found, kernel);
+        return (
+            found,
+            AllPairsRun {
+                kernel,
+                partition: plan,
+            },
+        );
     }
     let found = top_k(vectors, vectors, dim, k, SelfMatch::SameRows);
-    (found, Kernel::ExactF32)
+    (
+        found,
+        AllPairsRun {
+            kernel: Kernel::ExactF32,
+            partition: None,
+        },
+    )
 }
 
 /// The textbook loop: one thread, one query at a time, a full sort. The reference that tests
