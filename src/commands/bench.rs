@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use rayon::prelude::*;
 
@@ -15,7 +15,7 @@ use crate::app::App;
 use crate::embedders::hash::hash_embed;
 use crate::embedders::{Embedder, EmbedderArgs};
 use crate::exit::ExitStatus;
-use crate::logic::similarity::{SelfMatch, all_pairs_top_k, top_k_naive};
+use crate::logic::similarity::{AllPairs, SelfMatch, all_pairs_top_k_with, int8, top_k_naive};
 use crate::logic::synth::{SynthConfig, generate, placeholder_embedding};
 
 /// Measurements for BENCHMARKS.md that need no database.
@@ -74,6 +74,20 @@ pub struct SimilarityBench {
     /// Use the exact f32 kernel even where the int8 pass is available.
     #[arg(long)]
     pub exact: bool,
+    /// The int8 kernel's instruction set (default: this CPU's best). `avx2` runs the AVX2
+    /// kernel on an AVX-512 CPU too, to measure what AVX2-only machines get.
+    #[arg(long, value_enum)]
+    pub isa: Option<BenchIsa>,
+    /// Score every pair: no partition into lists of nearby vectors, even where the data
+    /// allows one.
+    #[arg(long)]
+    pub no_partition: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchIsa {
+    Avx512Vnni,
+    Avx2,
 }
 
 /// What `memlife bench llm` measures.
@@ -162,8 +176,21 @@ fn bench_vectors(bench: &SimilarityBench) -> Vec<f32> {
 pub fn similarity(bench: &SimilarityBench, out: &mut dyn Write) -> Result<()> {
     let (vectors, dim, k) = (bench.vectors, bench.dim, bench.k);
     let data = bench_vectors(bench);
+    let isa = match bench.isa {
+        None => None,
+        Some(BenchIsa::Avx512Vnni) if int8::isa() == Some(int8::Isa::Avx512Vnni) => {
+            Some(int8::Isa::Avx512Vnni)
+        }
+        Some(BenchIsa::Avx2) if int8::avx2_available() => Some(int8::Isa::Avx2),
+        Some(other) => bail!("--isa {other:?}: this CPU does not run that instruction set"),
+    };
+    let how = AllPairs {
+        exact: bench.exact,
+        isa,
+        partition: !bench.no_partition,
+    };
     let started = Instant::now();
-    let (result, kernel) = all_pairs_top_k(&data, dim, k, bench.exact);
+    let (result, run) = all_pairs_top_k_with(&data, dim, k, how);
     let kernel_seconds = started.elapsed().as_secs_f64();
     let sample = bench.naive_queries.min(vectors);
     let started = Instant::now();
@@ -188,7 +215,8 @@ pub fn similarity(bench: &SimilarityBench, out: &mut dyn Write) -> Result<()> {
         "bench": "similarity",
         "data": format!("{:?}", bench.data).to_lowercase(),
         "vectors": vectors, "dim": dim, "k": k, "threads": rayon::current_num_threads(),
-        "kernel": kernel,
+        "kernel": run.kernel,
+        "partition": run.partition,
         "kernel_seconds": kernel_seconds,
         "naive_seconds_extrapolated": naive_seconds,
         "naive_queries_timed": sample,
