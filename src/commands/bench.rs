@@ -15,7 +15,7 @@ use crate::app::App;
 use crate::embedders::hash::hash_embed;
 use crate::embedders::{Embedder, EmbedderArgs};
 use crate::exit::ExitStatus;
-use crate::logic::similarity::{AllPairs, SelfMatch, all_pairs_top_k_with, int8, top_k_naive};
+use crate::logic::similarity::{AllPairs, SelfMatch, all_pairs_top_k, int8, top_k_naive};
 use crate::logic::synth::{SynthConfig, generate, placeholder_embedding};
 
 /// Measurements for BENCHMARKS.md that need no database.
@@ -190,7 +190,7 @@ pub fn similarity(bench: &SimilarityBench, out: &mut dyn Write) -> Result<()> {
         partition: !bench.no_partition,
     };
     let started = Instant::now();
-    let (result, run) = all_pairs_top_k_with(&data, dim, k, how);
+    let (result, run) = all_pairs_top_k(&data, dim, k, how);
     let kernel_seconds = started.elapsed().as_secs_f64();
     let sample = bench.naive_queries.min(vectors);
     let started = Instant::now();

@@ -17,7 +17,7 @@ use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::cluster::{
     Cluster, ClusterParams, Member, assign, describe, full_seeds, hubs, signature,
 };
-use crate::logic::similarity::{SelfMatch, all_pairs_top_k, top_k};
+use crate::logic::similarity::{SelfMatch, top_k};
 use crate::model::schema::{CLUSTERS, LINKS, SHARES_ENTITY_PREFIX};
 use crate::store::{batch_from_json, sql_list, sql_string};
 
@@ -254,7 +254,7 @@ fn cluster_user(
             (hub_rows, neighbours)
         }
         ClusterMode::Full => {
-            let (neighbours, _) = all_pairs_top_k(&memories.vectors, dim, neighbours_k, false);
+            let neighbours = super::all_pairs_neighbours(&memories.vectors, dim, neighbours_k);
             let seeds = full_seeds(&memories.members, &neighbours, threshold);
             (seeds, neighbours)
         }

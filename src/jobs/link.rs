@@ -19,7 +19,6 @@ use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{LinkType, MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, LlmArgs, Mode, Outcome};
-use crate::logic::similarity::all_pairs_top_k;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS};
 use crate::store::audit::AuditRow;
@@ -178,7 +177,7 @@ fn candidate_items(
     judged: &BTreeSet<(String, String)>,
     now: &str,
 ) -> Vec<Item> {
-    let (neighbours, _) = all_pairs_top_k(&memories.vectors, dim, args.k, false);
+    let neighbours = super::all_pairs_neighbours(&memories.vectors, dim, args.k);
     let mut pairs: BTreeMap<(usize, usize), f32> = BTreeMap::new();
     for (row, list) in neighbours.iter().enumerate() {
         for n in list.iter().filter(|n| n.score >= min_score) {

@@ -629,3 +629,35 @@ async fn abandon_killed_runs(
     tracing::warn!(job, "marked earlier running runs abandoned{took_over}");
     Ok(marked)
 }
+
+/// Every memory's `k` nearest others among `vectors` (one user's, `dim` wide), the all-pairs
+/// search of `cluster --mode full` and `link`. A partition of the vectors, when one was
+/// tried, is logged with its check (probes, the check rows' coverage, the share of pairs
+/// scored), so a user can see which search answered.
+pub(crate) fn all_pairs_neighbours(
+    vectors: &[f32],
+    dim: usize,
+    k: usize,
+) -> Vec<Vec<crate::logic::similarity::Neighbour>> {
+    use crate::logic::similarity::{AllPairs, all_pairs_top_k};
+    let (neighbours, run) = all_pairs_top_k(vectors, dim, k, AllPairs::default());
+    if let Some(plan) = &run.partition {
+        let rows = vectors.len() / dim.max(1);
+        match plan.probes {
+            Some(probes) => tracing::info!(
+                rows,
+                lists = plan.lists,
+                probes,
+                check_coverage = plan.sample_coverage,
+                pairs_scored = plan.work_fraction,
+                "all-pairs search over a partition"
+            ),
+            None => tracing::info!(
+                rows,
+                best_check_coverage = plan.sample_coverage,
+                "all-pairs search scored every pair: no partition held the check rows' neighbours"
+            ),
+        }
+    }
+    neighbours
+}

@@ -26,6 +26,7 @@ mod reports;
 mod roundtrip;
 mod saved_sql;
 mod scores;
+mod similarity;
 mod store;
 mod summaries;
 mod tidy;

@@ -242,27 +242,9 @@ pub struct AllPairsRun {
 /// The `k` nearest other rows of every row of one set (all pairs), best first, with exact
 /// scores. Large sets on CPUs with AVX-512 VNNI or AVX2 take the int8 pass, its candidates
 /// re-ranked exactly (`int8::candidates_for`), over a partition when the data allows one;
-/// the rest the exact f32 kernel. `exact` forces the f32 kernel.
+/// the rest the exact f32 kernel. `how` can force the f32 kernel, an instruction set, or
+/// every pair (the benchmark compares them).
 pub fn all_pairs_top_k(
-    vectors: &[f32],
-    dim: usize,
-    k: usize,
-    exact: bool,
-) -> (Vec<Vec<Neighbour>>, Kernel) {
-    let (found, run) = all_pairs_top_k_with(
-        vectors,
-        dim,
-        k,
-        AllPairs {
-            exact,
-            ..AllPairs::default()
-        },
-    );
-    (found, run.kernel)
-}
-
-/// `all_pairs_top_k` with every choice open (the benchmark compares kernels and passes).
-pub fn all_pairs_top_k_with(
     vectors: &[f32],
     dim: usize,
     k: usize,
