@@ -74,6 +74,11 @@ pub struct SimilarityBench {
     /// Use the exact f32 kernel even where the int8 pass is available.
     #[arg(long)]
     pub exact: bool,
+    /// Search these vectors instead: raw little-endian f32, `--dim` per row, all rows (e.g.
+    /// a store's embeddings, as `benches/similarity_minilm.sh` writes them); `--vectors` and
+    /// `--data` are then ignored.
+    #[arg(long)]
+    pub vectors_file: Option<std::path::PathBuf>,
     /// The int8 kernel's instruction set (default: this CPU's best). `avx2` runs the AVX2
     /// kernel on an AVX-512 CPU too, to measure what AVX2-only machines get.
     #[arg(long, value_enum)]
@@ -173,9 +178,31 @@ fn bench_vectors(bench: &SimilarityBench) -> Vec<f32> {
     data
 }
 
+/// Rows of `dim` little-endian f32 from `path`.
+fn vectors_file(path: &std::path::Path, dim: usize) -> Result<Vec<f32>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| anyhow::anyhow!("--vectors-file {}: {e}", path.display()))?;
+    let row = 4 * dim;
+    if dim == 0 || bytes.is_empty() || bytes.len() % row != 0 {
+        bail!(
+            "--vectors-file {}: {} bytes are not whole rows of {dim} f32 ({row} bytes each)",
+            path.display(),
+            bytes.len()
+        );
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
 pub fn similarity(bench: &SimilarityBench, out: &mut dyn Write) -> Result<()> {
-    let (vectors, dim, k) = (bench.vectors, bench.dim, bench.k);
-    let data = bench_vectors(bench);
+    let (dim, k) = (bench.dim, bench.k);
+    let data = match &bench.vectors_file {
+        Some(path) => vectors_file(path, dim)?,
+        None => bench_vectors(bench),
+    };
+    let vectors = data.len() / dim;
     let isa = match bench.isa {
         None => None,
         Some(BenchIsa::Avx512Vnni) if int8::isa() == Some(int8::Isa::Avx512Vnni) => {
@@ -213,7 +240,10 @@ pub fn similarity(bench: &SimilarityBench, out: &mut dyn Write) -> Result<()> {
     }
     let report = serde_json::json!({
         "bench": "similarity",
-        "data": format!("{:?}", bench.data).to_lowercase(),
+        "data": match &bench.vectors_file {
+            Some(path) => path.display().to_string(),
+            None => format!("{:?}", bench.data).to_lowercase(),
+        },
         "vectors": vectors, "dim": dim, "k": k, "threads": rayon::current_num_threads(),
         "kernel": run.kernel,
         "partition": run.partition,
