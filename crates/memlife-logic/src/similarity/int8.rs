@@ -1036,11 +1036,7 @@ mod tests {
             }
             // Uniform random rows: no partition holds their neighbours, so every pair is
             // scored and the answer is the exhaustive pass's.
-            let mut rng = Rng::new(4);
-            let mut data: Vec<f32> = (0..rows * dim)
-                .map(|_| (rng.unit() * 2.0 - 1.0) as f32)
-                .collect();
-            data.chunks_mut(dim).for_each(normalise);
+            let data = crate::similarity::tests::random_unit_rows(rows, dim, 4);
             let (fast, plan) = search(&data, dim, k, candidates_for(isa, k), isa, 0);
             assert_eq!(plan.expect("tried").probes, None, "{isa:?}");
             let (every, _) = search(&data, dim, k, candidates_for(isa, k), isa, usize::MAX);

@@ -335,7 +335,7 @@ pub fn recall_hits(query: &str, exact: &[&str], found: &[&str], k: usize) -> usi
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -351,7 +351,8 @@ mod tests {
     }
     use crate::synth::Rng;
 
-    fn random_unit_rows(rows: usize, dim: usize, seed: u64) -> Vec<f32> {
+    /// Uniform random unit vectors: no structure at all.
+    pub(crate) fn random_unit_rows(rows: usize, dim: usize, seed: u64) -> Vec<f32> {
         let mut rng = Rng::new(seed);
         let mut data: Vec<f32> = (0..rows * dim)
             .map(|_| (rng.unit() * 2.0 - 1.0) as f32)

@@ -74,7 +74,8 @@ pub struct Plan {
 }
 
 /// The partition for these rows, or `None` (with what was measured) when scoring every pair
-/// is needed to keep the sample's neighbours. `dot` is the f32 dot product to use.
+/// is needed to keep the sample's neighbours. `dot` and `dot4` are the f32 dot products to
+/// use (`int8::dot_f32`, `int8::dot4_f32`).
 pub fn plan(
     vectors: &[f32],
     dim: usize,
@@ -106,10 +107,11 @@ pub fn plan(
             queries.push(i);
         }
     }
-    // Their exact neighbours, and the lists of the sample, the checks and the neighbours.
+    // A set so small that k-means saw every row is checked on rows it saw.
     if queries.is_empty() {
         queries = spread(rows, CHECK_QUERIES.min(rows));
     }
+    // Their exact neighbours, and the lists of the sample, the checks and the neighbours.
     let truth = exact_top_k(vectors, dim, &queries, k, dot4);
     let sample_lists: Vec<usize> = sampled.par_iter().map(|&i| nearest_list(row(i))).collect();
     let mut sample_sizes = vec![0usize; lists];
@@ -377,6 +379,7 @@ fn exact_top_k(
 pub(crate) mod tests {
     use super::*;
     use crate::similarity::int8::dot4_f32;
+    use crate::similarity::tests::random_unit_rows;
     use crate::similarity::{dot, normalise};
     use crate::synth::Rng;
 
@@ -421,15 +424,6 @@ pub(crate) mod tests {
             .collect()
     }
 
-    fn random(rows: usize, dim: usize, seed: u64) -> Vec<f32> {
-        let mut rng = Rng::new(seed);
-        let mut data: Vec<f32> = (0..rows * dim)
-            .map(|_| (rng.unit() * 2.0 - 1.0) as f32)
-            .collect();
-        data.chunks_mut(dim).for_each(normalise);
-        data
-    }
-
     #[test]
     fn structured_rows_get_a_partition_that_holds_the_sample_neighbours() {
         let dim = 32;
@@ -460,7 +454,7 @@ pub(crate) mod tests {
     #[test]
     fn rows_without_structure_get_no_partition() {
         let dim = 64;
-        let data = random(20_000, dim, 5);
+        let data = random_unit_rows(20_000, dim, 5);
         let (partition, plan) = plan(&data, dim, 10, dot, dot4_f32());
         assert!(partition.is_none(), "{plan:?}");
         assert_eq!(plan.probes, None);
@@ -470,7 +464,7 @@ pub(crate) mod tests {
     #[test]
     fn the_sample_truth_is_the_exact_top_k() {
         let dim = 16;
-        let data = random(5000, dim, 9);
+        let data = random_unit_rows(5000, dim, 9);
         // Five queries: a group of four and a short one.
         let queries = [0usize, 17, 4999, 2500, 3];
         let found = exact_top_k(&data, dim, &queries, 5, dot4_f32());
