@@ -34,6 +34,8 @@
 //!   sentence that later says he, she, his, her.
 //! - otherwise `other`.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 /// The types an entity may have (`entities.entity_type`), in the order that breaks ties
 /// between equally supported types.
 pub const ENTITY_TYPES: &[&str] = &[
@@ -47,8 +49,6 @@ pub const ENTITY_TYPES: &[&str] = &[
     "event",
     "other",
 ];
-
-use std::collections::{BTreeMap, BTreeSet};
 
 /// One named entity found in one text.
 #[derive(Clone, Debug, PartialEq, Eq)]
