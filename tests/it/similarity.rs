@@ -3,9 +3,10 @@
 
 use crate::common::{memlife, stdout};
 
-fn bench(args: &[&str]) -> serde_json::Value {
+/// Runs `memlife --json bench similarity ARGS` (ARGS split on spaces) and reads its report.
+fn bench(args: &str) -> serde_json::Value {
     let mut all = vec!["--json", "bench", "similarity"];
-    all.extend_from_slice(args);
+    all.extend(args.split_whitespace());
     let output = memlife(&all);
     assert!(
         output.status.success(),
@@ -26,33 +27,14 @@ fn text_like_vectors_are_searched_over_a_checked_partition() {
         return;
     }
     // Past the partition's 32,768 rows: lexical vectors of synthetic memory texts.
-    let report = bench(&[
-        "--vectors",
-        "33000",
-        "--dim",
-        "64",
-        "--k",
-        "10",
-        "--naive-queries",
-        "100",
-    ]);
+    let report = bench("--vectors 33000 --dim 64 --k 10 --naive-queries 100");
     let plan = &report["partition"];
     assert!(plan["probes"].as_u64().is_some(), "{report}");
     assert!(plan["miss_bound"].as_f64().unwrap() <= 0.0025, "{report}");
     assert!(plan["work_fraction"].as_f64().unwrap() < 0.4, "{report}");
     assert!(report["recall_at_k"].as_f64().unwrap() >= 0.99, "{report}");
     // The same search scoring every pair: no plan, the same recall bar.
-    let every = bench(&[
-        "--vectors",
-        "33000",
-        "--dim",
-        "64",
-        "--k",
-        "10",
-        "--naive-queries",
-        "100",
-        "--no-partition",
-    ]);
+    let every = bench("--vectors 33000 --dim 64 --k 10 --naive-queries 100 --no-partition");
     assert!(every["partition"].is_null());
     assert!(every["recall_at_k"].as_f64().unwrap() >= 0.99, "{every}");
 }
@@ -64,35 +46,14 @@ fn vectors_without_structure_score_every_pair_and_avx2_runs_anywhere_it_can() {
         return;
     }
     // Uniform random vectors: the check refuses every partition, every pair is scored.
-    let report = bench(&[
-        "--vectors",
-        "33000",
-        "--dim",
-        "32",
-        "--k",
-        "5",
-        "--naive-queries",
-        "100",
-        "--data",
-        "random",
-        "--isa",
-        "avx2",
-    ]);
+    let report =
+        bench("--vectors 33000 --dim 32 --k 5 --naive-queries 100 --data random --isa avx2");
     assert_eq!(report["kernel"], "int8-rerank-avx2");
     assert!(report["partition"]["probes"].is_null(), "{report}");
     assert!(report["partition"]["miss_bound"].as_f64().unwrap() > 0.0025);
     assert!(report["recall_at_k"].as_f64().unwrap() >= 0.99, "{report}");
     // Below 2048 vectors the exact kernel answers, and finds exactly the naive loop's.
-    let small = bench(&[
-        "--vectors",
-        "500",
-        "--dim",
-        "16",
-        "--k",
-        "5",
-        "--naive-queries",
-        "500",
-    ]);
+    let small = bench("--vectors 500 --dim 16 --k 5 --naive-queries 500");
     assert_eq!(small["kernel"], "exact-f32");
     assert_eq!(small["queries_with_identical_neighbours"], 500);
 }
