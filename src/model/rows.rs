@@ -410,6 +410,50 @@ fn check_rule(field: &FieldSpec, value: &Typed, embedding_dim: usize) -> Result<
     }
 }
 
+/// Fills a memories batch's empty `happens_at` from its `text` and `created_at`
+/// (`event_day`, midnight UTC), for `import` and `integrate` ("the text implies an event
+/// time"). A batch without those columns is returned as it is.
+pub fn fill_happens_at(
+    batch: &arrow::array::RecordBatch,
+) -> Result<arrow::array::RecordBatch, arrow::error::ArrowError> {
+    use arrow::array::{Array, AsArray, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, TimestampMicrosecondType};
+    let schema = batch.schema();
+    let (Ok(h), Ok(t), Ok(c)) = (
+        schema.index_of("happens_at"),
+        schema.index_of("text"),
+        schema.index_of("created_at"),
+    ) else {
+        return Ok(batch.clone());
+    };
+    let DataType::Timestamp(_, tz) = schema.field(h).data_type().clone() else {
+        return Ok(batch.clone());
+    };
+    let happens = batch.column(h).as_primitive::<TimestampMicrosecondType>();
+    if happens.null_count() == 0 {
+        return Ok(batch.clone());
+    }
+    let texts = batch.column(t).as_string::<i32>();
+    let created = batch.column(c).as_primitive::<TimestampMicrosecondType>();
+    let filled: TimestampMicrosecondArray = (0..batch.num_rows())
+        .map(|row| {
+            if happens.is_valid(row) {
+                return Some(happens.value(row));
+            }
+            if texts.is_null(row) || created.is_null(row) {
+                return None;
+            }
+            let said = chrono::DateTime::from_timestamp_micros(created.value(row))?.date_naive();
+            let day = crate::logic::temporal::event_day(texts.value(row), said)?;
+            Some(day.and_hms_opt(0, 0, 0)?.and_utc().timestamp_micros())
+        })
+        .collect::<TimestampMicrosecondArray>()
+        .with_timezone_opt(tz);
+    let mut columns = batch.columns().to_vec();
+    columns[h] = std::sync::Arc::new(filled);
+    arrow::array::RecordBatch::try_new(schema, columns)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,48 +570,4 @@ mod tests {
                 .contains("likes")
         );
     }
-}
-
-/// Fills a memories batch's empty `happens_at` from its `text` and `created_at`
-/// (`event_day`, midnight UTC), for `import` and `integrate` ("the text implies an event
-/// time"). A batch without those columns is returned as it is.
-pub fn fill_happens_at(
-    batch: &arrow::array::RecordBatch,
-) -> Result<arrow::array::RecordBatch, arrow::error::ArrowError> {
-    use arrow::array::{Array, AsArray, TimestampMicrosecondArray};
-    use arrow::datatypes::{DataType, TimestampMicrosecondType};
-    let schema = batch.schema();
-    let (Ok(h), Ok(t), Ok(c)) = (
-        schema.index_of("happens_at"),
-        schema.index_of("text"),
-        schema.index_of("created_at"),
-    ) else {
-        return Ok(batch.clone());
-    };
-    let DataType::Timestamp(_, tz) = schema.field(h).data_type().clone() else {
-        return Ok(batch.clone());
-    };
-    let happens = batch.column(h).as_primitive::<TimestampMicrosecondType>();
-    if happens.null_count() == 0 {
-        return Ok(batch.clone());
-    }
-    let texts = batch.column(t).as_string::<i32>();
-    let created = batch.column(c).as_primitive::<TimestampMicrosecondType>();
-    let filled: TimestampMicrosecondArray = (0..batch.num_rows())
-        .map(|row| {
-            if happens.is_valid(row) {
-                return Some(happens.value(row));
-            }
-            if texts.is_null(row) || created.is_null(row) {
-                return None;
-            }
-            let said = chrono::DateTime::from_timestamp_micros(created.value(row))?.date_naive();
-            let day = crate::logic::temporal::event_day(texts.value(row), said)?;
-            Some(day.and_hms_opt(0, 0, 0)?.and_utc().timestamp_micros())
-        })
-        .collect::<TimestampMicrosecondArray>()
-        .with_timezone_opt(tz);
-    let mut columns = batch.columns().to_vec();
-    columns[h] = std::sync::Arc::new(filled);
-    arrow::array::RecordBatch::try_new(schema, columns)
 }
