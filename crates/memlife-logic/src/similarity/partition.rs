@@ -319,7 +319,9 @@ fn work_fraction(paired: &[bool], sizes: &[usize]) -> f64 {
 }
 
 /// Each query row's exact `k` nearest other rows (score, row), best first. The rows stream
-/// past all queries once, in chunks split across threads, four queries at a time.
+/// past all queries once, in chunks split across threads, four queries at a time. Not the
+/// parent's `top_k`: that one splits the work by blocks of 16 queries, each reading the whole
+/// corpus again (32 passes over 150 MB for 512 check rows of 100k), with the portable dot.
 fn exact_top_k(
     vectors: &[f32],
     dim: usize,
