@@ -75,7 +75,7 @@ pub struct SimilarityBench {
     #[arg(long)]
     pub exact: bool,
     /// Search these vectors instead: raw little-endian f32, `--dim` per row, all rows (e.g.
-    /// a store's embeddings, as `benches/similarity_minilm.sh` writes them); `--vectors` and
+    /// a store's embeddings, as `benches/similarity.sh` writes them); `--vectors` and
     /// `--data` are then ignored.
     #[arg(long)]
     pub vectors_file: Option<std::path::PathBuf>,

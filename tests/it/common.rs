@@ -13,7 +13,25 @@ pub fn fixture(name: &str) -> PathBuf {
 /// a developer's `MEMLIFE_CONFIG`, `MEMLIFE_DB`, `MEMLIFE_EMBEDDER`, API keys and the like
 /// would otherwise change what the tests see.
 pub fn memlife_command() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_memlife"));
+    without_memlife_environment(Command::new(env!("CARGO_BIN_EXE_memlife")))
+}
+
+/// The real `memlife` binary on an emulated CPU: qemu's user-mode emulator
+/// (`qemu-x86_64 -cpu MODEL`), which reports the model's CPUID to the program, so its
+/// run-time dispatch sees that CPU's instruction sets. `scripts/test.sh` installs qemu-user.
+pub fn memlife_on_cpu(model: &str, args: &[&str]) -> Output {
+    let mut command = Command::new("qemu-x86_64");
+    command
+        .args(["-cpu", model, env!("CARGO_BIN_EXE_memlife")])
+        .args(args);
+    without_memlife_environment(command)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("qemu-x86_64: {e} (install qemu-user, as `bash scripts/test.sh` does)")
+        })
+}
+
+fn without_memlife_environment(mut command: Command) -> Command {
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         if name.starts_with("MEMLIFE_") || name.starts_with("OPENAI_") {

@@ -1,7 +1,7 @@
 //! `memlife bench similarity`: the all-pairs search that `cluster --mode full` and `link` use,
 //! through the CLI, with its recall against the exact loop.
 
-use crate::common::{memlife, stdout};
+use crate::common::{memlife, memlife_on_cpu, stderr, stdout};
 
 /// Runs `memlife --json bench similarity ARGS` (ARGS split on spaces) and reads its report.
 fn bench(args: &str) -> serde_json::Value {
@@ -56,4 +56,38 @@ fn vectors_without_structure_score_every_pair_and_avx2_runs_anywhere_it_can() {
     let small = bench("--vectors 500 --dim 16 --k 5 --naive-queries 500");
     assert_eq!(small["kernel"], "exact-f32");
     assert_eq!(small["queries_with_identical_neighbours"], 500);
+}
+
+/// An AVX2-only CPU, emulated: qemu's `EPYC-Milan` model (a Zen 3 EPYC: AVX2 and FMA, no
+/// AVX-512, like the machines issue 13 names). qemu's translator (TCG) runs AVX2 and FMA but
+/// no AVX-512 instruction, so one anywhere on this path would end the process with SIGILL. The run-time dispatch must choose the AVX2 kernel by itself (no
+/// `--isa`), plan and check the partition, and keep recall. Emulated timings mean nothing and
+/// are not read.
+#[test]
+fn an_avx2_only_cpu_gets_the_avx2_kernel_and_the_partition() {
+    if !cfg!(target_arch = "x86_64") {
+        eprintln!("skipped: the emulated CPU is an x86_64 one");
+        return;
+    }
+    let output = memlife_on_cpu(
+        "EPYC-Milan",
+        &[
+            "--json",
+            "bench",
+            "similarity",
+            "--vectors",
+            "33000",
+            "--dim",
+            "64",
+            "--k",
+            "10",
+            "--naive-queries",
+            "50",
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("a JSON report");
+    assert_eq!(report["kernel"], "int8-rerank-avx2", "{report}");
+    assert!(report["partition"]["probes"].as_u64().is_some(), "{report}");
+    assert!(report["recall_at_k"].as_f64().unwrap() >= 0.99, "{report}");
 }
