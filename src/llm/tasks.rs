@@ -701,6 +701,57 @@ pub fn safe_default(task: Task) -> Option<Reply> {
 mod tests {
     use super::*;
 
+    /// `memlife eval judge` reports per label (`logic::eval`, which cannot name this module):
+    /// every answer a reply may give must have its label, and every label be an answer.
+    /// A new variant fails to compile here until it is counted and given a label.
+    #[test]
+    fn the_eval_labels_are_exactly_the_answers_a_reply_may_give() {
+        fn link_position(t: LinkType) -> usize {
+            match t {
+                LinkType::Conflicts => 0,
+                LinkType::Supersedes => 1,
+                LinkType::Causes => 2,
+                LinkType::InstanceOf => 3,
+                LinkType::InvalidatedBy => 4,
+                LinkType::MotivatedBy => 5,
+                LinkType::Null => 6,
+            }
+        }
+        fn classification_position(c: Classification) -> usize {
+            match c {
+                Classification::Duplicate => 0,
+                Classification::Supersede => 1,
+                Classification::Merge => 2,
+                Classification::Coexist => 3,
+            }
+        }
+        fn refine_position(a: RefineAction) -> usize {
+            match a {
+                RefineAction::Split => 0,
+                RefineAction::Trim => 1,
+                RefineAction::Keep => 2,
+            }
+        }
+        fn parse<T: for<'de> Deserialize<'de>>(label: &str) -> T {
+            serde_json::from_value(serde_json::Value::String(label.to_string()))
+                .unwrap_or_else(|e| panic!("label {label:?} is no answer: {e}"))
+        }
+        use crate::logic::eval::{INTEGRATE_LABELS, LINK_LABELS, REFINE_LABELS};
+        assert_eq!(LINK_LABELS.len(), 7);
+        for (i, label) in LINK_LABELS.iter().enumerate() {
+            let t: LinkType = parse(label);
+            assert_eq!((link_position(t), t.as_str()), (i, *label));
+        }
+        assert_eq!(INTEGRATE_LABELS.len(), 4);
+        for (i, label) in INTEGRATE_LABELS.iter().enumerate() {
+            assert_eq!(classification_position(parse(label)), i, "{label}");
+        }
+        assert_eq!(REFINE_LABELS.len(), 3);
+        for (i, label) in REFINE_LABELS.iter().enumerate() {
+            assert_eq!(refine_position(parse(&label.to_lowercase())), i, "{label}");
+        }
+    }
+
     fn input(task: Task, n: usize) -> TaskInput {
         TaskInput {
             task,
