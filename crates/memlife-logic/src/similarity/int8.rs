@@ -578,6 +578,91 @@ mod fma {
     }
 }
 
+/// `block_pair` of one instruction set (its module's `micro_kernel` and `offer`, its rows and
+/// tile): scores every position of one range against every position of the other and offers
+/// each score to the row's list, and, when `both` (off the diagonal), to the column's list
+/// too. Ranges start on `ALIGN`; padding only at a list's end.
+#[cfg(target_arch = "x86_64")]
+macro_rules! block_pair {
+    ($features:literal, $rows:ident, $tile:ident) => {
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn block_pair(
+            q: &Quantised,
+            table: &mut Table,
+            (r_start, r_end): (usize, usize),
+            (c_start, c_end): (usize, usize),
+            both: bool,
+        ) {
+            let words = q.words;
+            let mut scores = [[0.0f32; $tile]; $rows];
+            // The query rows of one micro-kernel, word-major: the words at one position are
+            // adjacent, so the kernel broadcasts them from fixed offsets of one pointer.
+            let mut packed = vec![0i32; words * $rows];
+            for r0 in (r_start..r_end).step_by($rows) {
+                // Padding ends a list: the rest of the range is padding too.
+                if q.ids[r0] == u32::MAX {
+                    break;
+                }
+                for r in 0..$rows {
+                    let row = &q.signed[(r0 + r) * words..(r0 + r + 1) * words];
+                    for (w, &value) in row.iter().enumerate() {
+                        packed[w * $rows + r] = value;
+                    }
+                }
+                for c0 in (c_start..c_end).step_by($tile) {
+                    if q.ids[c0] == u32::MAX {
+                        break;
+                    }
+                    // SAFETY: r0 + rows <= r_end and c0 + tile <= c_end <= positions: ranges
+                    // start and end on ALIGN, a multiple of the rows and the tile.
+                    unsafe {
+                        micro_kernel(q, &packed, words, r0, c0, &mut scores);
+                        offer(q, table, r0, c0, &scores, both);
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// The scalar half of an offer to a row's list: each set bit of `mask` is a column of `tile`
+/// (counted from `c0`) whose score beat the row's threshold when the SIMD compare ran; checked
+/// again (an insert raises the threshold) and inserted.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn offer_to_row(
+    q: &Quantised,
+    table: &mut Table,
+    row: usize,
+    c0: usize,
+    tile: &[f32],
+    mut mask: u64,
+) {
+    while mask != 0 {
+        let c = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        let col = c0 + c;
+        if q.ids[col] != u32::MAX && col != row && tile[c] > table.threshold[row] {
+            table.insert(row, tile[c], col as u32);
+        }
+    }
+}
+
+/// The scalar half of an offer to the columns' lists: each set bit of `mask` is a column
+/// (counted from `base`) whose list's threshold `scores` beat when the SIMD compare ran.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn offer_to_columns(table: &mut Table, row: usize, base: usize, scores: &[f32], mut mask: u64) {
+    while mask != 0 {
+        let c = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        let col = base + c;
+        if scores[c] > table.threshold[col] {
+            table.insert(col, scores[c], row as u32);
+        }
+    }
+}
+
 /// Whether the AVX2 kernel can run (also on a CPU whose best choice is VNNI: tests and the
 /// benchmark compare both there).
 pub fn avx2_available() -> bool {
@@ -595,46 +680,9 @@ pub fn avx2_available() -> bool {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{PANEL2, PANELS2, Quantised, ROWS2, TILE2, Table};
+    use super::{PANEL2, PANELS2, Quantised, ROWS2, TILE2, Table, offer_to_columns, offer_to_row};
 
-    /// Scores every position of one range against every position of the other and offers
-    /// each score to the row's list, and, when `both` (off the diagonal), to the column's
-    /// list too. Ranges start on `ALIGN`; padding only at a list's end.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn block_pair(
-        q: &Quantised,
-        table: &mut Table,
-        (r_start, r_end): (usize, usize),
-        (c_start, c_end): (usize, usize),
-        both: bool,
-    ) {
-        let words = q.words;
-        let mut scores = [[0.0f32; TILE2]; ROWS2];
-        let mut packed = vec![0i32; words * ROWS2];
-        for r0 in (r_start..r_end).step_by(ROWS2) {
-            // Padding ends a list: the rest of the range is padding too.
-            if q.ids[r0] == u32::MAX {
-                break;
-            }
-            for r in 0..ROWS2 {
-                let row = &q.signed[(r0 + r) * words..(r0 + r + 1) * words];
-                for (w, &value) in row.iter().enumerate() {
-                    packed[w * ROWS2 + r] = value;
-                }
-            }
-            for c0 in (c_start..c_end).step_by(TILE2) {
-                if q.ids[c0] == u32::MAX {
-                    break;
-                }
-                // SAFETY: r0 + ROWS2 <= r_end and c0 + TILE2 <= c_end <= positions: ranges start
-                // and end on ALIGN, a multiple of ROWS2 and TILE2.
-                unsafe {
-                    micro_kernel(q, &packed, words, r0, c0, &mut scores);
-                    offer(q, table, r0, c0, &scores, both);
-                }
-            }
-        }
-    }
+    block_pair!("avx2", ROWS2, TILE2);
 
     /// 4 query rows x 16 corpus rows: approximate cosine scores into `scores`. Two words per
     /// step: their `vpmaddubsw` pair sums add in i16 without saturating (bytes within +-63 on
@@ -709,21 +757,14 @@ mod avx2 {
             for (r, tile) in scores.iter().enumerate() {
                 let row = r0 + r;
                 let threshold = _mm256_set1_ps(table.threshold[row]);
-                let mut mask = 0u32;
+                let mut mask = 0u64;
                 for h in 0..PANELS2 {
                     let values = _mm256_loadu_ps(tile.as_ptr().add(h * PANEL2));
                     let m =
-                        _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(values, threshold)) as u32;
+                        _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(values, threshold)) as u64;
                     mask |= m << (h * PANEL2);
                 }
-                while mask != 0 {
-                    let c = mask.trailing_zeros() as usize;
-                    mask &= mask - 1;
-                    let col = c0 + c;
-                    if q.ids[col] != u32::MAX && col != row && tile[c] > table.threshold[row] {
-                        table.insert(row, tile[c], col as u32);
-                    }
-                }
+                offer_to_row(q, table, row, c0, tile, mask);
             }
             if !both {
                 return;
@@ -737,17 +778,9 @@ mod avx2 {
                     }
                     let threshold = _mm256_loadu_ps(table.threshold.as_ptr().add(base));
                     let values = _mm256_loadu_ps(tile.as_ptr().add(h * PANEL2));
-                    let mut mask =
-                        _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(values, threshold)) as u32;
-                    while mask != 0 {
-                        let c = mask.trailing_zeros() as usize;
-                        mask &= mask - 1;
-                        let col = base + c;
-                        let score = tile[h * PANEL2 + c];
-                        if score > table.threshold[col] {
-                            table.insert(col, score, row as u32);
-                        }
-                    }
+                    let mask =
+                        _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(values, threshold)) as u64;
+                    offer_to_columns(table, row, base, &tile[h * PANEL2..], mask);
                 }
             }
         }
@@ -758,48 +791,9 @@ mod avx2 {
 mod vnni {
     use std::arch::x86_64::*;
 
-    use super::{PANEL, PANELS, Quantised, ROWS, TILE, Table};
+    use super::{PANEL, PANELS, Quantised, ROWS, TILE, Table, offer_to_columns, offer_to_row};
 
-    /// Scores every position of one range against every position of the other and offers
-    /// each score to the row's list, and, when `both` (off the diagonal), to the column's
-    /// list too. Ranges start on `ALIGN`; padding only at a list's end.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn block_pair(
-        q: &Quantised,
-        table: &mut Table,
-        (r_start, r_end): (usize, usize),
-        (c_start, c_end): (usize, usize),
-        both: bool,
-    ) {
-        let words = q.words;
-        let mut scores = [[0.0f32; TILE]; ROWS];
-        // The query rows of one micro-kernel, word-major: the 8 words at one position are
-        // adjacent, so the kernel broadcasts them from fixed offsets of one pointer.
-        let mut packed = vec![0i32; words * ROWS];
-        for r0 in (r_start..r_end).step_by(ROWS) {
-            // Padding ends a list: the rest of the range is padding too.
-            if q.ids[r0] == u32::MAX {
-                break;
-            }
-            for r in 0..ROWS {
-                let row = &q.signed[(r0 + r) * words..(r0 + r + 1) * words];
-                for (w, &value) in row.iter().enumerate() {
-                    packed[w * ROWS + r] = value;
-                }
-            }
-            for c0 in (c_start..c_end).step_by(TILE) {
-                if q.ids[c0] == u32::MAX {
-                    break;
-                }
-                // SAFETY: r0 + ROWS <= r_end and c0 + TILE <= c_end <= positions: ranges start
-                // and end on ALIGN, a multiple of ROWS and TILE.
-                unsafe {
-                    micro_kernel(q, &packed, words, r0, c0, &mut scores);
-                    offer(q, table, r0, c0, &scores, both);
-                }
-            }
-        }
-    }
+    block_pair!("avx512f,avx512bw,avx512vnni", ROWS, TILE);
 
     /// 8 query rows x 48 corpus rows: approximate cosine scores into `scores`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -870,14 +864,7 @@ mod vnni {
                     let m = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(values, threshold) as u64;
                     mask |= m << (h * PANEL);
                 }
-                while mask != 0 {
-                    let c = mask.trailing_zeros() as usize;
-                    mask &= mask - 1;
-                    let col = c0 + c;
-                    if q.ids[col] != u32::MAX && col != row && tile[c] > table.threshold[row] {
-                        table.insert(row, tile[c], col as u32);
-                    }
-                }
+                offer_to_row(q, table, row, c0, tile, mask);
             }
             if !both {
                 return;
@@ -891,16 +878,8 @@ mod vnni {
                     }
                     let threshold = _mm512_loadu_ps(table.threshold.as_ptr().add(base));
                     let values = _mm512_loadu_ps(tile.as_ptr().add(h * PANEL));
-                    let mut mask = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(values, threshold) as u32;
-                    while mask != 0 {
-                        let c = mask.trailing_zeros() as usize;
-                        mask &= mask - 1;
-                        let col = base + c;
-                        let score = tile[h * PANEL + c];
-                        if score > table.threshold[col] {
-                            table.insert(col, score, row as u32);
-                        }
-                    }
+                    let mask = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(values, threshold) as u64;
+                    offer_to_columns(table, row, base, &tile[h * PANEL..], mask);
                 }
             }
         }
