@@ -90,8 +90,12 @@ pub fn plan(
         .clamp(MIN_LISTS, MAX_LISTS)
         .min(rows.max(1));
     let sampled: Vec<usize> = spread(rows, (lists * SAMPLE_PER_LIST).min(rows));
-    let centroids = kmeans(vectors, dim, &sampled, lists, dot);
-    let nearest_list = |v: &[f32]| nearest(v, &centroids, dim, dot);
+    let dots = Dots {
+        one: dot,
+        four: dot4,
+    };
+    let centroids = kmeans(vectors, dim, &sampled, lists, dots);
+    let nearest_list = |v: &[f32]| nearest(v, &centroids, dim, dots);
 
     // The check rows: drawn at random (fixed seed) from the rows k-means did not see, whose
     // lists fit them less well than the lists fit the rows they were made from.
@@ -212,13 +216,40 @@ fn spread(rows: usize, count: usize) -> Vec<usize> {
     (0..count).map(|i| i * rows / count.max(1)).collect()
 }
 
-/// The index of the centroid nearest `v` (the lowest index on a tie).
-fn nearest(v: &[f32], centroids: &[f32], dim: usize, dot: fn(&[f32], &[f32]) -> f32) -> usize {
+/// The f32 dot products the planner uses (`int8::dot_f32`, `int8::dot4_f32`).
+#[derive(Clone, Copy)]
+struct Dots {
+    one: fn(&[f32], &[f32]) -> f32,
+    four: super::int8::Dot4,
+}
+
+/// The index of the centroid nearest `v` (the lowest index on a tie). Four centroids at a
+/// time against `v`, which is read once for the four (the assignment of every row to its
+/// list is the planner's largest product: rows x lists x dim).
+fn nearest(v: &[f32], centroids: &[f32], dim: usize, dots: Dots) -> usize {
     let mut best = (f32::NEG_INFINITY, 0usize);
-    for (c, centroid) in centroids.chunks_exact(dim).enumerate() {
-        let score = dot(v, centroid);
+    let mut quads = centroids.chunks_exact(4 * dim);
+    for (q, quad) in quads.by_ref().enumerate() {
+        let scores = (dots.four)(
+            [
+                &quad[..dim],
+                &quad[dim..2 * dim],
+                &quad[2 * dim..3 * dim],
+                &quad[3 * dim..],
+            ],
+            v,
+        );
+        for (j, &score) in scores.iter().enumerate() {
+            if score > best.0 {
+                best = (score, 4 * q + j);
+            }
+        }
+    }
+    let done = centroids.len() / dim / 4 * 4;
+    for (j, centroid) in quads.remainder().chunks_exact(dim).enumerate() {
+        let score = (dots.one)(v, centroid);
         if score > best.0 {
-            best = (score, c);
+            best = (score, done + j);
         }
     }
     best.1
@@ -226,13 +257,7 @@ fn nearest(v: &[f32], centroids: &[f32], dim: usize, dot: fn(&[f32], &[f32]) -> 
 
 /// Spherical k-means over the sampled rows: starts from evenly spaced sample rows; a list
 /// that loses every row keeps its centroid.
-fn kmeans(
-    vectors: &[f32],
-    dim: usize,
-    sampled: &[usize],
-    lists: usize,
-    dot: fn(&[f32], &[f32]) -> f32,
-) -> Vec<f32> {
+fn kmeans(vectors: &[f32], dim: usize, sampled: &[usize], lists: usize, dots: Dots) -> Vec<f32> {
     let row = |i: usize| &vectors[i * dim..(i + 1) * dim];
     let mut centroids: Vec<f32> = spread(sampled.len(), lists)
         .into_iter()
@@ -241,7 +266,7 @@ fn kmeans(
     for _ in 0..ITERATIONS {
         let assigned: Vec<usize> = sampled
             .par_iter()
-            .map(|&i| nearest(row(i), &centroids, dim, dot))
+            .map(|&i| nearest(row(i), &centroids, dim, dots))
             .collect();
         let mut members: Vec<Vec<usize>> = vec![Vec::new(); lists];
         for (&i, &l) in sampled.iter().zip(&assigned) {
