@@ -3,6 +3,9 @@
 //! hold exactly what one uninterrupted run leaves (same memories, scores, links; audit rows
 //! not duplicated). A later job joins by adding its scenario to `SCENARIOS`.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 use crate::common::{TestDb, memlife_command, stderr, stdout};
 
 /// Two users' memories: near-duplicates and a change for `link`, stale low-salience ones for
@@ -685,8 +688,7 @@ fn assert_check_holds(db: &TestDb, context: &str) {
 fn every_job_killed_at_every_crash_point_converges_on_rerun() {
     let mock = crate::llm::Mock::start(&[]);
     let failing = crate::llm::Mock::start(&["--fail-batches", "1000000"]);
-    let mut table = Vec::new();
-    let all = SCENARIOS
+    let all: Vec<(&Scenario, Option<&str>)> = SCENARIOS
         .iter()
         .map(|s| (s, None))
         .chain(BATCH_SCENARIOS.iter().map(|s| (s, Some(mock.url.as_str()))))
@@ -694,65 +696,111 @@ fn every_job_killed_at_every_crash_point_converges_on_rerun() {
             RETRY_SCENARIOS
                 .iter()
                 .map(|s| (s, Some(failing.url.as_str()))),
-        );
-    for (scenario, mock_url) in all {
-        let reference = prepared(scenario, mock_url);
-        let out = run(&reference, scenario.job, None);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}: {}",
-            scenario.name,
-            stderr(&out)
-        );
-        assert_check_holds(&reference, scenario.name);
-        let witness = reference.scalar(scenario.witness);
-        assert_ne!(witness, "0", "{}: {}", scenario.name, scenario.witness);
-        let expected = state(&reference);
-        for point in scenario.points {
-            let db = prepared(scenario, mock_url);
-            let killed = run(&db, scenario.job, Some(point));
-            assert_eq!(
-                killed.status.code(),
-                None,
-                "{} at {point}: the process must die by a signal: {}",
-                scenario.name,
-                stderr(&killed)
-            );
-            assert!(
-                stderr(&killed).contains(&format!("injected crash at {point}")),
-                "{} never reached {point}: {}",
-                scenario.name,
-                stderr(&killed)
-            );
-            let rerun = run(&db, scenario.job, None);
-            assert_eq!(
-                rerun.status.code(),
-                Some(0),
-                "{} rerun after {point}: {}",
-                scenario.name,
-                stderr(&rerun)
-            );
-            assert_check_holds(&db, &format!("{} after {point}", scenario.name));
-            assert_eq!(
-                state(&db),
-                expected,
-                "{} killed at {point} then rerun differs from one clean run",
-                scenario.name
-            );
-            let abandoned = db.scalar("SELECT COUNT(*) AS n FROM runs WHERE status = 'abandoned'");
-            table.push(format!(
-                "| {} | {point} | killed, rerun exit 0, check holds, tables equal ({} = {witness}) | {abandoned} |",
-                scenario.name, scenario.witness
-            ));
+        )
+        .collect();
+    // Each scenario on its own databases, so the scenarios run on as many threads as the
+    // machine has cores (a scenario is a sequence of memlife processes, one at a time); the
+    // table keeps their order. After a failure no further scenario starts.
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let rows: Vec<Mutex<Vec<String>>> = all.iter().map(|_| Mutex::new(Vec::new())).collect();
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    std::thread::scope(|threads| {
+        for _ in 0..workers {
+            threads.spawn(|| {
+                let _stop = StopOnPanic(&failed);
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(&(scenario, mock_url)) = all.get(i) else {
+                        break;
+                    };
+                    if failed.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let found = converges(scenario, mock_url);
+                    *rows[i].lock().unwrap() = found;
+                }
+            });
         }
-    }
+    });
+    let table: Vec<String> = rows
+        .into_iter()
+        .flat_map(|r| r.into_inner().unwrap())
+        .collect();
     // RELIABILITY.md's table: `UPDATE_RELIABILITY=1 cargo test --test it crash` rewrites it.
     let text = format!(
         "| job | crash point | outcome after rerun | runs marked abandoned |\n| --- | --- | --- | --- |\n{}\n",
         table.join("\n")
     );
     crate::common::replace_marked_section("RELIABILITY.md", "crash-table", &text);
+}
+
+/// Tells the other workers to stop when this one's scenario fails.
+struct StopOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// One scenario: a clean run for reference, then for each crash point a fresh store killed
+/// there and run again, which must pass `check` and equal the reference. Its table rows.
+fn converges(scenario: &Scenario, mock_url: Option<&str>) -> Vec<String> {
+    let mut table = Vec::new();
+    let reference = prepared(scenario, mock_url);
+    let out = run(&reference, scenario.job, None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}: {}",
+        scenario.name,
+        stderr(&out)
+    );
+    assert_check_holds(&reference, scenario.name);
+    let witness = reference.scalar(scenario.witness);
+    assert_ne!(witness, "0", "{}: {}", scenario.name, scenario.witness);
+    let expected = state(&reference);
+    for point in scenario.points {
+        let db = prepared(scenario, mock_url);
+        let killed = run(&db, scenario.job, Some(point));
+        assert_eq!(
+            killed.status.code(),
+            None,
+            "{} at {point}: the process must die by a signal: {}",
+            scenario.name,
+            stderr(&killed)
+        );
+        assert!(
+            stderr(&killed).contains(&format!("injected crash at {point}")),
+            "{} never reached {point}: {}",
+            scenario.name,
+            stderr(&killed)
+        );
+        let rerun = run(&db, scenario.job, None);
+        assert_eq!(
+            rerun.status.code(),
+            Some(0),
+            "{} rerun after {point}: {}",
+            scenario.name,
+            stderr(&rerun)
+        );
+        assert_check_holds(&db, &format!("{} after {point}", scenario.name));
+        assert_eq!(
+            state(&db),
+            expected,
+            "{} killed at {point} then rerun differs from one clean run",
+            scenario.name
+        );
+        let abandoned = db.scalar("SELECT COUNT(*) AS n FROM runs WHERE status = 'abandoned'");
+        table.push(format!(
+            "| {} | {point} | killed, rerun exit 0, check holds, tables equal ({} = {witness}) | {abandoned} |",
+            scenario.name, scenario.witness
+        ));
+    }
+    table
 }
 
 #[test]
