@@ -6,12 +6,14 @@
 //! paired lists are scored against each other.
 //!
 //! Whether that finds the neighbours is measured, not assumed: a sample of rows gets its exact
-//! top-k over all rows, and the smallest probe count whose pairs hold at least `MIN_COVERAGE`
-//! of those neighbours is chosen. When no probe count does within `MAX_WORK` of the exhaustive
-//! pass's pairs, there is no partition and the caller scores every pair. That is what happens on
-//! vectors without structure (uniform random unit vectors: a row's neighbours are spread over
-//! all lists), while embeddings of text, whose neighbours share a region, need a tenth of the
-//! pairs.
+//! top-k over all rows, and the smallest probe count whose pairs miss at most `MAX_MISS` of
+//! those neighbours (99% upper bound) is chosen. When no probe count does within `MAX_WORK` of
+//! the exhaustive pass's pairs, there is no partition and the caller scores every pair. That is
+//! what happens on vectors without structure (uniform random unit vectors: a row's neighbours
+//! are spread over all lists), while embeddings of text, whose neighbours share a region, need
+//! a tenth of the pairs. The first `SCREEN_QUERIES` check rows are searched first: when even
+//! the widest pairing allowed surely misses too many of theirs (99% lower bound), the
+//! partition is refused without searching for the others' neighbours.
 //!
 //! Deterministic: the same vectors give the same lists and pairs (fixed sample, fixed starting
 //! centroids, sums in row order, ties to the lower index).
@@ -32,6 +34,9 @@ const SAMPLE_PER_LIST: usize = 32;
 const ITERATIONS: usize = 6;
 /// Rows whose exact neighbours decide the probe count.
 const CHECK_QUERIES: usize = 512;
+/// The first check rows, whose neighbours can refuse a partition alone (the rest are then
+/// not searched).
+const SCREEN_QUERIES: usize = 128;
 /// The share of exact neighbours the paired lists may miss: a partition is chosen when the
 /// check rows' miss rate is below it with 99% confidence (mean + 2.33 standard errors over
 /// the check rows, whose misses come in clumps: one row far from its list misses several).
@@ -61,9 +66,10 @@ pub struct Plan {
     /// The chosen probe count; `None` when no count reached the coverage within the work
     /// limit (then every pair is scored).
     pub probes: Option<usize>,
-    /// Check rows whose exact top-k was compared, the share of those neighbours the chosen
-    /// pairs hold, and the 99% upper bound of the share missed (for `None`: the lowest bound
-    /// seen within the work limit).
+    /// Check rows whose exact top-k was compared (the first `SCREEN_QUERIES` alone when they
+    /// refused the partition; none when no probe count is within the work limit), the share
+    /// of those neighbours the chosen pairs hold, and the 99% upper bound of the share missed
+    /// (for `None`: the lowest bound seen within the work limit).
     pub sample_queries: usize,
     pub sample_coverage: f64,
     pub miss_bound: Option<f64>,
@@ -115,55 +121,73 @@ pub fn plan(
     if queries.is_empty() {
         queries = spread(rows, CHECK_QUERIES.min(rows));
     }
-    // Their exact neighbours, and the lists of the sample, the checks and the neighbours.
-    let truth = exact_top_k(vectors, dim, &queries, k, dot4);
     let sample_lists: Vec<usize> = sampled.par_iter().map(|&i| nearest_list(row(i))).collect();
     let mut sample_sizes = vec![0usize; lists];
     sample_lists.iter().for_each(|&l| sample_sizes[l] += 1);
-    let list_of_query: Vec<usize> = queries.par_iter().map(|&i| nearest_list(row(i))).collect();
-    let list_of_truth: Vec<Vec<usize>> = truth
-        .par_iter()
-        .map(|found| found.iter().map(|&(_, i)| nearest_list(row(i))).collect())
-        .collect();
-
     let order = centroid_order(&centroids, dim, lists, dot);
-    let mut plan = Plan {
-        lists,
-        probes: None,
-        sample_queries: queries.len(),
-        sample_coverage: 0.0,
-        miss_bound: None,
-        work_fraction: 1.0,
-        seconds: 0.0,
-    };
-    let mut chosen = None;
+    // The probe counts the work limit allows, smallest first (each pairs more lists).
+    let mut candidates: Vec<(usize, Vec<bool>, f64)> = Vec::new();
     for probes in PROBES.into_iter().filter(|&p| p < lists) {
         let paired = paired_lists(&order, lists, probes);
         let work = work_fraction(&paired, &sample_sizes);
         if work > MAX_WORK {
             break;
         }
-        // Per check row: the share of its exact neighbours outside the paired lists.
-        let missed: Vec<f64> = list_of_query
-            .iter()
-            .zip(&list_of_truth)
-            .map(|(&a, bs)| {
-                let out = bs.iter().filter(|&&b| !paired[a * lists + b]).count();
-                out as f64 / bs.len().max(1) as f64
-            })
+        candidates.push((probes, paired, work));
+    }
+    let mut plan = Plan {
+        lists,
+        probes: None,
+        sample_queries: 0,
+        sample_coverage: 0.0,
+        miss_bound: None,
+        work_fraction: 1.0,
+        seconds: 0.0,
+    };
+    // The check rows' exact neighbours and the lists they fall in: the first `SCREEN_QUERIES`
+    // first. Where even the widest allowed pairing surely misses too many of theirs (the 99%
+    // lower bound above the limit), no smaller sample could pass, and the other rows' exact
+    // search (most of the plan's time) is not paid for.
+    let lists_of = |queries: &[usize]| {
+        let truth = exact_top_k(vectors, dim, queries, k, dot4);
+        let of_query: Vec<usize> = queries.par_iter().map(|&i| nearest_list(row(i))).collect();
+        let of_truth: Vec<Vec<usize>> = truth
+            .par_iter()
+            .map(|found| found.iter().map(|&(_, i)| nearest_list(row(i))).collect())
             .collect();
-        let n = missed.len().max(1) as f64;
-        let mean = missed.iter().sum::<f64>() / n;
-        let variance = missed.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
-        // No less than one row in n: no misses among the check rows does not prove none.
-        let bound = mean + (Z_99 * (variance / n).sqrt()).max(1.0 / n);
+        (of_query, of_truth)
+    };
+    let Some((_, widest, widest_work)) = candidates.last() else {
+        plan.seconds = started.elapsed().as_secs_f64();
+        return (None, plan);
+    };
+    let screened = SCREEN_QUERIES.min(queries.len());
+    let (mut list_of_query, mut list_of_truth) = lists_of(&queries[..screened]);
+    let screen = Misses::of(widest, lists, &list_of_query, &list_of_truth);
+    if screen.lower_bound() > MAX_MISS {
+        plan.sample_queries = screened;
+        plan.sample_coverage = 1.0 - screen.mean;
+        plan.miss_bound = Some(screen.upper_bound());
+        plan.work_fraction = *widest_work;
+        plan.seconds = started.elapsed().as_secs_f64();
+        return (None, plan);
+    }
+    let (rest_query, rest_truth) = lists_of(&queries[screened..]);
+    list_of_query.extend(rest_query);
+    list_of_truth.extend(rest_truth);
+    plan.sample_queries = queries.len();
+
+    let mut chosen = None;
+    for (probes, paired, work) in candidates {
+        let misses = Misses::of(&paired, lists, &list_of_query, &list_of_truth);
+        let bound = misses.upper_bound();
         if plan.miss_bound.is_none_or(|b| bound < b) {
-            plan.sample_coverage = 1.0 - mean;
+            plan.sample_coverage = 1.0 - misses.mean;
             plan.miss_bound = Some(bound);
         }
         plan.work_fraction = work;
         if bound <= MAX_MISS {
-            plan.sample_coverage = 1.0 - mean;
+            plan.sample_coverage = 1.0 - misses.mean;
             plan.miss_bound = Some(bound);
             plan.probes = Some(probes);
             chosen = Some(paired);
@@ -209,6 +233,46 @@ pub fn plan(
         }),
         plan,
     )
+}
+
+/// Per check row, the share of its exact neighbours outside the lists paired with its own:
+/// their mean and the standard error of the mean.
+struct Misses {
+    mean: f64,
+    standard_error: f64,
+    rows: f64,
+}
+
+impl Misses {
+    fn of(paired: &[bool], lists: usize, of_query: &[usize], of_truth: &[Vec<usize>]) -> Misses {
+        let missed: Vec<f64> = of_query
+            .iter()
+            .zip(of_truth)
+            .map(|(&a, bs)| {
+                let out = bs.iter().filter(|&&b| !paired[a * lists + b]).count();
+                out as f64 / bs.len().max(1) as f64
+            })
+            .collect();
+        let n = missed.len().max(1) as f64;
+        let mean = missed.iter().sum::<f64>() / n;
+        let variance = missed.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+        Misses {
+            mean,
+            standard_error: (variance / n).sqrt(),
+            rows: n,
+        }
+    }
+
+    /// The 99% upper bound of the miss rate, never less than one row in n above the mean: no
+    /// misses among the check rows does not prove none.
+    fn upper_bound(&self) -> f64 {
+        self.mean + (Z_99 * self.standard_error).max(1.0 / self.rows)
+    }
+
+    /// The 99% lower bound of the miss rate.
+    fn lower_bound(&self) -> f64 {
+        self.mean - Z_99 * self.standard_error
+    }
 }
 
 /// `count` indices spread evenly over `0..rows`.
@@ -460,6 +524,8 @@ pub(crate) mod tests {
             partition.unwrap_or_else(|| panic!("grouped rows are partitioned: {plan:?}"));
         assert!(plan.miss_bound.unwrap() <= MAX_MISS, "{plan:?}");
         assert!(plan.work_fraction < MAX_WORK, "{plan:?}");
+        // Chosen on every check row, not on the screen alone.
+        assert_eq!(plan.sample_queries, CHECK_QUERIES);
         // Every row is in exactly one list; lists are sorted; pairs are ordered and unique.
         let mut seen = vec![0u8; 20_000];
         for list in &partition.lists {
@@ -486,6 +552,8 @@ pub(crate) mod tests {
         assert!(partition.is_none(), "{plan:?}");
         assert_eq!(plan.probes, None);
         assert!(plan.miss_bound.unwrap() > MAX_MISS, "{plan:?}");
+        // Refused on the first check rows: the others' exact neighbours were not searched.
+        assert_eq!(plan.sample_queries, SCREEN_QUERIES, "{plan:?}");
     }
 
     #[test]
