@@ -145,8 +145,9 @@ pub fn plan(
         seconds: 0.0,
     };
     // The check rows' exact neighbours and the lists they fall in: the first `SCREEN_QUERIES`
-    // first. Where even the widest allowed pairing surely misses too many of theirs (the 99%
-    // lower bound above the limit), no smaller sample could pass, and the other rows' exact
+    // first. Where even the widest allowed pairing (a narrower one pairs a subset of its
+    // lists, so misses at least as much) surely misses too many of theirs (the 99% lower bound
+    // above the limit), the check as a whole would refuse too, and the other rows' exact
     // search (most of the plan's time) is not paid for.
     let lists_of = |queries: &[usize]| {
         let truth = exact_top_k(vectors, dim, queries, k, dot4);
