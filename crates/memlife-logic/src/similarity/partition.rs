@@ -558,6 +558,34 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_nearest_centroid_is_the_best_scoring_one_for_any_count() {
+        // Four centroids at a time, then the remainder one by one: every count of centroids
+        // (whole groups of four, a remainder, fewer than four) gives the naive argmax.
+        let dim = 24;
+        let rows = random_unit_rows(40, dim, 13);
+        let dots = Dots {
+            one: dot,
+            four: dot4_f32(),
+        };
+        for count in 1..=11 {
+            let centroids = random_unit_rows(count, dim, 100 + count as u64);
+            for v in rows.chunks_exact(dim) {
+                let naive = (0..count)
+                    .max_by(|&a, &b| {
+                        let score = |c: usize| dot(v, &centroids[c * dim..(c + 1) * dim]);
+                        score(a).total_cmp(&score(b)).then(b.cmp(&a))
+                    })
+                    .unwrap();
+                assert_eq!(
+                    nearest(v, &centroids, dim, dots),
+                    naive,
+                    "{count} centroids"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn the_sample_truth_is_the_exact_top_k() {
         let dim = 16;
         let data = random_unit_rows(5000, dim, 9);
