@@ -654,6 +654,7 @@ pub(crate) fn all_pairs_neighbours(
             ),
             None => tracing::info!(
                 rows,
+                check_rows = plan.sample_queries,
                 best_check_coverage = plan.sample_coverage,
                 "all-pairs search scored every pair: no partition held the check rows' neighbours"
             ),
