@@ -58,6 +58,9 @@ pub struct Config {
     /// Candidates, confidence and operations of `memlife integrate`.
     #[serde(default)]
     pub integrate: crate::logic::integrate::IntegrateParams,
+    /// The ranking of `memlife recall`: each signal's weight, the candidate pool, widening.
+    #[serde(default)]
+    pub recall: crate::logic::recall::RecallParams,
     /// The session-start block of `memlife summaries inject`.
     #[serde(default)]
     pub summaries: crate::logic::summaries::SummaryParams,
@@ -319,6 +322,7 @@ impl Config {
         self.scores.validate().map_err(anyhow::Error::msg)?;
         self.cluster.validate().map_err(anyhow::Error::msg)?;
         self.summaries.validate().map_err(anyhow::Error::msg)?;
+        self.recall.validate().map_err(anyhow::Error::msg)?;
         for (model, t) in &self.thresholds {
             for (key, value) in [
                 ("link", t.link),

@@ -66,7 +66,7 @@ async fn timed(
     queries: &[Vec<f32>],
     activate: bool,
 ) -> Result<serde_json::Value> {
-    let scores = crate::logic::scores::ScoreParams::default();
+    let config = crate::config::Config::default();
     let now = chrono::Utc::now().timestamp_micros();
     let mut times = Vec::with_capacity(queries.len());
     let mut returned = 0usize;
@@ -83,10 +83,11 @@ async fn timed(
             reason: false,
             judge: None,
             now: None,
+            explain: false,
             embedder: Default::default(),
         };
         let began = Instant::now();
-        let report = recall(store, &scores, &args, MODEL, q.clone(), now + i as i64).await?;
+        let report = recall(store, &config, &args, MODEL, q.clone(), now + i as i64).await?;
         times.push(began.elapsed().as_secs_f64() * 1000.0);
         returned += report.memories.len();
     }

@@ -60,6 +60,10 @@ pub enum EvalCommand {
     /// Relative-date resolution on LoCoMo's temporal questions: accuracy, coverage, and
     /// every failure listed.
     Temporal(super::eval_temporal::TemporalEvalArgs),
+    /// What recall returns on LoCoMo conversations (observations as memories): hit@k,
+    /// evidence recall@k and MRR for `recall` and plain cosine, overall and per category;
+    /// `--maintain` runs the nightly jobs and scores again.
+    Recall(super::eval_recall::RecallEvalArgs),
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -472,6 +476,7 @@ pub async fn run(app: &App, args: &EvalArgs, out: &mut dyn Write) -> Result<Exit
             super::eval_integrate::run(args, app.json, out).map(|()| ExitStatus::Success)
         }
         EvalCommand::Temporal(args) => super::eval_temporal::run(args, app.json, out),
+        EvalCommand::Recall(args) => super::eval_recall::run(app, args, out).await,
     }
 }
 

@@ -15,6 +15,7 @@ pub mod check;
 pub mod eval;
 pub mod eval_entities;
 pub mod eval_integrate;
+pub mod eval_recall;
 pub mod eval_temporal;
 pub mod export;
 pub mod history;

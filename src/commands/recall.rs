@@ -15,13 +15,14 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{Result, anyhow, bail};
+use arrow::array::{Array, AsArray};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::app::App;
 use crate::embedders::{Embedded, EmbedderArgs};
 use crate::exit::ExitStatus;
-use crate::logic::recall::{Candidate, Mode, rank, rank_score};
+use crate::logic::recall::{Candidate, Mode, Signals, parts, rank, rank_score};
 use crate::logic::scores::{ScoreInput, State, Ttl, on_access, score};
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::MEMORIES;
@@ -63,6 +64,10 @@ pub struct RecallArgs {
     /// The recall's clock (RFC 3339); default the current time.
     #[arg(long)]
     pub now: Option<String>,
+    /// Show each signal's part in each result's score (similarity, lexical, entity, time,
+    /// salience, recency: weight x signal, summing to the score).
+    #[arg(long)]
+    pub explain: bool,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
 }
@@ -70,9 +75,12 @@ pub struct RecallArgs {
 #[derive(Serialize)]
 pub struct Recalled {
     rank: usize,
-    id: String,
+    pub id: String,
     score: f64,
     similarity: f64,
+    /// Each signal's part in the score (`--explain`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    explain: Option<Signals>,
     tier: String,
     state: String,
     #[serde(skip)]
@@ -97,7 +105,10 @@ pub struct Report {
     pub activated: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<crate::logic::recall::ReasonedAnswer>,
-    notes: Vec<String>,
+    pub notes: Vec<String>,
+    /// Every candidate ranked, with its signals unweighted (what `eval recall` tunes on).
+    #[serde(skip)]
+    pub pool: Vec<(String, Signals)>,
 }
 
 const COLUMNS: &[&str] = &[
@@ -110,9 +121,293 @@ const COLUMNS: &[&str] = &[
     "importance",
     "created_at",
     "last_accessed_at",
+    "happens_at",
     "superseded_by",
-    "_distance",
 ];
+
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// A candidate memory as read, with its similarity and BM25 share.
+struct Found {
+    id: String,
+    text: String,
+    kind: String,
+    tier: String,
+    state: String,
+    salience: f64,
+    created_at: i64,
+    last_access: Option<i64>,
+    happens_at: Option<i64>,
+    superseded_by: Option<String>,
+    similarity: f64,
+    lexical: f64,
+    /// The memory's vector, unit length (empty when it has none).
+    vector: Vec<f32>,
+    /// The dates the text names, resolved against when it was written.
+    resolved: Vec<crate::logic::temporal::Resolution>,
+}
+
+impl Found {
+    fn of(r: &Map<String, Value>) -> Found {
+        let created_at = time_of(r, "created_at").unwrap_or(0);
+        let said = chrono::DateTime::from_timestamp_micros(created_at)
+            .map(|d| d.date_naive())
+            .unwrap_or_default();
+        let text = text_of(r, "text");
+        Found {
+            id: text_of(r, "id"),
+            resolved: crate::logic::temporal::resolve(&text, said),
+            text,
+            kind: text_of(r, "kind"),
+            tier: text_of(r, "tier"),
+            state: text_of(r, "state"),
+            salience: r
+                .get("salience")
+                .and_then(Value::as_f64)
+                .or_else(|| r.get("importance").and_then(Value::as_f64))
+                .unwrap_or(0.0),
+            created_at,
+            last_access: time_of(r, "last_accessed_at"),
+            happens_at: time_of(r, "happens_at"),
+            superseded_by: r
+                .get("superseded_by")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            similarity: 0.0,
+            lexical: 0.0,
+            vector: Vec::new(),
+        }
+    }
+
+    /// The days the memory is about: when it happens, the dates its text names, else the day
+    /// it was written.
+    fn dates(&self) -> Vec<(chrono::NaiveDate, chrono::NaiveDate)> {
+        let day = |t: i64| {
+            chrono::DateTime::from_timestamp_micros(t)
+                .map(|d| d.date_naive())
+                .unwrap_or_default()
+        };
+        let mut out: Vec<_> = self
+            .resolved
+            .iter()
+            .filter(|r| !r.implied)
+            .map(|r| (r.start, r.end))
+            .collect();
+        if let Some(h) = self.happens_at {
+            out.push((day(h), day(h)));
+        }
+        if out.is_empty() {
+            out.push((day(self.created_at), day(self.created_at)));
+        }
+        out
+    }
+}
+
+/// The recall's filter: the user's memories of the query's model in `tiers`, live unless
+/// exhaustive, current unless `--history`, or as they were at `--as-of`.
+fn filter(args: &RecallArgs, model: &str, tiers: &[&str], now: i64, as_of: Option<i64>) -> String {
+    let tiers: Vec<String> = tiers.iter().map(|t| t.to_string()).collect();
+    let mut filter = format!(
+        "user_id = {} AND embedding_model = {} AND tier IN ({})",
+        sql_string(&args.user),
+        sql_string(model),
+        sql_list(&tiers)
+    );
+    if !args.mode.archived() {
+        filter.push_str(" AND archived_at IS NULL AND state <> 'archived'");
+    }
+    match as_of {
+        Some(t) => filter.push_str(&format!(
+            " AND created_at <= {t} AND (valid_from IS NULL OR valid_from <= {t}) \
+             AND (valid_until IS NULL OR valid_until > {t})",
+            t = sql_timestamp(t)
+        )),
+        None if !args.history => filter.push_str(&format!(
+            " AND superseded_by IS NULL AND (valid_until IS NULL OR valid_until > {})",
+            sql_timestamp(now)
+        )),
+        None => {}
+    }
+    filter
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        ab += f64::from(*x) * f64::from(*y);
+        aa += f64::from(*x) * f64::from(*x);
+        bb += f64::from(*y) * f64::from(*y);
+    }
+    if aa == 0.0 || bb == 0.0 {
+        0.0
+    } else {
+        ab / (aa.sqrt() * bb.sqrt())
+    }
+}
+
+/// The candidates of one recall: the `pool` nearest by cosine and the `pool` best by BM25
+/// (Lance's full-text search on `text`), each with both signals.
+#[allow(clippy::too_many_arguments)]
+async fn candidates(
+    store: &Store,
+    args: &RecallArgs,
+    model: &str,
+    vector: &[f32],
+    now: i64,
+    as_of: Option<i64>,
+    tiers: &[&str],
+    pool: usize,
+    asked_times: &[(chrono::NaiveDate, chrono::NaiveDate)],
+) -> Result<Vec<Found>> {
+    let filter = filter(args, model, tiers, now, as_of);
+    let mut columns = COLUMNS.to_vec();
+    columns.extend(["embedding", "_distance"]);
+    let mut near = rows_and_vectors(
+        &store
+            .nearest_rows("memories", vector.to_vec(), pool, &filter, &columns)
+            .await?,
+    )?;
+    // A time the query names: the nearest of the memories written or happening then too.
+    if !asked_times.is_empty() {
+        let micros = |d: chrono::NaiveDate| {
+            d.and_time(chrono::NaiveTime::MIN)
+                .and_utc()
+                .timestamp_micros()
+        };
+        let within: Vec<String> = asked_times
+            .iter()
+            .map(|(s, e)| {
+                let (s, e) = (
+                    sql_timestamp(micros(*s)),
+                    sql_timestamp(micros(*e + chrono::Duration::days(1))),
+                );
+                format!(
+                    "(created_at >= {s} AND created_at < {e}) OR (happens_at >= {s} AND happens_at < {e})"
+                )
+            })
+            .collect();
+        let timed = format!("{filter} AND ({})", within.join(" OR "));
+        near.extend(rows_and_vectors(
+            &store
+                .nearest_rows("memories", vector.to_vec(), pool, &timed, &columns)
+                .await?,
+        )?);
+    }
+    let mut found: Vec<Found> = Vec::with_capacity(near.len() * 2);
+    let mut at: BTreeMap<String, usize> = BTreeMap::new();
+    for (r, v) in near {
+        let mut f = Found::of(&r);
+        if at.contains_key(&f.id) {
+            continue;
+        }
+        f.similarity = 1.0 - f64_of(&r, "_distance");
+        f.vector = v;
+        at.insert(f.id.clone(), found.len());
+        found.push(f);
+    }
+    let mut columns = COLUMNS.to_vec();
+    columns.extend(["embedding", "_score"]);
+    let lexical = rows_and_vectors(
+        &store
+            .text_search_rows("memories", "text", &args.query, pool, &filter, &columns)
+            .await?,
+    )?;
+    let mut best = 0.0f64;
+    let mut scored: Vec<(usize, f64)> = Vec::new();
+    for (r, v) in lexical {
+        let score = f64_of(&r, "_score");
+        best = best.max(score);
+        let id = text_of(&r, "id");
+        let index = match at.get(&id) {
+            Some(&index) => index,
+            None => {
+                let mut f = Found::of(&r);
+                f.similarity = cosine(vector, &v);
+                f.vector = v;
+                at.insert(id, found.len());
+                found.push(f);
+                found.len() - 1
+            }
+        };
+        scored.push((index, score));
+    }
+    if best > 0.0 {
+        for (index, score) in scored {
+            found[index].lexical = score / best;
+        }
+    }
+    Ok(found)
+}
+
+/// Rows as JSON (without their vector) and each row's vector, unit length (empty when null).
+fn rows_and_vectors(
+    batches: &[arrow::array::RecordBatch],
+) -> Result<Vec<(Map<String, Value>, Vec<f32>)>> {
+    let mut out = Vec::new();
+    for batch in batches {
+        let schema = batch.schema();
+        let keep: Vec<usize> = (0..schema.fields().len())
+            .filter(|&i| schema.field(i).name() != "embedding")
+            .collect();
+        let rows = json_rows(std::slice::from_ref(&batch.project(&keep)?));
+        let vectors = batch
+            .column_by_name("embedding")
+            .and_then(|c| c.as_fixed_size_list_opt().cloned());
+        for (i, row) in rows.into_iter().enumerate() {
+            let mut v: Vec<f32> = match &vectors {
+                Some(e) if e.is_valid(i) => e
+                    .value(i)
+                    .as_primitive_opt::<arrow::datatypes::Float32Type>()
+                    .map(|p| p.values().to_vec())
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            if norm > 0.0 {
+                v.iter_mut().for_each(|x| *x /= norm);
+            } else {
+                v.clear();
+            }
+            out.push((row, v));
+        }
+    }
+    Ok(out)
+}
+
+/// The user's live entities whose name or an alias the query names: (id, name).
+async fn named_entities(store: &Store, user: &str, query: &str) -> Result<Vec<(String, String)>> {
+    let rows = json_rows(
+        &store
+            .scan_columns(
+                "entities",
+                Some(&format!(
+                    "user_id = {} AND archived_at IS NULL",
+                    sql_string(user)
+                )),
+                &["id", "name", "aliases"],
+            )
+            .await?,
+    );
+    let mut names: Vec<(usize, String)> = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        names.push((i, text_of(r, "name")));
+        for alias in crate::store::list_of(r.get("aliases").unwrap_or(&Value::Null)) {
+            names.push((i, alias));
+        }
+    }
+    let texts: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
+    let mut out: Vec<(String, String)> = Vec::new();
+    for hit in crate::logic::recall::named_in(query, &texts) {
+        let r = &rows[names[hit].0];
+        let id = text_of(r, "id");
+        if !out.iter().any(|(x, _)| *x == id) {
+            out.push((id, text_of(r, "name")));
+        }
+    }
+    Ok(out)
+}
 
 /// Columns the activation changes.
 const ACTIVATED: &[&str] = &[
@@ -262,7 +557,7 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
             mode: Some(crate::llm::Mode::Online),
         },
     )?;
-    let mut report = recall(store, &config.scores, args, &model, vector, now).await?;
+    let mut report = recall(store, config, args, &model, vector, now).await?;
     if args.reason || crate::logic::recall::is_date_question(&args.query) {
         reason(&llm, &mut report, now).await;
     }
@@ -273,67 +568,30 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
 /// One recall with the query embedded already (`model` made `vector`), at clock `now`.
 pub async fn recall(
     store: &Store,
-    scores: &crate::logic::scores::ScoreParams,
+    config: &crate::config::Config,
     args: &RecallArgs,
     model: &str,
     vector: Vec<f32>,
     now: i64,
 ) -> Result<Report> {
+    let params = &config.recall;
+    let scores = &config.scores;
     let as_of = match &args.as_of {
         Some(t) => {
             Some(parse_timestamp(t).ok_or_else(|| anyhow!("--as-of {t:?} is not RFC 3339"))?)
         }
         None => None,
     };
-    let tiers: Vec<String> = args.mode.tiers().iter().map(|t| t.to_string()).collect();
-    let mut filter = format!(
-        "user_id = {} AND embedding_model = {} AND tier IN ({})",
-        sql_string(&args.user),
-        sql_string(model),
-        sql_list(&tiers)
-    );
-    if !args.mode.archived() {
-        filter.push_str(" AND archived_at IS NULL AND state <> 'archived'");
-    }
-    match as_of {
-        Some(t) => filter.push_str(&format!(
-            " AND created_at <= {t} AND (valid_from IS NULL OR valid_from <= {t}) \
-             AND (valid_until IS NULL OR valid_until > {t})",
-            t = sql_timestamp(t)
-        )),
-        None if !args.history => filter.push_str(&format!(
-            " AND superseded_by IS NULL AND (valid_until IS NULL OR valid_until > {})",
-            sql_timestamp(now)
-        )),
-        None => {}
-    }
-    // Ranking reorders the nearest: read a few times k of them.
-    let found = json_rows(
-        &store
-            .nearest_rows("memories", vector, args.k * 5, &filter, COLUMNS)
-            .await?,
-    );
-    let candidates: Vec<Candidate> = found
-        .iter()
-        .map(|r| {
-            let salience = r
-                .get("salience")
-                .and_then(Value::as_f64)
-                .or_else(|| r.get("importance").and_then(Value::as_f64))
-                .unwrap_or(0.0);
-            let since = time_of(r, "last_accessed_at")
-                .or_else(|| time_of(r, "created_at"))
-                .unwrap_or(now);
-            Candidate {
-                similarity: 1.0 - f64_of(r, "_distance"),
-                salience,
-                age_days: (now - since) as f64 / 86_400e6,
-                created_at: time_of(r, "created_at").unwrap_or(0),
-                id: text_of(r, "id"),
-            }
-        })
-        .collect();
-    let order = rank(&candidates, args.k);
+    let today = chrono::DateTime::from_timestamp_micros(now)
+        .map(|d| d.date_naive())
+        .unwrap_or_default();
+    // A time the query names, resolved against the recall's clock.
+    let asked_times: Vec<(chrono::NaiveDate, chrono::NaiveDate)> =
+        crate::logic::temporal::resolve(&args.query, today)
+            .iter()
+            .filter(|r| !r.implied)
+            .map(|r| (r.start, r.end))
+            .collect();
     let mut report = Report {
         query: args.query.clone(),
         user: args.user.clone(),
@@ -344,33 +602,182 @@ pub async fn recall(
         activated: 0,
         answer: None,
         notes: Vec::new(),
+        pool: Vec::new(),
     };
+    let pool = params.pool(args.k);
+    let mut tiers: Vec<&str> = args.mode.tiers().to_vec();
+    let mut found = candidates(
+        store,
+        args,
+        model,
+        &vector,
+        now,
+        as_of,
+        &tiers,
+        pool,
+        &asked_times,
+    )
+    .await?;
+    if args.mode == Mode::Standard {
+        // Widening: standard mode searches cold memories too when the query names a time
+        // (what it asks about may have cooled since), or when no hot or warm candidate reaches
+        // `widen_below` (nothing strong where it looked).
+        let best = found.iter().map(|c| c.similarity).fold(f64::MIN, f64::max);
+        let why = if !asked_times.is_empty() {
+            Some("the query names a time".to_string())
+        } else if best < params.widen_below {
+            Some(format!(
+                "no hot or warm memory reaches cosine {:.2} (best {:.2})",
+                params.widen_below,
+                best.max(0.0)
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            tiers.push("cold");
+            found = candidates(
+                store,
+                args,
+                model,
+                &vector,
+                now,
+                as_of,
+                &tiers,
+                pool,
+                &asked_times,
+            )
+            .await?;
+            report
+                .notes
+                .push(format!("widened to cold memories: {why}"));
+        }
+    }
+    // Entities the query names, and the memories naming them (read only when they count).
+    let named = if params.entity > 0.0 {
+        named_entities(store, &args.user, &args.query).await?
+    } else {
+        Vec::new()
+    };
+    let mut naming: BTreeMap<String, usize> = BTreeMap::new();
+    if !named.is_empty() {
+        let rows = json_rows(
+            &store
+                .scan_columns(
+                    "memory_entities",
+                    Some(&format!(
+                        "user_id = {} AND entity_id IN ({})",
+                        sql_string(&args.user),
+                        sql_list(&named.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>())
+                    )),
+                    &["memory_id", "entity_id"],
+                )
+                .await?,
+        );
+        let mut pairs: std::collections::BTreeSet<(String, String)> = Default::default();
+        for r in rows {
+            pairs.insert((text_of(&r, "memory_id"), text_of(&r, "entity_id")));
+        }
+        for (memory, _) in pairs {
+            *naming.entry(memory).or_default() += 1;
+        }
+    }
+    let crowding = crate::logic::recall::crowding_of(
+        &found
+            .iter()
+            .map(|f| f.vector.as_slice())
+            .collect::<Vec<_>>(),
+        params.crowding_neighbours,
+    );
+    let ranked: Vec<Candidate> = found
+        .iter()
+        .zip(&crowding)
+        .map(|(f, &crowding)| Candidate {
+            similarity: f.similarity,
+            lexical: f.lexical,
+            entity: if named.is_empty() {
+                0.0
+            } else {
+                naming.get(&f.id).copied().unwrap_or(0) as f64 / named.len() as f64
+            },
+            time: if asked_times.is_empty() {
+                0.0
+            } else {
+                let about = f.dates();
+                f64::from(
+                    about
+                        .iter()
+                        .any(|(s, e)| asked_times.iter().any(|(qs, qe)| s <= qe && qs <= e)),
+                )
+            },
+            crowding,
+            salience: f.salience,
+            age_days: (now - f.last_access.unwrap_or(f.created_at)) as f64 / 86_400e6,
+            created_at: f.created_at,
+            id: f.id.clone(),
+        })
+        .collect();
+    let order = rank(params, args.mode, &ranked, args.k);
+    report.pool = ranked
+        .iter()
+        .map(|c| {
+            (
+                c.id.clone(),
+                Signals {
+                    similarity: c.similarity,
+                    lexical: c.lexical,
+                    entity: c.entity,
+                    time: c.time,
+                    crowding: c.crowding,
+                    salience: c.salience,
+                    recency: (-c.age_days.max(0.0) / params.recency_days).exp(),
+                },
+            )
+        })
+        .collect();
     for (n, &i) in order.iter().enumerate() {
-        let r = &found[i];
-        let created = time_of(r, "created_at").unwrap_or(now);
-        let said = chrono::DateTime::from_timestamp_micros(created)
-            .map(|d| d.date_naive())
-            .unwrap_or_default();
-        let when = crate::logic::temporal::resolve(&text_of(r, "text"), said)
+        let f = &found[i];
+        let c = &ranked[i];
+        let when = f
+            .resolved
             .iter()
             .map(|x| format!("{}: {}", x.expression, x.label()))
             .collect();
         report.memories.push(Recalled {
             rank: n + 1,
-            id: text_of(r, "id"),
-            score: (rank_score(&candidates[i]) * 1e4).round() / 1e4,
-            similarity: (candidates[i].similarity * 1e4).round() / 1e4,
-            tier: text_of(r, "tier"),
-            state: text_of(r, "state"),
-            kind: text_of(r, "kind"),
-            text: text_of(r, "text"),
-            created_at: format_timestamp(created),
+            id: f.id.clone(),
+            score: round4(rank_score(params, args.mode, c)),
+            similarity: round4(c.similarity),
+            explain: args.explain.then(|| {
+                let p = parts(params, args.mode, c);
+                Signals {
+                    similarity: round4(p.similarity),
+                    lexical: round4(p.lexical),
+                    entity: round4(p.entity),
+                    time: round4(p.time),
+                    crowding: round4(p.crowding),
+                    salience: round4(p.salience),
+                    recency: round4(p.recency),
+                }
+            }),
+            tier: f.tier.clone(),
+            state: f.state.clone(),
+            kind: f.kind.clone(),
+            text: f.text.clone(),
+            created_at: format_timestamp(f.created_at),
             when,
-            superseded_by: r
-                .get("superseded_by")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            superseded_by: f.superseded_by.clone(),
         });
+    }
+    if !named.is_empty() {
+        report.notes.push(format!(
+            "the query names {}",
+            named
+                .iter()
+                .map(|(_, n)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     if !args.no_activate && !report.memories.is_empty() {
         let key = format!(

@@ -137,6 +137,12 @@ pub const SCALAR_INDEXES: &[(&str, &str)] = &[
     ("entities", "id"),
 ];
 
+/// The full-text (BM25, Lance's inverted index) indexes recall searches beside vectors:
+/// lower-cased, English-stemmed words without stop words. Without one, Lance's full-text
+/// search scans the rows with the same tokenizer (right, slower); rows written since the
+/// index was built are scanned likewise until it is brought up to date.
+pub const TEXT_INDEXES: &[(&str, &str)] = &[("memories", "text")];
+
 /// What `refresh_scalar_indexes` did to one index.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ScalarIndexChange {
@@ -148,12 +154,18 @@ pub struct ScalarIndexChange {
 }
 
 impl Store {
-    /// Creates the missing `SCALAR_INDEXES` of tables holding at least `min_rows` rows, and
+    /// Creates the missing `SCALAR_INDEXES` and `TEXT_INDEXES` of tables holding at least `min_rows` rows, and
     /// folds rows written since into existing ones once `min_rows` of them are unindexed
     /// (Lance scans unindexed rows anyway, so a query is right either way; this keeps it fast).
     pub async fn refresh_scalar_indexes(&self, min_rows: usize) -> Result<Vec<ScalarIndexChange>> {
         let mut changes = Vec::new();
-        let mut tables: Vec<&str> = SCALAR_INDEXES.iter().map(|(t, _)| *t).collect();
+        let all: Vec<(&str, &str, bool)> = SCALAR_INDEXES
+            .iter()
+            .map(|(t, c)| (*t, *c, false))
+            .chain(TEXT_INDEXES.iter().map(|(t, c)| (*t, *c, true)))
+            .collect();
+        let mut tables: Vec<&str> = all.iter().map(|(t, _, _)| *t).collect();
+        tables.sort();
         tables.dedup();
         for name in tables {
             let table = self.table(name).await?;
@@ -163,13 +175,15 @@ impl Store {
             }
             let indices = table.list_indices().await?;
             let mut stale = false;
-            for (_, column) in SCALAR_INDEXES.iter().filter(|(t, _)| *t == name) {
+            for (_, column, text) in all.iter().filter(|(t, _, _)| *t == name) {
                 match indices.iter().find(|i| i.columns == [column.to_string()]) {
                     None => {
-                        table
-                            .create_index(&[*column], Index::BTree(Default::default()))
-                            .execute()
-                            .await?;
+                        let index = if *text {
+                            Index::FTS(Default::default())
+                        } else {
+                            Index::BTree(Default::default())
+                        };
+                        table.create_index(&[*column], index).execute().await?;
                         changes.push(ScalarIndexChange {
                             table: name.to_string(),
                             column: column.to_string(),
@@ -203,5 +217,35 @@ impl Store {
             }
         }
         Ok(changes)
+    }
+}
+
+impl Store {
+    /// The `limit` rows of `table` whose `column` best matches `query` by BM25 (Lance's
+    /// full-text search: through the inverted index when there is one, else a flat scan with
+    /// the same tokenizer), among those `filter` keeps (filtered first), with `columns` and
+    /// `_score`.
+    pub async fn text_search_rows(
+        &self,
+        table: &str,
+        column: &str,
+        query: &str,
+        limit: usize,
+        filter: &str,
+        columns: &[&str],
+    ) -> Result<Vec<RecordBatch>> {
+        use lancedb::index::scalar::FullTextSearchQuery;
+        let fts = FullTextSearchQuery::new(query.to_string())
+            .with_column(column.to_string())
+            .map_err(lancedb::Error::from)?;
+        let query = self
+            .table(table)
+            .await?
+            .query()
+            .full_text_search(fts)
+            .only_if(filter)
+            .limit(limit)
+            .select(Select::columns(columns));
+        Ok(query.execute().await?.try_collect().await?)
     }
 }

@@ -308,3 +308,207 @@ fn an_untrustworthy_answer_falls_back_to_the_offline_rules_and_says_why() {
         "the reason names what was wrong: {notes}"
     );
 }
+
+/// Two people named in one user's memories, and a cold memory of a dated trip.
+const NAMED: &str = r#"{"id":"ana","user_id":"n","text":"Ana plays the violin in an orchestra","tier":"hot","state":"active","created_at":"2025-01-01T08:00:00Z"}
+{"id":"ben","user_id":"n","text":"Ben plays the violin in an orchestra","tier":"hot","state":"active","created_at":"2025-01-02T08:00:00Z"}
+{"id":"trip","user_id":"n","text":"Ana went hiking in the Alps in March 2024","tier":"cold","state":"active","created_at":"2024-03-20T08:00:00Z"}
+"#;
+
+fn named_db(weights: &str) -> (TestDb, String) {
+    let db = TestDb::new();
+    let file = db.path("named.jsonl");
+    std::fs::write(&file, NAMED).unwrap();
+    for args in [
+        vec!["import", file.as_str()],
+        vec!["embed", "--embedder", "hash"],
+        vec!["entities"],
+    ] {
+        let out = db.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let config = db.path("memlife.toml");
+    std::fs::write(&config, format!("[recall]\n{weights}\n")).unwrap();
+    (db, config)
+}
+
+fn recall_named(db: &TestDb, config: &str, query: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "--json",
+        "--config",
+        config,
+        "recall",
+        query,
+        "--user",
+        "n",
+        "--embedder",
+        "hash",
+        "--no-activate",
+        "--explain",
+        "--now",
+        "2025-06-01T00:00:00Z",
+    ];
+    args.extend_from_slice(extra);
+    let out = db.run(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+#[test]
+fn a_person_the_query_names_ranks_their_memories_first_and_explain_shows_why() {
+    // Without the entity signal the two violinists tie on words; with it, the one asked
+    // about comes first whichever way the tie would break.
+    let (db, config) = named_db("similarity = 1.0\nentity = 0.5");
+    for (who, first) in [("Ana", "ana"), ("Ben", "ben")] {
+        let r = recall_named(
+            &db,
+            &config,
+            &format!("Who plays the violin, {who}?"),
+            &["--k", "2"],
+        );
+        let top = &r["memories"][0];
+        assert_eq!(top["id"], first, "{r}");
+        let parts = &top["explain"];
+        assert!(parts["entity"].as_f64().unwrap() > 0.49, "{parts}");
+        assert_eq!(r["memories"][1]["explain"]["entity"], 0.0, "{r}");
+        // The parts add up to the score.
+        let sum: f64 = [
+            "similarity",
+            "lexical",
+            "entity",
+            "time",
+            "salience",
+            "recency",
+        ]
+        .iter()
+        .map(|k| parts[*k].as_f64().unwrap())
+        .sum();
+        assert!((sum - top["score"].as_f64().unwrap()).abs() < 1e-3, "{top}");
+        assert!(r["notes"].to_string().contains(who), "{r}");
+    }
+}
+
+#[test]
+fn full_text_search_adds_a_memory_the_vectors_rank_low() {
+    // BM25 alone: a rare word the query shares ("orchestra") scores; the lexical part is
+    // the memory's BM25 over the query's best.
+    let (db, config) = named_db("similarity = 0.0\nlexical = 1.0");
+    let r = recall_named(&db, &config, "orchestra", &["--k", "3"]);
+    let lexical: Vec<f64> = r["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["explain"]["lexical"].as_f64().unwrap())
+        .collect();
+    assert_eq!(lexical.len(), 2, "hot memories only: {r}");
+    assert!(lexical.iter().all(|l| *l > 0.99), "{r}");
+}
+
+#[test]
+fn standard_mode_widens_to_cold_memories_when_the_query_names_a_time() {
+    let (db, config) = named_db("similarity = 1.0\ntime = 0.3");
+    let r = recall_named(
+        &db,
+        &config,
+        "Where did Ana go in March 2024?",
+        &["--k", "3"],
+    );
+    assert_eq!(r["memories"][0]["id"], "trip", "{r}");
+    assert!(r["memories"][0]["explain"]["time"].as_f64().unwrap() > 0.29);
+    assert!(r["notes"].to_string().contains("widened to cold"), "{r}");
+    // Without a time, nor a weak best match, standard mode stays in hot and warm.
+    let r = recall_named(&db, &config, "Ana plays the violin", &["--k", "3"]);
+    assert!(
+        r["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["tier"] == "hot"),
+        "{r}"
+    );
+}
+
+#[test]
+fn eval_recall_scores_recall_beside_cosine_on_conversations() {
+    let fixture = crate::common::fixture("conversations.json");
+    let out = crate::common::memlife(&[
+        "--json",
+        "eval",
+        "recall",
+        "--locomo",
+        fixture.to_str().unwrap(),
+        "--embedder",
+        "hash",
+        "--k",
+        "1,3",
+        "--misses",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(r["observations"], 8);
+    // Categories 1-4: six questions; the one whose evidence turn has no observation does
+    // not count; category 5 is not asked.
+    assert_eq!(r["questions_asked"], 6);
+    assert_eq!(r["questions_counted"], 5);
+    let before = &r["before"];
+    assert_eq!(before["live_memories"], 8);
+    for side in ["recall", "cosine"] {
+        let f = &before["overall"][side];
+        assert_eq!(f["questions"], 5, "{r}");
+        let (h1, h3) = (
+            f["hit"]["1"].as_f64().unwrap(),
+            f["hit"]["3"].as_f64().unwrap(),
+        );
+        assert!(h1 <= h3 && h3 <= 1.0, "{f}");
+        assert!(f["mrr"].as_f64().unwrap() >= h1, "{f}");
+    }
+    // Per category: multi-hop, open-domain and single-hop questions are present.
+    let per = before["per_category"].as_object().unwrap();
+    assert_eq!(
+        per.keys().cloned().collect::<Vec<_>>(),
+        ["1 multi-hop", "3 open-domain", "4 single-hop"]
+    );
+    assert_eq!(per["4 single-hop"]["recall"]["questions"], 3);
+    // Misses name both rankings' outcome.
+    for m in before["misses"].as_array().unwrap() {
+        assert!(
+            m["recall_found"] == false || m["cosine_found"] == false,
+            "{m}"
+        );
+    }
+}
+
+#[test]
+fn eval_recall_maintain_runs_the_nightly_jobs_and_scores_again() {
+    let fixture = crate::common::fixture("conversations.json");
+    let out = crate::common::memlife(&[
+        "--json",
+        "eval",
+        "recall",
+        "--locomo",
+        fixture.to_str().unwrap(),
+        "--embedder",
+        "hash",
+        "--maintain",
+        "--k",
+        "1,3",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let jobs = r["jobs"].as_object().unwrap();
+    for job in [
+        "link",
+        "cluster",
+        "consolidate",
+        "refine",
+        "embed",
+        "entities",
+        "scores",
+    ] {
+        let per_user = jobs[job].as_array().unwrap();
+        assert_eq!(per_user.len(), 2, "{job} ran for each conversation: {r}");
+        assert!(per_user.iter().all(|u| u["status"] == "done"), "{job}: {r}");
+    }
+    assert!(r["supersessions"].is_array());
+    assert_eq!(r["after"]["overall"]["recall"]["questions"], 5);
+}

@@ -11,6 +11,7 @@ pub mod hash;
 pub mod integrate;
 pub mod reading;
 pub mod recall;
+pub mod recall_eval;
 pub mod scores;
 pub mod similarity;
 pub mod summaries;

@@ -3,10 +3,12 @@
 //!
 //! - reflexive: hot memories only; standard (the default): hot and warm; deep: hot, warm and
 //!   cold; exhaustive: every tier, archived memories included.
-//! - rank = 0.70 x similarity + 0.20 x salience + 0.10 x recency, where similarity is the
-//!   cosine of the query and the memory, salience the stored salience (importance when a
-//!   memory has none), and recency exp(-days since last access, else creation, / 30). Ties go
-//!   to the newer memory, then the smaller id.
+//! - rank = a weighted sum of signals within [0, 1] (`RecallParams`, `parts`): the cosine of
+//!   the query and the memory; its BM25 score over the query's best; the share of the
+//!   entities the query names that it names; a time the query names overlapping a date it is
+//!   about; salience (importance when a memory has none) and recency exp(-days since last
+//!   access, else creation, / 30), weighted per mode. Ties go to the newer memory, then the
+//!   smaller id.
 //! - Reasoned answers offline (`answer_offline`): a date question ("when did", "what date",
 //!   "what day", "how long ago") is answered from the first recalled memory, in rank order,
 //!   whose text names a time (resolved against when it was written, `logic::temporal`); with
@@ -40,16 +42,141 @@ impl Mode {
     }
 }
 
-pub const SIMILARITY_WEIGHT: f64 = 0.70;
-pub const SALIENCE_WEIGHT: f64 = 0.20;
-pub const RECENCY_WEIGHT: f64 = 0.10;
-/// Days for recency to fall to 1/e.
-pub const RECENCY_DAYS: f64 = 30.0;
+/// The ranking's weights and the candidate pool (`[recall]` in memlife.toml). Each default was
+/// chosen by `memlife eval recall` on the LoCoMo dev split (EVALUATION.md, "Recall on real
+/// conversations"), which names the figure behind each.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecallParams {
+    /// Weight of the cosine of the query and the memory.
+    pub similarity: f64,
+    /// Weight of the memory's BM25 score (full-text index on `memories.text`), divided by the
+    /// best BM25 score of the query's matches.
+    pub lexical: f64,
+    /// Weight of the share of the people, places and things the query names (through
+    /// `entities`) that the memory names (through `memory_entities`).
+    pub entity: f64,
+    /// Weight of a time the query names overlapping a date the memory is about.
+    pub time: f64,
+    /// Weight taken off for crowding: the mean cosine of the memory and its
+    /// `crowding_neighbours` nearest other candidates. A memory near many of the candidates is
+    /// a generic one that resembles every query of its topic; the one that answers stands
+    /// apart (the hubness correction of CSLS, Conneau et al. 2018, over the candidate pool).
+    pub crowding: f64,
+    pub crowding_neighbours: usize,
+    /// Weight of the stored salience (importance when none), per mode: reflexive, standard,
+    /// deep, exhaustive.
+    pub salience: [f64; 4],
+    /// Weight of recency, exp(-days since last access, else creation / recency_days), per mode.
+    pub recency: [f64; 4],
+    pub recency_days: f64,
+    /// Candidates read from each source (vector and full-text search) per result asked.
+    pub pool_per_result: usize,
+    /// Candidates read from each source, at least.
+    pub pool_min: usize,
+    /// Standard mode widens to cold memories when no hot or warm candidate reaches this cosine,
+    /// or when the query names a time.
+    pub widen_below: f64,
+}
+
+impl Default for RecallParams {
+    fn default() -> Self {
+        RecallParams {
+            similarity: 1.0,
+            lexical: 0.15,
+            entity: 0.0,
+            time: 0.2,
+            crowding: 0.5,
+            crowding_neighbours: 10,
+            salience: [0.0; 4],
+            recency: [0.0; 4],
+            recency_days: 30.0,
+            pool_per_result: 2,
+            pool_min: 50,
+            widen_below: 0.0,
+        }
+    }
+}
+
+impl RecallParams {
+    fn mode_index(mode: Mode) -> usize {
+        match mode {
+            Mode::Reflexive => 0,
+            Mode::Standard => 1,
+            Mode::Deep => 2,
+            Mode::Exhaustive => 3,
+        }
+    }
+
+    /// Candidates to read from each source for `k` results.
+    pub fn pool(&self, k: usize) -> usize {
+        (k * self.pool_per_result).max(self.pool_min).max(k)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let all = [
+            self.similarity,
+            self.lexical,
+            self.entity,
+            self.time,
+            self.crowding,
+        ]
+        .into_iter()
+        .chain(self.salience)
+        .chain(self.recency);
+        if all.into_iter().any(|w| !w.is_finite() || w < 0.0) {
+            return Err("[recall] weights must be finite and not negative".into());
+        }
+        if !(self.recency_days > 0.0) {
+            return Err("[recall] recency_days must be above 0".into());
+        }
+        if self.crowding_neighbours == 0 {
+            return Err("[recall] crowding_neighbours must be at least 1".into());
+        }
+        if self.pool_per_result == 0 {
+            return Err("[recall] pool_per_result must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What ranking reads of one candidate, each signal within [0, 1] (crowding within [-1, 1]);
+/// as parts of a score (`parts`), weight x signal, crowding's taken off.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Signals {
+    pub similarity: f64,
+    pub lexical: f64,
+    pub entity: f64,
+    pub time: f64,
+    pub crowding: f64,
+    pub salience: f64,
+    pub recency: f64,
+}
+
+impl Signals {
+    pub fn sum(&self) -> f64 {
+        self.similarity
+            + self.lexical
+            + self.entity
+            + self.time
+            + self.crowding
+            + self.salience
+            + self.recency
+    }
+}
 
 /// A candidate as ranking reads it.
 #[derive(Clone, Debug)]
 pub struct Candidate {
     pub similarity: f64,
+    /// BM25 over the query's best BM25 (0 when the full-text search did not find it).
+    pub lexical: f64,
+    /// Share of the query's named entities the memory names.
+    pub entity: f64,
+    /// 1 when a time the query names overlaps a date the memory is about.
+    pub time: f64,
+    /// The mean cosine of the memory and its nearest other candidates (`crowding_of`).
+    pub crowding: f64,
     pub salience: f64,
     /// Days since last access (else creation) at the recall's clock.
     pub age_days: f64,
@@ -58,25 +185,94 @@ pub struct Candidate {
     pub id: String,
 }
 
-pub fn rank_score(c: &Candidate) -> f64 {
-    let recency = (-c.age_days.max(0.0) / RECENCY_DAYS).exp();
-    SIMILARITY_WEIGHT * c.similarity
-        + SALIENCE_WEIGHT * c.salience.clamp(0.0, 1.0)
-        + RECENCY_WEIGHT * recency
+/// Each signal's part in the candidate's score (weight x signal); their sum is the score.
+pub fn parts(p: &RecallParams, mode: Mode, c: &Candidate) -> Signals {
+    let m = RecallParams::mode_index(mode);
+    let recency = (-c.age_days.max(0.0) / p.recency_days).exp();
+    Signals {
+        similarity: p.similarity * c.similarity,
+        lexical: p.lexical * c.lexical.clamp(0.0, 1.0),
+        entity: p.entity * c.entity.clamp(0.0, 1.0),
+        time: p.time * c.time.clamp(0.0, 1.0),
+        crowding: -p.crowding * c.crowding.clamp(-1.0, 1.0),
+        salience: p.salience[m] * c.salience.clamp(0.0, 1.0),
+        recency: p.recency[m] * recency,
+    }
+}
+
+pub fn rank_score(p: &RecallParams, mode: Mode, c: &Candidate) -> f64 {
+    parts(p, mode, c).sum()
+}
+
+/// Each candidate's crowding: the mean cosine of its vector and its `neighbours` nearest
+/// other candidates' (0 for a candidate without a vector, or alone). `vectors` are unit
+/// length or empty.
+pub fn crowding_of(vectors: &[&[f32]], neighbours: usize) -> Vec<f64> {
+    let n = vectors.len();
+    (0..n)
+        .map(|i| {
+            if vectors[i].is_empty() {
+                return 0.0;
+            }
+            let mut sims: Vec<f64> = (0..n)
+                .filter(|&j| j != i && !vectors[j].is_empty())
+                .map(|j| f64::from(crate::similarity::dot(vectors[i], vectors[j])))
+                .collect();
+            if sims.is_empty() {
+                return 0.0;
+            }
+            let take = neighbours.min(sims.len());
+            sims.select_nth_unstable_by(take - 1, |a, b| b.total_cmp(a));
+            sims[..take].iter().sum::<f64>() / take as f64
+        })
+        .collect()
 }
 
 /// The indexes of the `k` best candidates, best first.
-pub fn rank(candidates: &[Candidate], k: usize) -> Vec<usize> {
+pub fn rank(p: &RecallParams, mode: Mode, candidates: &[Candidate], k: usize) -> Vec<usize> {
+    let scores: Vec<f64> = candidates.iter().map(|c| rank_score(p, mode, c)).collect();
     let mut order: Vec<usize> = (0..candidates.len()).collect();
     order.sort_by(|&a, &b| {
         let (x, y) = (&candidates[a], &candidates[b]);
-        rank_score(y)
-            .total_cmp(&rank_score(x))
+        scores[b]
+            .total_cmp(&scores[a])
             .then(y.created_at.cmp(&x.created_at))
             .then(x.id.cmp(&y.id))
     });
     order.truncate(k);
     order
+}
+
+/// The entities a query names: the indexes of `names` (each an entity's name or alias, any
+/// case) that occur in the query as whole words. A one-word name of three letters or fewer
+/// counts only written with a capital, so "Al" names someone and "al" does not.
+pub fn named_in(query: &str, names: &[&str]) -> Vec<usize> {
+    let words: Vec<&str> = query
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '-'))
+        .map(|w| w.trim_end_matches("'s").trim_matches('\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let parts: Vec<String> = name
+            .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '-'))
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        if parts.is_empty() || parts.len() > lower.len() {
+            continue;
+        }
+        let short = parts.len() == 1 && parts[0].chars().count() <= 3;
+        let found = (0..=lower.len() - parts.len()).any(|at| {
+            lower[at..at + parts.len()] == parts[..]
+                && (!short || words[at].chars().next().is_some_and(char::is_uppercase))
+        });
+        if found {
+            out.push(i);
+        }
+    }
+    out
 }
 
 /// Questions about a time, which recall answers with a `ReasonedAnswer` by itself.
@@ -195,6 +391,10 @@ mod tests {
     fn c(id: &str, similarity: f64, salience: f64, age_days: f64) -> Candidate {
         Candidate {
             similarity,
+            lexical: 0.0,
+            entity: 0.0,
+            time: 0.0,
+            crowding: 0.0,
             salience,
             age_days,
             created_at: 0,
@@ -203,14 +403,97 @@ mod tests {
     }
 
     #[test]
-    fn similarity_leads_salience_and_recency_break_near_ties() {
+    fn each_mode_weighs_salience_and_recency_its_own_way() {
         let cands = [
             c("far", 0.40, 1.0, 0.0),
             c("close", 0.90, 0.1, 400.0),
             c("close-fresh", 0.88, 0.6, 1.0),
         ];
-        assert_eq!(rank(&cands, 3), vec![2, 1, 0]);
-        assert_eq!(rank(&cands, 1), vec![2]);
+        let mut p = RecallParams {
+            similarity: 0.7,
+            salience: [0.2, 0.0, 0.0, 0.0],
+            recency: [0.1, 0.0, 0.0, 0.0],
+            ..RecallParams::default()
+        };
+        assert_eq!(rank(&p, Mode::Reflexive, &cands, 3), vec![2, 1, 0]);
+        assert_eq!(rank(&p, Mode::Reflexive, &cands, 1), vec![2]);
+        // Standard mode weighs neither: the closest first.
+        assert_eq!(rank(&p, Mode::Standard, &cands, 3), vec![1, 2, 0]);
+        p.salience[1] = -1.0;
+        assert!(p.validate().is_err());
+    }
+
+    #[test]
+    fn the_parts_add_up_to_the_score() {
+        let p = RecallParams {
+            similarity: 0.6,
+            lexical: 0.2,
+            entity: 0.1,
+            time: 0.05,
+            crowding: 0.0,
+            salience: [0.05; 4],
+            recency: [0.1; 4],
+            ..RecallParams::default()
+        };
+        let mut x = c("x", 0.5, 0.4, 30.0);
+        x.lexical = 0.8;
+        x.entity = 1.0;
+        x.time = 1.0;
+        x.crowding = 0.5;
+        let s = parts(&p, Mode::Deep, &x);
+        let sum = s.similarity + s.lexical + s.entity + s.time + s.salience + s.recency;
+        assert!(
+            (sum - rank_score(&p, Mode::Deep, &x)).abs() < 1e-12,
+            "no crowding weight"
+        );
+        let q = RecallParams {
+            crowding: 0.4,
+            ..p.clone()
+        };
+        let s = parts(&q, Mode::Deep, &x);
+        assert!(
+            (s.crowding + 0.2).abs() < 1e-12,
+            "crowding is taken off: {s:?}"
+        );
+        assert!((s.sum() - rank_score(&q, Mode::Deep, &x)).abs() < 1e-12);
+        assert!((s.lexical - 0.16).abs() < 1e-12 && (s.entity - 0.1).abs() < 1e-12);
+        assert!((s.recency - 0.1 * (-1.0f64).exp()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_memory_among_many_alike_is_crowded_and_one_apart_is_not() {
+        let unit = |v: [f32; 3]| {
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.map(|x| x / n)
+        };
+        let generic = [
+            unit([1.0, 0.1, 0.0]),
+            unit([1.0, 0.0, 0.1]),
+            unit([1.0, 0.1, 0.1]),
+        ];
+        let apart = unit([0.0, 0.0, 1.0]);
+        let rows: Vec<&[f32]> = vec![&generic[0], &generic[1], &generic[2], &apart, &[]];
+        let c = crowding_of(&rows, 2);
+        assert!(c[0] > 0.95 && c[1] > 0.95 && c[2] > 0.95, "{c:?}");
+        assert!(c[3] < 0.2, "{c:?}");
+        assert_eq!(c[4], 0.0, "no vector, no crowding");
+        // One neighbour: the nearest alone.
+        let c1 = crowding_of(&rows, 1);
+        assert!(c1[3] >= c[3]);
+    }
+
+    #[test]
+    fn a_query_names_entities_as_whole_words() {
+        let names = ["Caroline", "Al", "New York", "orchestra"];
+        assert_eq!(
+            named_in("When did Caroline's mom visit New York?", &names),
+            [0, 2]
+        );
+        assert_eq!(named_in("Did Al paint?", &names), [1]);
+        // "al" in lower case is no name of three letters or fewer; "orchestras" is not
+        // "orchestra"; a longer name counts in any case.
+        assert!(named_in("two orchestras, al fresco", &names).is_empty());
+        assert_eq!(named_in("which ORCHESTRA does she like", &names), [3]);
     }
 
     #[test]
