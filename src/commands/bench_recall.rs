@@ -5,7 +5,11 @@
 //! vectors mean) and tiers in the proportions a used store has (40% hot, 30% warm, 20% cold,
 //! 10% archived); queries are random unit vectors too, embedded before the clock starts. The
 //! recalls are `memlife recall`'s own function, read only (`--no-activate`); a last set with
-//! activation measures the write a recall adds. Prints JSON for BENCHMARKS.md.
+//! activation measures the write a recall adds. Texts are eight words of a 5,000-word
+//! vocabulary and each query four of them, so the full-text search beside the vector search
+//! has postings to score: exact is a flat scan of vectors and text; indexed has the IVF_PQ
+//! index and the full-text and scalar indexes `index --scalar` builds. Prints JSON for
+//! BENCHMARKS.md.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -41,6 +45,14 @@ pub struct RecallBench {
     pub keep: Option<PathBuf>,
 }
 
+/// `n` words of the benchmark's vocabulary.
+fn words(state: &mut u64, n: usize) -> String {
+    (0..n)
+        .map(|_| format!("w{}", next(state) % 5000))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn unit_vector(state: &mut u64, dim: usize) -> Vec<f32> {
     let mut v: Vec<f32> = (0..dim)
         .map(|_| (next(state) % 2001) as f32 / 1000.0 - 1.0)
@@ -64,6 +76,7 @@ async fn timed(
     store: &Store,
     bench: &RecallBench,
     queries: &[Vec<f32>],
+    texts: &[String],
     activate: bool,
 ) -> Result<serde_json::Value> {
     let config = crate::config::Config::default();
@@ -73,7 +86,7 @@ async fn timed(
     let all = Instant::now();
     for (i, q) in queries.iter().enumerate() {
         let args = RecallArgs {
-            query: format!("bench query {i}"),
+            query: texts[i].clone(),
             user: "u0".into(),
             mode: Mode::Standard,
             k: bench.k,
@@ -118,7 +131,7 @@ async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
                 let tier = tiers[i % tiers.len()];
                 let archived = tier == "archived";
                 json!({"id": format!("m{i:07}"), "user_id": "u0",
-                       "text": format!("Synthetic memory {i} for the recall benchmark"),
+                       "text": words(&mut state, 8),
                        "tier": tier, "state": if archived { "archived" } else { "active" },
                        "archived_at": if archived { json!("2025-01-01T00:00:00Z") } else { json!(null) },
                        "salience": (i % 100) as f64 / 100.0,
@@ -138,7 +151,8 @@ async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
     let queries: Vec<Vec<f32>> = (0..bench.queries)
         .map(|_| unit_vector(&mut state, dim))
         .collect();
-    let exact = timed(&store, bench, &queries, false).await?;
+    let texts: Vec<String> = (0..bench.queries).map(|_| words(&mut state, 4)).collect();
+    let exact = timed(&store, bench, &queries, &texts, false).await?;
     let indexing = Instant::now();
     let partitions = ((bench.memories as f64).sqrt() as u32).clamp(1, 1024);
     store
@@ -152,11 +166,15 @@ async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
         )
         .await?;
     let index_s = indexing.elapsed().as_secs_f64();
-    let indexed = timed(&store, bench, &queries, false).await?;
+    let text_indexing = Instant::now();
+    store.refresh_scalar_indexes(1).await?;
+    let text_index_s = text_indexing.elapsed().as_secs_f64();
+    let indexed = timed(&store, bench, &queries, &texts, false).await?;
     let activated = timed(
         &store,
         bench,
         &queries[..bench.activated.min(queries.len())],
+        &texts,
         true,
     )
     .await?;
@@ -167,7 +185,8 @@ async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
         "mode": "standard",
         "build_seconds": build_s,
         "exact_search": exact,
-        "index": {"kind": "IVF_PQ", "partitions": partitions, "sub_vectors": 48, "build_seconds": index_s},
+        "index": {"kind": "IVF_PQ", "partitions": partitions, "sub_vectors": 48, "build_seconds": index_s,
+                  "full_text_and_scalar_build_seconds": text_index_s},
         "indexed_search": indexed,
         "indexed_with_activation": activated,
     }))

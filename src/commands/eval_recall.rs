@@ -446,11 +446,11 @@ fn maintain(db: &str, sample: &Sample, forward: &[String]) -> Result<Vec<(String
     ];
     for (job, extra) in jobs {
         let mut a: Vec<&str> = vec!["--db", db, "--json", job, "--user", &sample.id];
-        if !matches!(*job, "cluster") {
+        if matches!(*job, "consolidate" | "refine" | "scores") {
             a.extend(["--now", &now]);
         }
         a.extend(extra.iter());
-        if matches!(*job, "consolidate" | "embed" | "refine") {
+        if matches!(*job, "consolidate" | "embed" | "refine" | "entities") {
             a.extend(forward.iter().map(String::as_str));
         }
         let (report, _) = memlife(&a)?;

@@ -621,14 +621,15 @@ pub async fn recall(
     if args.mode == Mode::Standard {
         // Widening: standard mode searches cold memories too when the query names a time
         // (what it asks about may have cooled since), or when no hot or warm candidate reaches
-        // `widen_below` (nothing strong where it looked).
+        // the model's `recall` threshold (nothing strong where it looked).
+        let widen_below = f64::from(config.thresholds_for(model).0.recall);
         let best = found.iter().map(|c| c.similarity).fold(f64::MIN, f64::max);
         let why = if !asked_times.is_empty() {
             Some("the query names a time".to_string())
-        } else if best < params.widen_below {
+        } else if best < widen_below {
             Some(format!(
                 "no hot or warm memory reaches cosine {:.2} (best {:.2})",
-                params.widen_below,
+                widen_below,
                 best.max(0.0)
             ))
         } else {

@@ -137,8 +137,14 @@ fn restates(old: &Reading, newer: &Reading, p: &Pairing) -> bool {
 }
 
 /// The newer memory reports that a value of the same entity changed: a change cue, not in a
-/// plan, about the same entity, on a shared topic (a content word or a value in common, or
-/// numbers on both sides).
+/// plan, about the same entity and the same slot. The same slot: the newer memory names at
+/// least half of what the older one says (its content words), or a replacing cue stands
+/// between two different values ("moved to Tokyo" / "lives in Berlin"), or both give numbers
+/// of a shared word ("rent is 1200" / "rent went up to 1500"). Another activity of the same
+/// person ("is now part of the brigade" against "was impressed by the brigade's teamwork"), a
+/// new detail, or a related thing ended is not a change of the older memory's statement. An
+/// older memory that tells one event (an episode, a day or "ago") is never superseded: an
+/// event does not stop having happened.
 fn change_of(old: &Reading, newer: &Reading, p: &Pairing) -> Option<String> {
     let cue = newer.change.clone()?;
     if restates(old, newer, p) {
@@ -160,15 +166,27 @@ fn change_of(old: &Reading, newer: &Reading, p: &Pairing) -> Option<String> {
         "no longer",
     ]
     .contains(&cue.as_str());
-    // A weak cue ("now", "these days") is on topic only with a content word in common: a
-    // shared name alone ("German") does not make "wants replies in German from now on" an
-    // update of "is preparing for a German exam".
+    // A weak cue ("now", "these days") needs two content words in common: a shared name
+    // alone ("German") does not make "wants replies in German from now on" an update of "is
+    // preparing for a German exam".
     let weak = WEAK_CUES.contains(&cue.as_str());
-    let topic = p.shared > usize::from(weak)
-        || (p.shared_value && !weak)
-        || (numbers(old) && numbers(newer))
-        || (replaces && p.values_clash);
-    (p.same_entity && !newer.plan && topic).then_some(cue)
+    // Cues that also tell of other things ("raised money", "coconut oil instead of butter"):
+    // the newer memory must name at least half of what the older one says, or hold another
+    // value of a shared one, to be about the same slot. "new job" is about a job only when
+    // the older memory names one.
+    let loose = weak || matches!(cue.as_str(), "raised" | "instead");
+    let covers = p.shared > 0 && 2 * p.shared >= old.content.len();
+    let slot = match cue.strip_prefix("new ") {
+        Some(what) => old.words.iter().any(|w| w == what),
+        None => !loose || covers || (p.values_clash && p.shared_value),
+    };
+    let topic = slot
+        && (p.shared > usize::from(weak)
+            || (p.shared_value && !weak)
+            || (numbers(old) && numbers(newer))
+            || (replaces && p.values_clash));
+    let events = tells_event(old);
+    (p.same_entity && !newer.plan && topic && !events).then_some(cue)
 }
 
 /// Cues that end a state ("no longer", "sold"): the newer memory says the older one's
@@ -1597,5 +1615,60 @@ mod tests {
             assert_eq!(l.link_type, LinkType::Supersedes, "{new}");
             assert!(l.confidence < 0.8, "{new}: {}", l.reasoning);
         }
+    }
+
+    #[test]
+    fn another_activity_an_old_event_or_a_related_thing_is_no_supersession() {
+        // Written after the kinds of pairs the link job chained wrongly on real conversations:
+        // a later memory about another activity of the same person, an older memory that
+        // tells one event, a "new job" against a memory that names no job.
+        let apart = [
+            (
+                "Omar was impressed by the teamwork of the volunteers at the food bank.",
+                "Omar is now part of the neighbourhood cleanup crew and loves it.",
+            ),
+            (
+                "Omar values quiet evenings at home with his two dogs.",
+                "Omar took the dogs to the beach today and they are now asleep.",
+            ),
+            (
+                "Omar joined an online reading circle last week and finds it rewarding.",
+                "Omar is enjoying his new job and finds his colleagues supportive.",
+            ),
+            (
+                "Omar organised a toy drive for the children's ward.",
+                "Omar and his friends raised money for a new community garden.",
+            ),
+            (
+                "Omar ran his first half marathon last Sunday.",
+                "Omar no longer runs half marathons since his knee injury.",
+            ),
+        ];
+        for (old, new) in apart {
+            let r = classify(&memory("o", "03-01", old), &memory("n", "03-05", new));
+            assert_ne!(
+                r.classification,
+                Classification::Supersede,
+                "{new}: {}",
+                r.reasoning
+            );
+            let l = link(&memory("n", "03-05", new), &memory("o", "03-01", old));
+            assert_ne!(l.link_type, LinkType::Supersedes, "{new}: {}", l.reasoning);
+        }
+        // The same slot still changes: a job the older memory names.
+        let r = classify(
+            &memory(
+                "o",
+                "03-01",
+                "Omar works at the bakery on Elm Street as his job.",
+            ),
+            &memory("n", "03-05", "Omar started a new job at the Harbour Hotel."),
+        );
+        assert_eq!(
+            r.classification,
+            Classification::Supersede,
+            "{}",
+            r.reasoning
+        );
     }
 }

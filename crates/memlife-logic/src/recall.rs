@@ -74,9 +74,6 @@ pub struct RecallParams {
     pub pool_per_result: usize,
     /// Candidates read from each source, at least.
     pub pool_min: usize,
-    /// Standard mode widens to cold memories when no hot or warm candidate reaches this cosine,
-    /// or when the query names a time.
-    pub widen_below: f64,
 }
 
 impl Default for RecallParams {
@@ -93,7 +90,6 @@ impl Default for RecallParams {
             recency_days: 30.0,
             pool_per_result: 2,
             pool_min: 50,
-            widen_below: 0.0,
         }
     }
 }

@@ -19,7 +19,10 @@
 //!   anchor's week (Monday to Sunday); "next week": the week after it; "N weeks ago": the seven
 //!   days ending N weeks before the anchor.
 //! - month and year: last / this / next month or year, "N months / years ago": that calendar
-//!   month or year.
+//!   month or year; "a year ago" (about twelve months back) is told to the month, twelve
+//!   months before the anchor's. "last June" is the latest June before the anchor's month,
+//!   "next June" the first after it, "this June" the anchor year's; "June last year" (this,
+//!   next year) that month of the year before (the anchor's, the next).
 //! - "N days ago" (N a number or a word up to twenty, "a", "a couple of"): that day.
 //! - "just" before a verb in the past ("just got", "just launched"), "currently", "right
 //!   now": the anchor day (what was just done or is going on was told the day it happened).
@@ -384,8 +387,20 @@ pub fn resolve(text: &str, anchor: NaiveDate) -> Vec<Resolution> {
                         let (y, m) = shift_month(anchor, -n);
                         month_of(y, m)
                     }
+                    // "a year ago" is about twelve months back, told to the month; more
+                    // years are told to the year.
+                    "year" if n == 1 => {
+                        let (y, m) = shift_month(anchor, -12);
+                        month_of(y, m)
+                    }
                     "year" => year_of(anchor.year() - n as i32),
                     _ => None,
+                };
+                // "about a year ago": the hedge is part of the expression.
+                let from = if from >= 1 && matches!(w[from - 1].as_str(), "about" | "around") {
+                    from - 1
+                } else {
+                    from
                 };
                 push(&mut out, from, i + 2, r);
             }
@@ -402,7 +417,22 @@ pub fn resolve(text: &str, anchor: NaiveDate) -> Vec<Resolution> {
             let Some(target) = w.get(j) else { continue };
             let past = word == "last" || word == "past" || is(&w, i + 1, "past");
             let next = word == "next" || word == "coming" || is(&w, i + 1, "coming");
-            let r = if let Some(wd) = weekday(target) {
+            // ("this may" is a modal verb more often than a month.)
+            let r = if let Some(m) = month(target).filter(|_| target.len() > 3) {
+                // "last June": the latest June before the anchor's month; "next June": the
+                // first after it; "this June": the anchor's year's.
+                let back = i64::from(anchor.month()) - i64::from(m);
+                let by = if past {
+                    -(if back > 0 { back } else { back + 12 })
+                } else if next {
+                    let ahead = -back;
+                    if ahead > 0 { ahead } else { ahead + 12 }
+                } else {
+                    -back
+                };
+                let (y, m) = shift_month(anchor, by);
+                month_of(y, m)
+            } else if let Some(wd) = weekday(target) {
                 Some(day(if past {
                     last_weekday(anchor, wd)
                 } else if next {
@@ -584,6 +614,16 @@ pub fn resolve(text: &str, anchor: NaiveDate) -> Vec<Resolution> {
                 push(&mut out, i, to, NaiveDate::from_ymd_opt(y, m, d).map(day));
             } else if let Some(y) = w.get(i + 1).and_then(|x| year(x)) {
                 push(&mut out, i, i + 2, month_of(y, m));
+            } else if is(&w, i + 2, "year")
+                && let Some(by) = w.get(i + 1).and_then(|x| match x.as_str() {
+                    "last" => Some(-1),
+                    "this" => Some(0),
+                    "next" => Some(1),
+                    _ => None,
+                })
+            {
+                // "June last year", "in March next year"
+                push(&mut out, i, i + 3, month_of(anchor.year() + by, m));
             } else if word != "may"
                 && i >= 1
                 && matches!(w[i - 1].as_str(), "in" | "since" | "during")
@@ -763,6 +803,27 @@ mod tests {
         assert_eq!(one("two days ago I fell", a).0, "2023-05-06");
         assert_eq!(one("a couple of days ago", a).0, "2023-05-06");
         assert_eq!(one("The opening night is tomorrow", a).0, "2023-05-09");
+    }
+
+    #[test]
+    fn months_told_relative_to_the_anchor_and_a_year_ago_to_the_month() {
+        // Said on 2023-08-03.
+        let a = "2023-08-03";
+        let (s, e, g) = one("I started volunteering here about a year ago", a);
+        assert_eq!(
+            (s.as_str(), e.as_str(), g),
+            ("2022-08-01", "2022-08-31", Granularity::Month)
+        );
+        assert_eq!(one("we moved two years ago", a).0, "2021-01-01");
+        assert_eq!(one("We went there last June", a).0, "2023-06-01");
+        assert_eq!(one("We went there last September", a).0, "2022-09-01");
+        assert_eq!(one("the wedding is next June", a).0, "2024-06-01");
+        assert_eq!(one("the trip next September", a).0, "2023-09-01");
+        let (s, e, _) = one("I ran my first marathon in June last year", a);
+        assert_eq!((s.as_str(), e.as_str()), ("2022-06-01", "2022-06-30"));
+        assert_eq!(one("Maybe in March next year", a).0, "2024-03-01");
+        // "this may" is a modal verb.
+        assert!(resolve("this may take a while", d(a)).is_empty());
     }
 
     #[test]
