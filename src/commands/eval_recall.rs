@@ -526,7 +526,7 @@ pub async fn run(app: &App, args: &RecallEvalArgs, out: &mut dyn Write) -> Resul
         cli(&["init"], false)?;
         cli(&["import", &file.to_string_lossy()], false)?;
         cli(&["embed"], true)?;
-        cli(&["entities"], false)?;
+        cli(&["entities"], true)?;
     }
     let store = Store::open(&db).await?;
     let embedder: Embedder = app
