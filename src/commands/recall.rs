@@ -249,24 +249,19 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 
 /// The candidates of one recall: the `pool` nearest by cosine and the `pool` best by BM25
 /// (Lance's full-text search on `text`), each with both signals.
-#[allow(clippy::too_many_arguments)]
 async fn candidates(
     store: &Store,
-    args: &RecallArgs,
-    model: &str,
+    query: &str,
     vector: &[f32],
-    now: i64,
-    as_of: Option<i64>,
-    tiers: &[&str],
+    filter: &str,
     pool: usize,
     asked_times: &[(chrono::NaiveDate, chrono::NaiveDate)],
 ) -> Result<Vec<Found>> {
-    let filter = filter(args, model, tiers, now, as_of);
     let mut columns = COLUMNS.to_vec();
     columns.extend(["embedding", "_distance"]);
     let mut near = rows_and_vectors(
         &store
-            .nearest_rows("memories", vector.to_vec(), pool, &filter, &columns)
+            .nearest_rows("memories", vector.to_vec(), pool, filter, &columns)
             .await?,
     )?;
     // A time the query names: the nearest of the memories written or happening then too.
@@ -311,7 +306,7 @@ async fn candidates(
     columns.extend(["embedding", "_score"]);
     let lexical = rows_and_vectors(
         &store
-            .text_search_rows("memories", "text", &args.query, pool, &filter, &columns)
+            .text_search_rows("memories", "text", query, pool, filter, &columns)
             .await?,
     )?;
     let mut best = 0.0f64;
@@ -339,6 +334,44 @@ async fn candidates(
         }
     }
     Ok(found)
+}
+
+/// How well each of the memories `filter` keeps answers `query` (embedded as `vector`), by
+/// recall's own signals and weights (`[recall]`: cosine, BM25 share, crowding; no time, and no
+/// salience or recency, which the caller weighs itself), clamped to [0, 1]: the `limit` best
+/// candidates of each source. `summaries inject --project` ranks summaries by it.
+pub async fn relevance(
+    store: &Store,
+    params: &crate::logic::recall::RecallParams,
+    query: &str,
+    vector: &[f32],
+    filter: &str,
+    limit: usize,
+) -> Result<BTreeMap<String, f64>> {
+    let found = candidates(store, query, vector, filter, limit.max(1), &[]).await?;
+    let crowding = crate::logic::recall::crowding_of(
+        &found.iter().map(|f| f.vector.as_slice()).collect::<Vec<_>>(),
+        params.crowding_neighbours,
+    );
+    Ok(found
+        .iter()
+        .zip(crowding)
+        .map(|(f, crowding)| {
+            let c = Candidate {
+                similarity: f.similarity,
+                lexical: f.lexical,
+                entity: 0.0,
+                time: 0.0,
+                crowding,
+                salience: 0.0,
+                age_days: f64::INFINITY,
+                created_at: f.created_at,
+                id: f.id.clone(),
+            };
+            let score = rank_score(params, Mode::Deep, &c);
+            (f.id.clone(), score.clamp(0.0, 1.0))
+        })
+        .collect())
 }
 
 /// Rows as JSON (without their vector) and each row's vector, unit length (empty when null).
@@ -608,12 +641,9 @@ pub async fn recall(
     let mut tiers: Vec<&str> = args.mode.tiers().to_vec();
     let mut found = candidates(
         store,
-        args,
-        model,
+        &args.query,
         &vector,
-        now,
-        as_of,
-        &tiers,
+        &filter(args, model, &tiers, now, as_of),
         pool,
         &asked_times,
     )
@@ -639,12 +669,9 @@ pub async fn recall(
             tiers.push("cold");
             found = candidates(
                 store,
-                args,
-                model,
+                &args.query,
                 &vector,
-                now,
-                as_of,
-                &tiers,
+                &filter(args, model, &tiers, now, as_of),
                 pool,
                 &asked_times,
             )

@@ -250,8 +250,8 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
     Ok(ExitStatus::Success)
 }
 
-/// Cosine of each summary with the session's description (`--project`, `--file`); None when
-/// the session has none.
+/// How well each summary answers the session's description (`--project`, `--file`), by
+/// recall's ranking (`recall::relevance`); None when the session has none.
 async fn relevance(
     app: &App,
     args: &InjectArgs,
@@ -282,25 +282,11 @@ async fn relevance(
         None => bail!("the embedder returned nothing for the session's description"),
     };
     let filter = format!("{live} AND embedding_model = {}", sql_string(&model));
-    let found = json_rows(
-        &store
-            .nearest_rows(
-                "memories",
-                vector,
-                candidates,
-                &filter,
-                &["id", "_distance"],
-            )
-            .await?,
-    );
+    // Recall's own ranking (cosine, BM25 share, crowding), so a session's summaries are
+    // chosen the way its questions are answered.
+    let params = &app.config().await?.recall;
     Ok(Some(
-        found
-            .iter()
-            .map(|r| {
-                let d = r.get("_distance").and_then(Value::as_f64).unwrap_or(1.0);
-                (text_of(r, "id"), 1.0 - d)
-            })
-            .collect(),
+        super::recall::relevance(store, params, &query, &vector, &filter, candidates).await?,
     ))
 }
 
