@@ -253,7 +253,7 @@ async fn candidates(
     store: &Store,
     query: &str,
     vector: &[f32],
-    filter: &str,
+    filter: String,
     pool: usize,
     asked_times: &[(chrono::NaiveDate, chrono::NaiveDate)],
 ) -> Result<Vec<Found>> {
@@ -261,7 +261,7 @@ async fn candidates(
     columns.extend(["embedding", "_distance"]);
     let mut near = rows_and_vectors(
         &store
-            .nearest_rows("memories", vector.to_vec(), pool, filter, &columns)
+            .nearest_rows("memories", vector.to_vec(), pool, &filter, &columns)
             .await?,
     )?;
     // A time the query names: the nearest of the memories written or happening then too.
@@ -306,7 +306,7 @@ async fn candidates(
     columns.extend(["embedding", "_score"]);
     let lexical = rows_and_vectors(
         &store
-            .text_search_rows("memories", "text", query, pool, filter, &columns)
+            .text_search_rows("memories", "text", query, pool, &filter, &columns)
             .await?,
     )?;
     let mut best = 0.0f64;
@@ -348,9 +348,12 @@ pub async fn relevance(
     filter: &str,
     limit: usize,
 ) -> Result<BTreeMap<String, f64>> {
-    let found = candidates(store, query, vector, filter, limit.max(1), &[]).await?;
+    let found = candidates(store, query, vector, filter.to_string(), limit.max(1), &[]).await?;
     let crowding = crate::logic::recall::crowding_of(
-        &found.iter().map(|f| f.vector.as_slice()).collect::<Vec<_>>(),
+        &found
+            .iter()
+            .map(|f| f.vector.as_slice())
+            .collect::<Vec<_>>(),
         params.crowding_neighbours,
     );
     Ok(found
@@ -639,15 +642,17 @@ pub async fn recall(
     };
     let pool = params.pool(args.k);
     let mut tiers: Vec<&str> = args.mode.tiers().to_vec();
-    let mut found = candidates(
-        store,
-        &args.query,
-        &vector,
-        &filter(args, model, &tiers, now, as_of),
-        pool,
-        &asked_times,
-    )
-    .await?;
+    let gather = |tiers: &[&str]| {
+        candidates(
+            store,
+            &args.query,
+            &vector,
+            filter(args, model, tiers, now, as_of),
+            pool,
+            &asked_times,
+        )
+    };
+    let mut found = gather(&tiers).await?;
     if args.mode == Mode::Standard {
         // Widening: standard mode searches cold memories too when the query names a time
         // (what it asks about may have cooled since), or when no hot or warm candidate reaches
@@ -667,15 +672,7 @@ pub async fn recall(
         };
         if let Some(why) = why {
             tiers.push("cold");
-            found = candidates(
-                store,
-                &args.query,
-                &vector,
-                &filter(args, model, &tiers, now, as_of),
-                pool,
-                &asked_times,
-            )
-            .await?;
+            found = gather(&tiers).await?;
             report
                 .notes
                 .push(format!("widened to cold memories: {why}"));

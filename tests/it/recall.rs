@@ -450,10 +450,10 @@ fn standard_mode_widens_to_cold_memories_when_the_query_names_a_time() {
     );
 }
 
-#[test]
-fn eval_recall_scores_recall_beside_cosine_on_conversations() {
+/// `memlife eval recall` on the conversations fixture (hash vectors, k = 1 and 3).
+fn eval_fixture(extra: &[&str]) -> Value {
     let fixture = crate::common::fixture("conversations.json");
-    let out = crate::common::memlife(&[
+    let mut args = vec![
         "--json",
         "eval",
         "recall",
@@ -463,10 +463,16 @@ fn eval_recall_scores_recall_beside_cosine_on_conversations() {
         "hash",
         "--k",
         "1,3",
-        "--misses",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = crate::common::memlife(&args);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+#[test]
+fn eval_recall_scores_recall_beside_cosine_on_conversations() {
+    let r = eval_fixture(&["--misses"]);
     assert_eq!(r["observations"], 8);
     // Categories 1-4: six questions; the one whose evidence turn has no observation does
     // not count; category 5 is not asked.
@@ -502,21 +508,7 @@ fn eval_recall_scores_recall_beside_cosine_on_conversations() {
 
 #[test]
 fn eval_recall_maintain_runs_the_nightly_jobs_and_scores_again() {
-    let fixture = crate::common::fixture("conversations.json");
-    let out = crate::common::memlife(&[
-        "--json",
-        "eval",
-        "recall",
-        "--locomo",
-        fixture.to_str().unwrap(),
-        "--embedder",
-        "hash",
-        "--maintain",
-        "--k",
-        "1,3",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let r: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let r = eval_fixture(&["--maintain"]);
     let jobs = r["jobs"].as_object().unwrap();
     for job in [
         "link",
