@@ -256,28 +256,7 @@ async fn turns_of(
             )
         })
         .collect();
-    fn walk(
-        id: &str,
-        own: &BTreeMap<String, Vec<String>>,
-        made_of: &BTreeMap<String, Vec<String>>,
-        seen: &mut BTreeSet<String>,
-        out: &mut BTreeSet<String>,
-    ) {
-        if !seen.insert(id.to_string()) {
-            return;
-        }
-        out.extend(own.get(id).into_iter().flatten().cloned());
-        for m in made_of.get(id).into_iter().flatten() {
-            walk(m, own, made_of, seen, out);
-        }
-    }
-    let mut out = BTreeMap::new();
-    for id in made_of.keys() {
-        let mut units = BTreeSet::new();
-        walk(id, own, &made_of, &mut BTreeSet::new(), &mut units);
-        out.insert(id.clone(), units);
-    }
-    Ok(out)
+    Ok(crate::logic::recall_eval::units_of(own, &made_of))
 }
 
 /// The live, current memories of a user with their vectors (plain cosine's candidates).

@@ -377,10 +377,11 @@ pub async fn relevance(
         .collect())
 }
 
+/// A row as JSON (without its vector) and its vector.
+type RowAndVector = (Map<String, Value>, Vec<f32>);
+
 /// Rows as JSON (without their vector) and each row's vector, unit length (empty when null).
-fn rows_and_vectors(
-    batches: &[arrow::array::RecordBatch],
-) -> Result<Vec<(Map<String, Value>, Vec<f32>)>> {
+fn rows_and_vectors(batches: &[arrow::array::RecordBatch]) -> Result<Vec<RowAndVector>> {
     let mut out = Vec::new();
     for batch in batches {
         let schema = batch.schema();

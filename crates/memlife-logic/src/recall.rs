@@ -123,7 +123,7 @@ impl RecallParams {
         if all.into_iter().any(|w| !w.is_finite() || w < 0.0) {
             return Err("[recall] weights must be finite and not negative".into());
         }
-        if !(self.recency_days > 0.0) {
+        if !self.recency_days.is_finite() || self.recency_days <= 0.0 {
             return Err("[recall] recency_days must be above 0".into());
         }
         if self.crowding_neighbours == 0 {

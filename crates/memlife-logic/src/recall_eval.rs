@@ -86,6 +86,30 @@ impl Tally {
     }
 }
 
+/// What each memory stands for: its own units, and those of the memories it was made from
+/// (`made_of`: a memory's `consolidates_memory_ids`, what consolidation, merges and splits
+/// record), followed to any depth, each memory once (a cycle ends the walk).
+pub fn units_of(
+    own: &BTreeMap<String, Vec<String>>,
+    made_of: &BTreeMap<String, Vec<String>>,
+) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out = BTreeMap::new();
+    for id in own.keys().chain(made_of.keys()) {
+        let mut units = BTreeSet::new();
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![id.as_str()];
+        while let Some(m) = stack.pop() {
+            if !seen.insert(m) {
+                continue;
+            }
+            units.extend(own.get(m).into_iter().flatten().cloned());
+            stack.extend(made_of.get(m).into_iter().flatten().map(String::as_str));
+        }
+        out.insert(id.clone(), units);
+    }
+    out
+}
+
 /// A LoCoMo dialogue id as evidence names it, made canonical: "D30:05" -> "D30:5",
 /// "D:11:26" -> "D11:26"; `None` for what names no turn ("D").
 pub fn canonical_turn(id: &str) -> Option<String> {
@@ -143,6 +167,28 @@ mod tests {
             evidence_recall(&results, &set(&["D1:3", "D2:5", "D3:1"]), 1),
             2.0 / 3.0
         );
+    }
+
+    #[test]
+    fn a_memory_made_of_others_stands_for_their_units() {
+        let own: BTreeMap<String, Vec<String>> = [
+            ("a".to_string(), vec!["D1:1".to_string()]),
+            ("b".to_string(), vec!["D2:4".to_string()]),
+        ]
+        .into();
+        // c consolidates a and b; d was split from c; e and f name each other.
+        let made_of: BTreeMap<String, Vec<String>> = [
+            ("c".to_string(), vec!["a".to_string(), "b".to_string()]),
+            ("d".to_string(), vec!["c".to_string()]),
+            ("e".to_string(), vec!["f".to_string()]),
+            ("f".to_string(), vec!["e".to_string(), "a".to_string()]),
+        ]
+        .into();
+        let units = units_of(&own, &made_of);
+        assert_eq!(units["c"], set(&["D1:1", "D2:4"]));
+        assert_eq!(units["d"], set(&["D1:1", "D2:4"]));
+        assert_eq!(units["e"], set(&["D1:1"]));
+        assert_eq!(units["a"], set(&["D1:1"]));
     }
 
     #[test]
