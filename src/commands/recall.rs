@@ -349,13 +349,7 @@ pub async fn relevance(
     limit: usize,
 ) -> Result<BTreeMap<String, f64>> {
     let found = candidates(store, query, vector, filter.to_string(), limit.max(1), &[]).await?;
-    let crowding = crate::logic::recall::crowding_of(
-        &found
-            .iter()
-            .map(|f| f.vector.as_slice())
-            .collect::<Vec<_>>(),
-        params.crowding_neighbours,
-    );
+    let crowding = crowding(&found, params);
     Ok(found
         .iter()
         .zip(crowding)
@@ -375,6 +369,12 @@ pub async fn relevance(
             (f.id.clone(), score.clamp(0.0, 1.0))
         })
         .collect())
+}
+
+/// Each candidate's crowding among the others (`logic::recall::crowding_of`).
+fn crowding(found: &[Found], params: &crate::logic::recall::RecallParams) -> Vec<f64> {
+    let vectors: Vec<&[f32]> = found.iter().map(|f| f.vector.as_slice()).collect();
+    crate::logic::recall::crowding_of(&vectors, params.crowding_neighbours)
 }
 
 /// A row as JSON (without its vector) and its vector.
@@ -708,13 +708,7 @@ pub async fn recall(
             *naming.entry(memory).or_default() += 1;
         }
     }
-    let crowding = crate::logic::recall::crowding_of(
-        &found
-            .iter()
-            .map(|f| f.vector.as_slice())
-            .collect::<Vec<_>>(),
-        params.crowding_neighbours,
-    );
+    let crowding = crowding(&found, params);
     let ranked: Vec<Candidate> = found
         .iter()
         .zip(&crowding)
