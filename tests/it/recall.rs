@@ -497,8 +497,17 @@ fn eval_recall_scores_recall_beside_cosine_on_conversations() {
         ["1 multi-hop", "3 open-domain", "4 single-hop"]
     );
     assert_eq!(per["4 single-hop"]["recall"]["questions"], 3);
-    // Misses name both rankings' outcome.
-    for m in before["misses"].as_array().unwrap() {
+    // Misses name both rankings' outcome, and agree with the figures at the largest k.
+    let misses = before["misses"].as_array().unwrap();
+    for side in ["recall", "cosine"] {
+        let missed = misses
+            .iter()
+            .filter(|m| m[format!("{side}_found")] == false)
+            .count();
+        let hit = before["overall"][side]["hit"]["3"].as_f64().unwrap();
+        assert_eq!(missed, ((1.0 - hit) * 5.0).round() as usize, "{side}: {r}");
+    }
+    for m in misses {
         assert!(
             m["recall_found"] == false || m["cosine_found"] == false,
             "{m}"
