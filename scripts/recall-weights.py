@@ -12,18 +12,36 @@ import json
 import math
 
 
+def linear(c, w):
+    # Crowding is taken off the score, as recall does; the episode is recomputed below.
+    return sum(
+        (-1.0 if n == "crowding" else 1.0) * w.get(n, 0.0) * v
+        for n, v in c["signals"].items()
+        if n != "episode"
+    )
+
+
+def scores(pool, w):
+    """Each candidate's score under `w`, its episode recomputed as recall does
+    (logic::recall::fill_episodes): the best score among the `episode_top` best other
+    candidates of its session."""
+    base = [linear(c, w) for c in pool]
+    if not w.get("episode"):
+        return base
+    top = sorted(range(len(pool)), key=lambda i: -base[i])[: int(w.get("episode_top", 5))]
+    out = []
+    for i, c in enumerate(pool):
+        mates = [base[j] for j in top if j != i and c.get("session") and pool[j].get("session") == c["session"]]
+        out.append(base[i] + w["episode"] * min(1.0, max([0.0] + mates)))
+    return out
+
+
 def score(questions, w, k):
     hits = rec = rr = 0.0
     for q in questions:
         ev = set(q["evidence"])
-        ranked = sorted(
-            q["pool"],
-            # Crowding is taken off the score, as recall does.
-            key=lambda c: -sum(
-                (-1.0 if n == "crowding" else 1.0) * w.get(n, 0.0) * v
-                for n, v in c["signals"].items()
-            ),
-        )
+        s = scores(q["pool"], w)
+        ranked = [q["pool"][i] for i in sorted(range(len(s)), key=lambda i: -s[i])]
         covered = set()
         first = None
         for i, c in enumerate(ranked):
@@ -46,17 +64,20 @@ def main():
     a = ap.parse_args()
     qs = [json.loads(l) for l in open(a.file)]
     grid = {
+        "focused": [0.0, 0.3, 0.5],
         "lexical": [0.0, 0.1, 0.15, 0.2],
-        "entity": [0.0, 0.05, 0.1],
-        "time": [0.0, 0.05, 0.1, 0.2],
+        "entity": [0.0, 0.05],
+        "time": [0.0, 0.1, 0.2],
         "crowding": [0.0, 0.3, 0.5, 0.7],
+        "episode": [0.0, 0.05, 0.1, 0.2],
         "salience": [0.0, 0.05],
         "recency": [0.0, 0.05],
     }
     rows = []
     for values in itertools.product(*grid.values()):
         w = dict(zip(grid, values))
-        w["similarity"] = 1.0
+        # The cosine and the focused cosine share one unit of weight.
+        w["similarity"] = 1.0 - w["focused"]
         rows.append((score(qs, w, a.k), w))
     rows.sort(key=lambda r: (-(r[0][0] + r[0][1]), -r[0][2]))
     base = score(qs, {"similarity": 1.0}, a.k)

@@ -100,7 +100,16 @@ async fn timed(
             embedder: Default::default(),
         };
         let began = Instant::now();
-        let report = recall(store, &config, &args, MODEL, q.clone(), now + i as i64).await?;
+        let report = recall(
+            store,
+            &config,
+            &args,
+            MODEL,
+            q.clone(),
+            None,
+            now + i as i64,
+        )
+        .await?;
         times.push(began.elapsed().as_secs_f64() * 1000.0);
         returned += report.memories.len();
     }

@@ -292,6 +292,7 @@ async fn score_store(
     samples: &[Sample],
     questions: &[Question],
     vectors: &[Vec<f32>],
+    embedder: &Embedder,
     model: &str,
     own: &BTreeMap<String, Vec<String>>,
     texts: &BTreeMap<String, String>,
@@ -325,7 +326,16 @@ async fn score_store(
             explain: false,
             embedder: Default::default(),
         };
-        let report = recall(store, config, &recall_args, model, vector.clone(), now).await?;
+        let report = recall(
+            store,
+            config,
+            &recall_args,
+            model,
+            vector.clone(),
+            Some(embedder),
+            now,
+        )
+        .await?;
         let recalled: Vec<BTreeSet<String>> = report
             .memories
             .iter()
@@ -351,8 +361,8 @@ async fn score_store(
             let pool: Vec<Value> = report
                 .pool
                 .iter()
-                .map(|(id, s)| {
-                    json!({"id": id,
+                .map(|(id, session, s)| {
+                    json!({"id": id, "session": session,
                            "evidence": units.get(id).map(|u| u.intersection(&q.evidence).cloned().collect::<Vec<_>>()).unwrap_or_default(),
                            "signals": s})
                 })
@@ -533,6 +543,7 @@ pub async fn run(app: &App, args: &RecallEvalArgs, out: &mut dyn Write) -> Resul
         &samples,
         &questions,
         &raw,
+        &embedder,
         &model,
         &own,
         &texts,
@@ -561,7 +572,7 @@ pub async fn run(app: &App, args: &RecallEvalArgs, out: &mut dyn Write) -> Resul
         }
         let store = Store::open(&db).await?;
         let after = score_store(
-            app, &store, args, &samples, &questions, &raw, &model, &own, &texts, None,
+            app, &store, args, &samples, &questions, &raw, &embedder, &model, &own, &texts, None,
         )
         .await?;
         let chains = supersessions(&store).await?;

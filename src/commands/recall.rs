@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::app::App;
-use crate::embedders::{Embedded, EmbedderArgs};
+use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::exit::ExitStatus;
 use crate::logic::recall::{Candidate, Mode, Signals, parts, rank, rank_score};
 use crate::logic::scores::{ScoreInput, State, Ttl, on_access, score};
@@ -106,9 +106,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<crate::logic::recall::ReasonedAnswer>,
     pub notes: Vec<String>,
-    /// Every candidate ranked, with its signals unweighted (what `eval recall` tunes on).
+    /// Every candidate ranked: id, session, signals unweighted (what `eval recall` tunes on).
     #[serde(skip)]
-    pub pool: Vec<(String, Signals)>,
+    pub pool: Vec<(String, Option<String>, Signals)>,
 }
 
 const COLUMNS: &[&str] = &[
@@ -123,6 +123,7 @@ const COLUMNS: &[&str] = &[
     "last_accessed_at",
     "happens_at",
     "superseded_by",
+    "session_id",
 ];
 
 fn round4(x: f64) -> f64 {
@@ -141,7 +142,13 @@ struct Found {
     last_access: Option<i64>,
     happens_at: Option<i64>,
     superseded_by: Option<String>,
+    session: Option<String>,
+    /// Found by the vector search (not only by the full-text one).
+    nearest: bool,
     similarity: f64,
+    /// The cosine of the focused query (`logic::recall::focused_query`); the cosine itself
+    /// until one is embedded.
+    focused: f64,
     lexical: f64,
     /// The memory's vector, unit length (empty when it has none).
     vector: Vec<f32>,
@@ -175,7 +182,13 @@ impl Found {
                 .get("superseded_by")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            session: r
+                .get("session_id")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            nearest: false,
             similarity: 0.0,
+            focused: 0.0,
             lexical: 0.0,
             vector: Vec::new(),
         }
@@ -233,22 +246,31 @@ fn filter(args: &RecallArgs, model: &str, tiers: &[&str], now: i64, as_of: Optio
     filter
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (x, y) in a.iter().zip(b) {
-        ab += f64::from(*x) * f64::from(*y);
-        aa += f64::from(*x) * f64::from(*x);
-        bb += f64::from(*y) * f64::from(*y);
+/// `v` scaled to unit length (empty when it is all zeros), as `rows_and_vectors` gives
+/// memories' vectors: their cosine is then a dot product.
+fn unit(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    } else {
+        v.clear();
     }
-    if aa == 0.0 || bb == 0.0 {
+    v
+}
+
+/// The cosine of two unit-length vectors (0 when either is empty).
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    if a.is_empty() || b.is_empty() {
         0.0
     } else {
-        ab / (aa.sqrt() * bb.sqrt())
+        f64::from(crate::logic::similarity::dot(a, b))
     }
 }
 
 /// The candidates of one recall: the `pool` nearest by cosine and the `pool` best by BM25
-/// (Lance's full-text search on `text`), each with both signals.
+/// (Lance's full-text search on `text`), and when the query names a time the `pool` nearest
+/// of the memories written or happening then, each with both signals. The searches run
+/// concurrently. `nearest` is set on the vector search's own results.
 async fn candidates(
     store: &Store,
     query: &str,
@@ -257,15 +279,13 @@ async fn candidates(
     pool: usize,
     asked_times: &[(chrono::NaiveDate, chrono::NaiveDate)],
 ) -> Result<Vec<Found>> {
-    let mut columns = COLUMNS.to_vec();
-    columns.extend(["embedding", "_distance"]);
-    let mut near = rows_and_vectors(
-        &store
-            .nearest_rows("memories", vector.to_vec(), pool, &filter, &columns)
-            .await?,
-    )?;
-    // A time the query names: the nearest of the memories written or happening then too.
-    if !asked_times.is_empty() {
+    let began = std::time::Instant::now();
+    let query_unit = unit(vector.to_vec());
+    let mut near_columns = COLUMNS.to_vec();
+    near_columns.extend(["embedding", "_distance"]);
+    let mut text_columns = COLUMNS.to_vec();
+    text_columns.extend(["embedding", "_score"]);
+    let timed = (!asked_times.is_empty()).then(|| {
         let micros = |d: chrono::NaiveDate| {
             d.and_time(chrono::NaiveTime::MIN)
                 .and_utc()
@@ -283,13 +303,27 @@ async fn candidates(
                 )
             })
             .collect();
-        let timed = format!("{filter} AND ({})", within.join(" OR "));
-        near.extend(rows_and_vectors(
-            &store
-                .nearest_rows("memories", vector.to_vec(), pool, &timed, &columns)
-                .await?,
-        )?);
-    }
+        format!("{filter} AND ({})", within.join(" OR "))
+    });
+    let (near, near_timed, lexical) = tokio::try_join!(
+        store.nearest_rows("memories", vector.to_vec(), pool, &filter, &near_columns),
+        async {
+            match &timed {
+                Some(timed) => {
+                    store
+                        .nearest_rows("memories", vector.to_vec(), pool, timed, &near_columns)
+                        .await
+                }
+                None => Ok(Vec::new()),
+            }
+        },
+        store.text_search_rows("memories", "text", query, pool, &filter, &text_columns),
+    )?;
+    let searched_ms = began.elapsed().as_secs_f64() * 1e3;
+    let near: Vec<RowAndVector> = rows_and_vectors(&near)?
+        .into_iter()
+        .chain(rows_and_vectors(&near_timed)?)
+        .collect();
     let mut found: Vec<Found> = Vec::with_capacity(near.len() * 2);
     let mut at: BTreeMap<String, usize> = BTreeMap::new();
     for (r, v) in near {
@@ -298,20 +332,15 @@ async fn candidates(
             continue;
         }
         f.similarity = 1.0 - f64_of(&r, "_distance");
+        f.focused = f.similarity;
+        f.nearest = true;
         f.vector = v;
         at.insert(f.id.clone(), found.len());
         found.push(f);
     }
-    let mut columns = COLUMNS.to_vec();
-    columns.extend(["embedding", "_score"]);
-    let lexical = rows_and_vectors(
-        &store
-            .text_search_rows("memories", "text", query, pool, &filter, &columns)
-            .await?,
-    )?;
     let mut best = 0.0f64;
     let mut scored: Vec<(usize, f64)> = Vec::new();
-    for (r, v) in lexical {
+    for (r, v) in rows_and_vectors(&lexical)? {
         let score = f64_of(&r, "_score");
         best = best.max(score);
         let id = text_of(&r, "id");
@@ -319,7 +348,8 @@ async fn candidates(
             Some(&index) => index,
             None => {
                 let mut f = Found::of(&r);
-                f.similarity = cosine(vector, &v);
+                f.similarity = cosine(&query_unit, &v);
+                f.focused = f.similarity;
                 f.vector = v;
                 at.insert(id, found.len());
                 found.push(f);
@@ -333,6 +363,12 @@ async fn candidates(
             found[index].lexical = score / best;
         }
     }
+    tracing::debug!(
+        searched_ms,
+        read_ms = began.elapsed().as_secs_f64() * 1e3 - searched_ms,
+        candidates = found.len(),
+        "recall candidates"
+    );
     Ok(found)
 }
 
@@ -356,10 +392,13 @@ pub async fn relevance(
         .map(|(f, crowding)| {
             let c = Candidate {
                 similarity: f.similarity,
+                focused: f.focused,
                 lexical: f.lexical,
                 entity: 0.0,
                 time: 0.0,
                 crowding,
+                episode: 0.0,
+                session: None,
                 salience: 0.0,
                 age_days: f64::INFINITY,
                 created_at: f.created_at,
@@ -393,7 +432,7 @@ fn rows_and_vectors(batches: &[arrow::array::RecordBatch]) -> Result<Vec<RowAndV
             .column_by_name("embedding")
             .and_then(|c| c.as_fixed_size_list_opt().cloned());
         for (i, row) in rows.into_iter().enumerate() {
-            let mut v: Vec<f32> = match &vectors {
+            let v: Vec<f32> = match &vectors {
                 Some(e) if e.is_valid(i) => e
                     .value(i)
                     .as_primitive_opt::<arrow::datatypes::Float32Type>()
@@ -401,13 +440,7 @@ fn rows_and_vectors(batches: &[arrow::array::RecordBatch]) -> Result<Vec<RowAndV
                     .unwrap_or_default(),
                 _ => Vec::new(),
             };
-            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            if norm > 0.0 {
-                v.iter_mut().for_each(|x| *x /= norm);
-            } else {
-                v.clear();
-            }
-            out.push((row, v));
+            out.push((row, unit(v)));
         }
     }
     Ok(out)
@@ -594,7 +627,7 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
             mode: Some(crate::llm::Mode::Online),
         },
     )?;
-    let mut report = recall(store, config, args, &model, vector, now).await?;
+    let mut report = recall(store, config, args, &model, vector, Some(&embedder), now).await?;
     if args.reason || crate::logic::recall::is_date_question(&args.query) {
         reason(&llm, &mut report, now).await;
     }
@@ -603,12 +636,15 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
 }
 
 /// One recall with the query embedded already (`model` made `vector`), at clock `now`.
+/// `embedder` (the one that made `vector`) embeds the focused query when the query names
+/// what most candidates carry; without it the focused signal is the cosine itself.
 pub async fn recall(
     store: &Store,
     config: &crate::config::Config,
     args: &RecallArgs,
     model: &str,
     vector: Vec<f32>,
+    embedder: Option<&Embedder>,
     now: i64,
 ) -> Result<Report> {
     let params = &config.recall;
@@ -642,7 +678,7 @@ pub async fn recall(
         pool: Vec::new(),
     };
     let pool = params.pool(args.k);
-    let mut tiers: Vec<&str> = args.mode.tiers().to_vec();
+    let tiers: Vec<&str> = args.mode.tiers().to_vec();
     let gather = |tiers: &[&str]| {
         candidates(
             store,
@@ -653,13 +689,36 @@ pub async fn recall(
             &asked_times,
         )
     };
-    let mut found = gather(&tiers).await?;
-    if args.mode == Mode::Standard {
+    let mut found = if args.mode == Mode::Standard {
         // Widening: standard mode searches cold memories too when the query names a time
         // (what it asks about may have cooled since), or when no hot or warm candidate reaches
-        // the model's `recall` threshold (nothing strong where it looked).
+        // the model's `recall` threshold (nothing strong where it looked). Hot, warm and cold
+        // are searched at once and the rule applied to what came back: a hot or warm memory
+        // that reaches the threshold is among the nearest unless `pool` nearer ones all do
+        // too, and only then are hot and warm searched apart to decide.
         let widen_below = f64::from(config.thresholds_for(model).0.recall);
-        let best = found.iter().map(|c| c.similarity).fold(f64::MIN, f64::max);
+        let strongest = |found: &[Found]| {
+            found
+                .iter()
+                .filter(|f| f.tier != "cold")
+                .map(|f| f.similarity)
+                .fold(f64::MIN, f64::max)
+        };
+        let wide_tiers = [tiers.as_slice(), &["cold"]].concat();
+        let wide = gather(&wide_tiers).await?;
+        let nearest: Vec<f64> = wide
+            .iter()
+            .filter(|f| f.nearest)
+            .map(|f| f.similarity)
+            .collect();
+        let settled = nearest.len() < pool || nearest.iter().any(|&s| s < widen_below);
+        let mut best = strongest(&wide);
+        let mut narrow = None;
+        if asked_times.is_empty() && best < widen_below && !settled {
+            let found = gather(&tiers).await?;
+            best = strongest(&found);
+            narrow = Some(found);
+        }
         let why = if !asked_times.is_empty() {
             Some("the query names a time".to_string())
         } else if best < widen_below {
@@ -671,12 +730,38 @@ pub async fn recall(
         } else {
             None
         };
-        if let Some(why) = why {
-            tiers.push("cold");
-            found = gather(&tiers).await?;
-            report
-                .notes
-                .push(format!("widened to cold memories: {why}"));
+        match (why, narrow) {
+            (Some(why), _) => {
+                report
+                    .notes
+                    .push(format!("widened to cold memories: {why}"));
+                wide
+            }
+            (None, Some(narrow)) => narrow,
+            (None, None) => gather(&tiers).await?,
+        }
+    } else {
+        gather(&tiers).await?
+    };
+    // The focused query: without the names most candidates carry (the person the store is
+    // about, say), embedded by the query's own embedder.
+    if let (true, Some(embedder)) = (params.focused > 0.0, embedder) {
+        let texts: Vec<&str> = found.iter().map(|f| f.text.as_str()).collect();
+        if let Some(focused) =
+            crate::logic::recall::focused_query(&args.query, &texts, params.focused_share)
+        {
+            match embedder.embed(&[focused.as_str()]).await?.pop() {
+                Some(Embedded::Vector { values, .. }) => {
+                    let v = unit(values);
+                    for f in found.iter_mut() {
+                        f.focused = cosine(&v, &f.vector);
+                    }
+                    report.notes.push(format!("focused query: {focused:?}"));
+                }
+                _ => report
+                    .notes
+                    .push("the focused query was not embedded: the cosine stands in".into()),
+            }
         }
     }
     // Entities the query names, and the memories naming them (read only when they count).
@@ -708,12 +793,14 @@ pub async fn recall(
             *naming.entry(memory).or_default() += 1;
         }
     }
+    let ranking = std::time::Instant::now();
     let crowding = crowding(&found, params);
-    let ranked: Vec<Candidate> = found
+    let mut ranked: Vec<Candidate> = found
         .iter()
         .zip(&crowding)
         .map(|(f, &crowding)| Candidate {
             similarity: f.similarity,
+            focused: f.focused,
             lexical: f.lexical,
             entity: if named.is_empty() {
                 0.0
@@ -731,24 +818,35 @@ pub async fn recall(
                 )
             },
             crowding,
+            episode: 0.0,
+            session: f.session.clone(),
             salience: f.salience,
             age_days: (now - f.last_access.unwrap_or(f.created_at)) as f64 / 86_400e6,
             created_at: f.created_at,
             id: f.id.clone(),
         })
         .collect();
+    crate::logic::recall::fill_episodes(params, args.mode, &mut ranked);
     let order = rank(params, args.mode, &ranked, args.k);
+    tracing::debug!(
+        rank_ms = ranking.elapsed().as_secs_f64() * 1e3,
+        pool = ranked.len(),
+        "recall ranking"
+    );
     report.pool = ranked
         .iter()
         .map(|c| {
             (
                 c.id.clone(),
+                c.session.clone(),
                 Signals {
                     similarity: c.similarity,
+                    focused: c.focused,
                     lexical: c.lexical,
                     entity: c.entity,
                     time: c.time,
                     crowding: c.crowding,
+                    episode: c.episode,
                     salience: c.salience,
                     recency: (-c.age_days.max(0.0) / params.recency_days).exp(),
                 },
@@ -772,10 +870,12 @@ pub async fn recall(
                 let p = parts(params, args.mode, c);
                 Signals {
                     similarity: round4(p.similarity),
+                    focused: round4(p.focused),
                     lexical: round4(p.lexical),
                     entity: round4(p.entity),
                     time: round4(p.time),
                     crowding: round4(p.crowding),
+                    episode: round4(p.episode),
                     salience: round4(p.salience),
                     recency: round4(p.recency),
                 }

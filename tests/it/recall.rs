@@ -363,7 +363,9 @@ fn recall_named(db: &TestDb, config: &str, query: &str, extra: &[&str]) -> Value
 fn a_person_the_query_names_ranks_their_memories_first_and_explain_shows_why() {
     // Without the entity signal the two violinists tie on words; with it, the one asked
     // about comes first whichever way the tie would break.
-    let (db, config) = named_db("similarity = 1.0\nlexical = 0.0\ncrowding = 0.0\nentity = 0.5");
+    let (db, config) = named_db(
+        "similarity = 1.0\nfocused = 0.0\nepisode = 0.0\nlexical = 0.0\ncrowding = 0.0\nentity = 0.5",
+    );
     for (who, first) in [("Ana", "ana"), ("Ben", "ben")] {
         let r = recall_named(
             &db,
@@ -377,17 +379,12 @@ fn a_person_the_query_names_ranks_their_memories_first_and_explain_shows_why() {
         assert!(parts["entity"].as_f64().unwrap() > 0.49, "{parts}");
         assert_eq!(r["memories"][1]["explain"]["entity"], 0.0, "{r}");
         // The parts add up to the score.
-        let sum: f64 = [
-            "similarity",
-            "lexical",
-            "entity",
-            "time",
-            "salience",
-            "recency",
-        ]
-        .iter()
-        .map(|k| parts[*k].as_f64().unwrap())
-        .sum();
+        let sum: f64 = parts
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .sum();
         assert!((sum - top["score"].as_f64().unwrap()).abs() < 1e-3, "{top}");
         assert!(r["notes"].to_string().contains(who), "{r}");
     }
@@ -398,7 +395,8 @@ fn full_text_search_scores_the_words_a_query_shares() {
     // BM25 alone: the memories that hold the query's word ("orchestra") score, each its BM25
     // over the query's best; the one without it scores nothing. A weak best match widens
     // standard mode to cold memories.
-    let (db, config) = named_db("similarity = 0.0\nlexical = 1.0\ncrowding = 0.0");
+    let (db, config) =
+        named_db("similarity = 0.0\nfocused = 0.0\nepisode = 0.0\nlexical = 1.0\ncrowding = 0.0");
     let r = recall_named(&db, &config, "orchestra hiking", &["--k", "3"]);
     let lexical: Vec<(String, f64)> = r["memories"]
         .as_array()
@@ -534,4 +532,128 @@ fn eval_recall_maintain_runs_the_nightly_jobs_and_scores_again() {
     }
     assert!(r["supersessions"].is_array());
     assert_eq!(r["after"]["overall"]["recall"]["questions"], 5);
+}
+
+const FOCUS: &str = r#"{"id":"city","user_id":"f","text":"Dana told Dana's brother that Dana loves the city at night","tier":"hot","state":"active","created_at":"2025-01-01T08:00:00Z","session_id":"s1"}
+{"id":"coat","user_id":"f","text":"Dana bought a warm coat for the winter","tier":"hot","state":"active","created_at":"2025-01-01T09:00:00Z","session_id":"s1"}
+{"id":"aunt","user_id":"f","text":"Dana visited her aunt in the spring","tier":"hot","state":"active","created_at":"2025-02-01T08:00:00Z","session_id":"s2"}
+{"id":"river","user_id":"f","text":"Running by the river helps her unwind after work","tier":"hot","state":"active","created_at":"2025-03-01T08:00:00Z","session_id":"s3"}
+{"id":"note","user_id":"f","text":"The plumber comes on Tuesday","tier":"hot","state":"active","created_at":"2025-03-02T08:00:00Z"}
+"#;
+
+fn focus_recall(weights: &str, query: &str) -> Value {
+    let db = TestDb::new();
+    let file = db.path("focus.jsonl");
+    std::fs::write(&file, FOCUS).unwrap();
+    for args in [
+        vec!["import", file.as_str()],
+        vec!["embed", "--embedder", "hash"],
+    ] {
+        let out = db.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let config = db.path("memlife.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[thresholds.\"hash-lexical-v1\"]\nrecall = 0.0\n[recall]\nlexical = 0.0\ncrowding = 0.0\ntime = 0.0\n{weights}\n"
+        ),
+    )
+    .unwrap();
+    let out = db.run(&[
+        "--json",
+        "--config",
+        config.as_str(),
+        "recall",
+        query,
+        "--user",
+        "f",
+        "--embedder",
+        "hash",
+        "--no-activate",
+        "--explain",
+        "--k",
+        "5",
+        "--now",
+        "2025-06-01T00:00:00Z",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+#[test]
+fn the_focused_query_looks_past_the_name_every_memory_carries() {
+    // Four of five memories name Dana: by the plain cosine the one that names her three
+    // times comes first; the focused query ("What does do to unwind?") finds the answer (this
+    // lexical embedder's cosines are low: the focused one weighs most here).
+    let query = "What does Dana do to unwind?";
+    let plain = focus_recall("similarity = 1.0\nfocused = 0.0\nepisode = 0.0", query);
+    assert_eq!(plain["memories"][0]["id"], "city", "{plain}");
+    assert!(
+        !plain["notes"].to_string().contains("focused query"),
+        "{plain}"
+    );
+    let focused = focus_recall("similarity = 0.1\nfocused = 1.0\nepisode = 0.0", query);
+    assert_eq!(focused["memories"][0]["id"], "river", "{focused}");
+    assert!(
+        focused["notes"]
+            .to_string()
+            .contains("focused query: \\\"What does do to unwind?\\\""),
+        "{focused}"
+    );
+    for m in focused["memories"].as_array().unwrap() {
+        let parts = &m["explain"];
+        // The cosine's part is its weight times the cosine; the parts add up to the score.
+        assert!(
+            (parts["similarity"].as_f64().unwrap() - 0.1 * m["similarity"].as_f64().unwrap()).abs()
+                < 1e-3,
+            "{m}"
+        );
+        let sum: f64 = parts
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .sum();
+        assert!((sum - m["score"].as_f64().unwrap()).abs() < 1e-3, "{m}");
+    }
+    // A name few memories carry is kept: nothing to focus.
+    let kept = focus_recall(
+        "similarity = 0.5\nfocused = 0.5",
+        "Who fixes the plumbing on Tuesday?",
+    );
+    assert!(
+        !kept["notes"].to_string().contains("focused query"),
+        "{kept}"
+    );
+    assert_eq!(kept["memories"][0]["id"], "note", "{kept}");
+}
+
+#[test]
+fn a_memory_told_in_the_best_ones_session_is_lifted_by_it() {
+    let r = focus_recall(
+        "similarity = 1.0\nfocused = 0.0\nepisode = 0.5\nepisode_top = 2",
+        "a warm coat for the winter",
+    );
+    let memories = r["memories"].as_array().unwrap();
+    let by_id = |id: &str| memories.iter().find(|m| m["id"] == id).unwrap().clone();
+    let (coat, city) = (by_id("coat"), by_id("city"));
+    assert_eq!(memories[0]["id"], "coat", "{r}");
+    // city shares coat's session: half of coat's score without episodes.
+    let coat_alone = coat["score"].as_f64().unwrap() - coat["explain"]["episode"].as_f64().unwrap();
+    assert!(
+        (city["explain"]["episode"].as_f64().unwrap() - 0.5 * coat_alone).abs() < 1e-3,
+        "{r}"
+    );
+    assert_eq!(memories[1]["id"], "city", "lifted to second: {r}");
+    // Memories of other sessions, or of none, get nothing.
+    for id in ["aunt", "river", "note"] {
+        assert_eq!(by_id(id)["explain"]["episode"], 0.0, "{id}: {r}");
+    }
+    // Without the weight, city is not second.
+    let off = focus_recall(
+        "similarity = 1.0\nfocused = 0.0\nepisode = 0.0",
+        "a warm coat for the winter",
+    );
+    assert_ne!(off["memories"][1]["id"], "city", "{off}");
 }

@@ -50,6 +50,15 @@ impl Mode {
 pub struct RecallParams {
     /// Weight of the cosine of the query and the memory.
     pub similarity: f64,
+    /// Weight of the cosine of the focused query and the memory: the query without the names
+    /// most candidates carry (`focused_query`), such as the person a one-person store is
+    /// about, whose name tells every memory of theirs alike and outweighs, in the query's
+    /// vector, the words that tell which memory answers. Equal to the cosine when the query
+    /// names no such name.
+    pub focused: f64,
+    /// A name counts as common (left out of the focused query) when at least this share of
+    /// the candidates' texts carry it.
+    pub focused_share: f64,
     /// Weight of the memory's BM25 score (full-text index on `memories.text`), divided by the
     /// best BM25 score of the query's matches.
     pub lexical: f64,
@@ -64,6 +73,12 @@ pub struct RecallParams {
     /// apart (the hubness correction of CSLS, Conneau et al. 2018, over the candidate pool).
     pub crowding: f64,
     pub crowding_neighbours: usize,
+    /// Weight of the episode: the best score (without episodes) among the `episode_top` best
+    /// other candidates from the same session (`session_id`). What a question asks about is
+    /// often told over several memories of one conversation; one of them found lifts its
+    /// neighbours. 0 for memories without a session.
+    pub episode: f64,
+    pub episode_top: usize,
     /// Weight of the stored salience (importance when none), per mode: reflexive, standard,
     /// deep, exhaustive.
     pub salience: [f64; 4],
@@ -79,12 +94,16 @@ pub struct RecallParams {
 impl Default for RecallParams {
     fn default() -> Self {
         RecallParams {
-            similarity: 1.0,
-            lexical: 0.15,
+            similarity: 0.5,
+            focused: 0.5,
+            focused_share: 0.35,
+            lexical: 0.1,
             entity: 0.0,
             time: 0.2,
             crowding: 0.5,
             crowding_neighbours: 10,
+            episode: 0.1,
+            episode_top: 5,
             salience: [0.0; 4],
             recency: [0.0; 4],
             recency_days: 30.0,
@@ -112,6 +131,8 @@ impl RecallParams {
     pub fn validate(&self) -> Result<(), String> {
         let all = [
             self.similarity,
+            self.focused,
+            self.episode,
             self.lexical,
             self.entity,
             self.time,
@@ -125,6 +146,12 @@ impl RecallParams {
         }
         if !self.recency_days.is_finite() || self.recency_days <= 0.0 {
             return Err("[recall] recency_days must be above 0".into());
+        }
+        if !(self.focused_share > 0.0 && self.focused_share <= 1.0) {
+            return Err("[recall] focused_share must be above 0 and at most 1".into());
+        }
+        if self.episode_top == 0 {
+            return Err("[recall] episode_top must be at least 1".into());
         }
         if self.crowding_neighbours == 0 {
             return Err("[recall] crowding_neighbours must be at least 1".into());
@@ -141,10 +168,12 @@ impl RecallParams {
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Signals {
     pub similarity: f64,
+    pub focused: f64,
     pub lexical: f64,
     pub entity: f64,
     pub time: f64,
     pub crowding: f64,
+    pub episode: f64,
     pub salience: f64,
     pub recency: f64,
 }
@@ -152,6 +181,8 @@ pub struct Signals {
 impl Signals {
     pub fn sum(&self) -> f64 {
         self.similarity
+            + self.focused
+            + self.episode
             + self.lexical
             + self.entity
             + self.time
@@ -165,6 +196,9 @@ impl Signals {
 #[derive(Clone, Debug)]
 pub struct Candidate {
     pub similarity: f64,
+    /// The cosine of the focused query (`focused_query`) and the memory; the cosine itself
+    /// when the query has no common name.
+    pub focused: f64,
     /// BM25 over the query's best BM25 (0 when the full-text search did not find it).
     pub lexical: f64,
     /// Share of the query's named entities the memory names.
@@ -173,6 +207,10 @@ pub struct Candidate {
     pub time: f64,
     /// The mean cosine of the memory and its nearest other candidates (`crowding_of`).
     pub crowding: f64,
+    /// The best score of the other top candidates from its session (`fill_episodes`).
+    pub episode: f64,
+    /// The conversation the memory came from (`session_id`), if any.
+    pub session: Option<String>,
     pub salience: f64,
     /// Days since last access (else creation) at the recall's clock.
     pub age_days: f64,
@@ -187,10 +225,12 @@ pub fn parts(p: &RecallParams, mode: Mode, c: &Candidate) -> Signals {
     let recency = (-c.age_days.max(0.0) / p.recency_days).exp();
     Signals {
         similarity: p.similarity * c.similarity,
+        focused: p.focused * c.focused,
         lexical: p.lexical * c.lexical.clamp(0.0, 1.0),
         entity: p.entity * c.entity.clamp(0.0, 1.0),
         time: p.time * c.time.clamp(0.0, 1.0),
         crowding: -p.crowding * c.crowding.clamp(-1.0, 1.0),
+        episode: p.episode * c.episode.clamp(0.0, 1.0),
         salience: p.salience[m] * c.salience.clamp(0.0, 1.0),
         recency: p.recency[m] * recency,
     }
@@ -222,6 +262,84 @@ pub fn crowding_of(vectors: &[&[f32]], neighbours: usize) -> Vec<f64> {
             sims[..take].iter().sum::<f64>() / take as f64
         })
         .collect()
+}
+
+/// Fills each candidate's `episode`: the best score, episodes left out, among the
+/// `episode_top` best other candidates of its session (0 without a session or a mate there).
+pub fn fill_episodes(p: &RecallParams, mode: Mode, candidates: &mut [Candidate]) {
+    for c in candidates.iter_mut() {
+        c.episode = 0.0;
+    }
+    if p.episode == 0.0 {
+        return;
+    }
+    let scores: Vec<f64> = candidates.iter().map(|c| rank_score(p, mode, c)).collect();
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    order.truncate(p.episode_top);
+    let episodes: Vec<f64> = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match &c.session {
+            None => 0.0,
+            Some(session) => order
+                .iter()
+                .filter(|&&j| j != i && candidates[j].session.as_ref() == Some(session))
+                .map(|&j| scores[j].max(0.0))
+                .fold(0.0, f64::max),
+        })
+        .collect();
+    for (c, e) in candidates.iter_mut().zip(episodes) {
+        c.episode = e;
+    }
+}
+
+/// The query without the names most candidates carry: a capitalised word (possessive
+/// `'s` included) that occurs, as a whole word in any case, in at least `share` of `texts`
+/// is left out, its punctuation kept. `None` when no word is left out, or fewer than two
+/// words would remain.
+pub fn focused_query(query: &str, texts: &[&str], share: f64) -> Option<String> {
+    if texts.is_empty() {
+        return None;
+    }
+    let words_of = |t: &str| -> std::collections::HashSet<String> {
+        t.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let sets: Vec<std::collections::HashSet<String>> = texts.iter().map(|t| words_of(t)).collect();
+    let mut kept: Vec<String> = Vec::new();
+    let mut dropped = false;
+    for word in query.split_whitespace() {
+        let bare = word.trim_end_matches(|c: char| !c.is_alphanumeric());
+        let core = bare
+            .strip_suffix("'s")
+            .or_else(|| bare.strip_suffix("\u{2019}s"))
+            .unwrap_or(bare);
+        let common = core.chars().count() >= 2
+            && core.chars().next().is_some_and(char::is_uppercase)
+            && core.chars().all(char::is_alphabetic)
+            && {
+                let lower = core.to_lowercase();
+                let with = sets.iter().filter(|s| s.contains(&lower)).count();
+                with as f64 >= share * texts.len() as f64
+            };
+        if common {
+            dropped = true;
+            let tail = &word[bare.len()..];
+            if !tail.is_empty() {
+                kept.push(tail.to_string());
+            }
+        } else {
+            kept.push(word.to_string());
+        }
+    }
+    let remaining = kept
+        .iter()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .count();
+    (dropped && remaining >= 2).then(|| kept.join(" "))
 }
 
 /// The indexes of the `k` best candidates, best first.
@@ -387,15 +505,90 @@ mod tests {
     fn c(id: &str, similarity: f64, salience: f64, age_days: f64) -> Candidate {
         Candidate {
             similarity,
+            focused: similarity,
             lexical: 0.0,
             entity: 0.0,
             time: 0.0,
             crowding: 0.0,
+            episode: 0.0,
+            session: None,
             salience,
             age_days,
             created_at: 0,
             id: id.into(),
         }
+    }
+
+    #[test]
+    fn the_focused_query_leaves_out_the_names_most_candidates_carry() {
+        let texts = [
+            "Dana adopted a grey cat from the shelter.",
+            "Dana's sister Ruth lives in Porto.",
+            "Dana runs along the river to unwind.",
+            "The cat sleeps on Dana's desk.",
+            "Ruth visited in March.",
+            "A new bakery opened nearby.",
+        ];
+        // Dana is in four of six texts, Ruth in two: only Dana is common at 0.5.
+        assert_eq!(
+            focused_query("What does Dana do to unwind?", &texts, 0.5).as_deref(),
+            Some("What does do to unwind?")
+        );
+        assert_eq!(
+            focused_query("Where does Dana's sister Ruth live?", &texts, 0.5).as_deref(),
+            Some("Where does sister Ruth live?")
+        );
+        // The possessive with a typographic apostrophe, and a name ending the question.
+        assert_eq!(
+            focused_query("Which pet is Dana\u{2019}s? Ask Dana?", &texts, 0.5).as_deref(),
+            Some("Which pet is ? Ask ?")
+        );
+        // Nothing common: no focused query; lower-case words never count as names.
+        assert_eq!(focused_query("Where does Ruth live?", &texts, 0.5), None);
+        assert_eq!(focused_query("what does the cat do", &texts, 0.1), None);
+        // Too little would remain.
+        assert_eq!(focused_query("Dana?", &texts, 0.5), None);
+        assert_eq!(focused_query("Dana runs", &texts, 0.5), None);
+        assert_eq!(focused_query("Dana runs", &[], 0.5), None);
+    }
+
+    #[test]
+    fn a_memory_of_the_best_candidates_session_rises_above_an_equal_one() {
+        let p = RecallParams {
+            similarity: 1.0,
+            focused: 0.0,
+            lexical: 0.0,
+            crowding: 0.0,
+            time: 0.0,
+            episode: 0.1,
+            episode_top: 2,
+            ..RecallParams::default()
+        };
+        let mut cands = vec![
+            c("best", 0.90, 0.0, 0.0),
+            c("other-session", 0.60, 0.0, 0.0),
+            c("same-session", 0.60, 0.0, 0.0),
+            c("no-session", 0.61, 0.0, 0.0),
+            c("same-but-far", 0.20, 0.0, 0.0),
+        ];
+        for (c, s) in cands
+            .iter_mut()
+            .zip([Some("s1"), Some("s2"), Some("s1"), None, Some("s1")])
+        {
+            c.session = s.map(String::from);
+        }
+        fill_episodes(&p, Mode::Standard, &mut cands);
+        let episodes: Vec<f64> = cands.iter().map(|c| c.episode).collect();
+        // The top two are best (0.90) and no-session (0.61): best's session mates get 0.90;
+        // best itself has no other top candidate in s1.
+        assert_eq!(episodes, vec![0.0, 0.0, 0.90, 0.0, 0.90]);
+        let order = rank(&p, Mode::Standard, &cands, 5);
+        assert_eq!(order, vec![0, 2, 3, 1, 4]);
+        // Without the weight, nothing is lifted and the equal ones keep their order.
+        let off = RecallParams { episode: 0.0, ..p };
+        fill_episodes(&off, Mode::Standard, &mut cands);
+        assert!(cands.iter().all(|c| c.episode == 0.0));
+        assert_eq!(rank(&off, Mode::Standard, &cands, 3), vec![0, 3, 1]);
     }
 
     #[test]
@@ -423,10 +616,12 @@ mod tests {
     fn the_parts_add_up_to_the_score() {
         let p = RecallParams {
             similarity: 0.6,
+            focused: 0.3,
             lexical: 0.2,
             entity: 0.1,
             time: 0.05,
             crowding: 0.0,
+            episode: 0.2,
             salience: [0.05; 4],
             recency: [0.1; 4],
             ..RecallParams::default()
@@ -436,8 +631,17 @@ mod tests {
         x.entity = 1.0;
         x.time = 1.0;
         x.crowding = 0.5;
+        x.focused = 0.7;
+        x.episode = 0.5;
         let s = parts(&p, Mode::Deep, &x);
-        let sum = s.similarity + s.lexical + s.entity + s.time + s.salience + s.recency;
+        let sum = s.similarity
+            + s.focused
+            + s.lexical
+            + s.entity
+            + s.time
+            + s.episode
+            + s.salience
+            + s.recency;
         assert!(
             (sum - rank_score(&p, Mode::Deep, &x)).abs() < 1e-12,
             "no crowding weight"
@@ -453,6 +657,7 @@ mod tests {
         );
         assert!((s.sum() - rank_score(&q, Mode::Deep, &x)).abs() < 1e-12);
         assert!((s.lexical - 0.16).abs() < 1e-12 && (s.entity - 0.1).abs() < 1e-12);
+        assert!((s.focused - 0.21).abs() < 1e-12 && (s.episode - 0.1).abs() < 1e-12);
         assert!((s.recency - 0.1 * (-1.0f64).exp()).abs() < 1e-12);
     }
 
