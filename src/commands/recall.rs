@@ -143,8 +143,6 @@ struct Found {
     happens_at: Option<i64>,
     superseded_by: Option<String>,
     session: Option<String>,
-    /// Found by the vector search (not only by the full-text one).
-    nearest: bool,
     similarity: f64,
     /// The cosine of the focused query (`logic::recall::focused_query`); the cosine itself
     /// until one is embedded.
@@ -186,7 +184,6 @@ impl Found {
                 .get("session_id")
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            nearest: false,
             similarity: 0.0,
             focused: 0.0,
             lexical: 0.0,
@@ -270,7 +267,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 /// The candidates of one recall: the `pool` nearest by cosine and the `pool` best by BM25
 /// (Lance's full-text search on `text`), and when the query names a time the `pool` nearest
 /// of the memories written or happening then, each with both signals. The searches run
-/// concurrently. `nearest` is set on the vector search's own results.
+/// concurrently.
 async fn candidates(
     store: &Store,
     query: &str,
@@ -333,7 +330,6 @@ async fn candidates(
         }
         f.similarity = 1.0 - f64_of(&r, "_distance");
         f.focused = f.similarity;
-        f.nearest = true;
         f.vector = v;
         at.insert(f.id.clone(), found.len());
         found.push(f);
@@ -691,54 +687,47 @@ pub async fn recall(
     };
     let mut found = if args.mode == Mode::Standard {
         // Widening: standard mode searches cold memories too when the query names a time
-        // (what it asks about may have cooled since), or when no hot or warm candidate reaches
-        // the model's `recall` threshold (nothing strong where it looked). Hot, warm and cold
-        // are searched at once and the rule applied to what came back: a hot or warm memory
-        // that reaches the threshold is among the nearest unless `pool` nearer ones all do
-        // too, and only then are hot and warm searched apart to decide.
+        // (what it asks about may have cooled since), when a cold memory is nearer the query
+        // than every hot or warm one (the best match has cooled), or when no hot or warm
+        // memory reaches the model's `recall` threshold (nothing strong where it looked).
+        // Hot, warm and cold are searched at once and the rules applied to what came back (a
+        // hot or warm memory missing from it is farther than every cold one in it); only a
+        // recall that stays in hot and warm searches them again, apart.
         let widen_below = f64::from(config.thresholds_for(model).0.recall);
-        let strongest = |found: &[Found]| {
-            found
-                .iter()
-                .filter(|f| f.tier != "cold")
+        let wide_tiers = [tiers.as_slice(), &["cold"]].concat();
+        let wide = gather(&wide_tiers).await?;
+        let best = |cold: bool| {
+            wide.iter()
+                .filter(|f| (f.tier == "cold") == cold)
                 .map(|f| f.similarity)
                 .fold(f64::MIN, f64::max)
         };
-        let wide_tiers = [tiers.as_slice(), &["cold"]].concat();
-        let wide = gather(&wide_tiers).await?;
-        let nearest: Vec<f64> = wide
-            .iter()
-            .filter(|f| f.nearest)
-            .map(|f| f.similarity)
-            .collect();
-        let settled = nearest.len() < pool || nearest.iter().any(|&s| s < widen_below);
-        let mut best = strongest(&wide);
-        let mut narrow = None;
-        if asked_times.is_empty() && best < widen_below && !settled {
-            let found = gather(&tiers).await?;
-            best = strongest(&found);
-            narrow = Some(found);
-        }
+        let (best_warm, best_cold) = (best(false), best(true));
         let why = if !asked_times.is_empty() {
             Some("the query names a time".to_string())
-        } else if best < widen_below {
+        } else if best_cold > best_warm {
+            Some(format!(
+                "a cold memory is nearer than any hot or warm one (cosine {:.2} against {:.2})",
+                best_cold,
+                best_warm.max(0.0)
+            ))
+        } else if best_warm < widen_below {
             Some(format!(
                 "no hot or warm memory reaches cosine {:.2} (best {:.2})",
                 widen_below,
-                best.max(0.0)
+                best_warm.max(0.0)
             ))
         } else {
             None
         };
-        match (why, narrow) {
-            (Some(why), _) => {
+        match why {
+            Some(why) => {
                 report
                     .notes
                     .push(format!("widened to cold memories: {why}"));
                 wide
             }
-            (None, Some(narrow)) => narrow,
-            (None, None) => gather(&tiers).await?,
+            None => gather(&tiers).await?,
         }
     } else {
         gather(&tiers).await?

@@ -436,7 +436,17 @@ fn standard_mode_widens_to_cold_memories_when_the_query_names_a_time() {
     assert_eq!(r["memories"][0]["id"], "trip", "{r}");
     assert!(r["memories"][0]["explain"]["time"].as_f64().unwrap() > 0.29);
     assert!(r["notes"].to_string().contains("widened to cold"), "{r}");
-    // Without a time, nor a weak best match, standard mode stays in hot and warm.
+    // No time, but the nearest memory has cooled: standard mode widens and finds it.
+    let r = recall_named(&db, &config, "hiking in the Alps", &["--k", "3"]);
+    assert_eq!(r["memories"][0]["id"], "trip", "{r}");
+    assert!(
+        r["notes"]
+            .to_string()
+            .contains("a cold memory is nearer than any hot or warm one"),
+        "{r}"
+    );
+    // Without a time, a weak best match or a nearer cold memory, standard mode stays in hot
+    // and warm.
     let r = recall_named(&db, &config, "Ana plays the violin", &["--k", "3"]);
     assert!(
         r["memories"]
