@@ -15,7 +15,8 @@ use rayon::prelude::*;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::cluster::{
-    Cluster, ClusterParams, Member, assign, describe, full_seeds, hubs, signature,
+    Cluster, ClusterParams, Member, agglomerate, assign, describe, hubs, scored_pairs, signature,
+    specific_terms,
 };
 use crate::logic::similarity::{SelfMatch, top_k};
 use crate::model::schema::{CLUSTERS, LINKS, SHARES_ENTITY_PREFIX};
@@ -232,7 +233,7 @@ fn cluster_user(
     dim: usize,
 ) -> (usize, Vec<Cluster>) {
     let neighbours_k = 2 * params.max_size;
-    let (seeds, neighbours) = match mode {
+    let (hub_count, groups) = match mode {
         ClusterMode::Hubs => {
             let hub_rows = hubs(&memories.members, params);
             let queries: Vec<f32> = hub_rows
@@ -251,24 +252,24 @@ fn cluster_user(
             for (&row, list) in hub_rows.iter().zip(found) {
                 neighbours[row] = list;
             }
-            (hub_rows, neighbours)
+            (
+                hub_rows.len(),
+                assign(&hub_rows, &neighbours, threshold, params),
+            )
         }
         ClusterMode::Full => {
             let neighbours = super::all_pairs_neighbours(&memories.vectors, dim, neighbours_k);
-            let seeds = full_seeds(&memories.members, &neighbours, threshold);
-            (seeds, neighbours)
+            let texts: Vec<&str> = memories.texts.iter().map(String::as_str).collect();
+            let terms = specific_terms(&texts, params.term_share);
+            let pairs = scored_pairs(&neighbours, &terms, threshold, params.term_bonus);
+            let groups = agglomerate(memories.members.len(), &pairs, params.max_size)
+                .into_iter()
+                .filter(|g| g.len() >= params.min_size)
+                .collect();
+            (0, groups)
         }
     };
-    let hub_count = if mode == ClusterMode::Hubs {
-        seeds.len()
-    } else {
-        0
-    };
-    let clusters = describe(
-        assign(&seeds, &neighbours, threshold, params),
-        &memories.vectors,
-        dim,
-    );
+    let clusters = describe(groups, &memories.vectors, dim);
     (hub_count, clusters)
 }
 

@@ -94,6 +94,8 @@ struct Pairing {
     same_values: bool,
     newer_new_values: bool,
     new_words: usize,
+    /// The older side's content words the newer one lacks.
+    old_words: usize,
 }
 
 fn pairing(old: &Reading, newer: &Reading) -> Pairing {
@@ -122,6 +124,7 @@ fn pairing(old: &Reading, newer: &Reading) -> Pairing {
         same_values: shared_values >= 2 && only_old == 0 && only_new == 0,
         newer_new_values: only_new > 0,
         new_words: newer.content.difference(&old.content).count(),
+        old_words: old.content.difference(&newer.content).count(),
     }
 }
 
@@ -256,6 +259,16 @@ fn replaced_value(old: &Reading, newer: &Reading, p: &Pairing, cue: &str) -> Opt
         .then(|| "and repeats what the older memory said, as ended".to_string())
 }
 
+/// Two memories naming the same values ("Kia Niro") are one fact told twice only when each
+/// says at most this many content words the other does not ("car" / "drives"); more, and they
+/// are two facts about the same thing ("is working on a fan project about X and looking for
+/// collaborators" / "asked a friend who is a fan of X for ideas").
+const MAX_OWN_WORDS: usize = 2;
+/// A merge is the newer memory completing the older one: the older may say at most this
+/// many content words the newer lacks ("is called" beside "works as"); more, and each tells
+/// something the other does not: two facts, kept apart.
+const MAX_OLD_WORDS_IN_MERGE: usize = 2;
+
 pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
     let (old, newer) = by_time(existing, new);
     let (a, b) = (read(&old.text), read(&newer.text));
@@ -290,7 +303,9 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
         && same_polarity
         && !p.newer_new_values
         && (b.change.is_none() || restates(&a, &b, &p))
-        && (p.jaccard >= 0.5 || p.newer_contained || (p.same_values && p.shared >= 1))
+        && (p.jaccard >= 0.5
+            || p.newer_contained
+            || (p.same_values && p.shared >= 1 && p.old_words.max(p.new_words) <= MAX_OWN_WORDS))
         && (!tells_event(&b) || tells_event(&a))
     {
         (
@@ -307,6 +322,7 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
         && !b.plan
         && b.change.is_none()
         && p.older_contained
+        && p.old_words <= MAX_OLD_WORDS_IN_MERGE
         && p.new_words >= 2
         && (!tells_event(&b) || tells_event(&a))
     {
@@ -1621,6 +1637,50 @@ mod tests {
             let l = link(&memory("n", "03-05", new), &memory("o", "03-01", old));
             assert_eq!(l.link_type, LinkType::Supersedes, "{new}");
             assert!(l.confidence < 0.8, "{new}: {}", l.reasoning);
+        }
+    }
+
+    #[test]
+    fn two_facts_about_one_thing_are_not_folded_but_a_fact_told_twice_is() {
+        // Written after the pairs full-mode clustering offered on real conversations: the same
+        // named thing, but each memory tells something the other does not.
+        let apart = [
+            (
+                "Sam is working on a Star Wars fan film and looking for collaborators.",
+                "Sam talked to a friend who is a Star Wars fan to get ideas for the film.",
+            ),
+            (
+                "Sam loves writing essays about Dune and Foundation and could discuss them for hours.",
+                "Sam enjoys science fiction novels like Dune and Foundation.",
+            ),
+        ];
+        for (old, new) in apart {
+            let r = classify(&memory("o", "03-01", old), &memory("n", "03-01", new));
+            assert_eq!(r.classification, Classification::Coexist, "{new}: {}", r.reasoning);
+            let p = propose(&[memory("o", "03-01", old), memory("n", "03-01", new)]);
+            assert!(p.groups.is_empty(), "{new}: {p:?}");
+        }
+        // One fact in other words, and a fact completed by a detail, still fold.
+        let together = [
+            (
+                "Sam plays five-a-side football with Tom and Raj.",
+                "Sam plays five-a-side football with Raj and Tom.",
+            ),
+            (
+                "Jonas runs 5 km every morning before work.",
+                "Jonas runs his morning 5 km along the river with his neighbour Tim.",
+            ),
+        ];
+        for (old, new) in together {
+            let r = classify(&memory("o", "03-01", old), &memory("n", "03-02", new));
+            assert!(
+                matches!(
+                    r.classification,
+                    Classification::Duplicate | Classification::Merge
+                ),
+                "{new}: {}",
+                r.reasoning
+            );
         }
     }
 

@@ -52,8 +52,9 @@ fn clusters_of(db: &TestDb, run_id: &str) -> Vec<Vec<String>> {
 fn hubs_gather_their_paraphrases_once_and_full_mode_finds_groups_without_hubs() {
     let db = clustered_db();
     let report = cluster(&db, &["--threshold", "0.6"]);
-    // u1's hubs: c1 and x1 (important, used), x2, d1; u2 has too few memories.
-    assert_eq!(report["counts"]["hubs"], 4, "{report}");
+    // u1's hubs: c1 and x1 (important, used), x2, d1; u2's y1 (two memories: a pair is
+    // enough for a cluster).
+    assert_eq!(report["counts"]["hubs"], 5, "{report}");
     let run = report["run_id"].as_str().unwrap();
     let hubs = clusters_of(&db, run);
     assert_eq!(
@@ -96,9 +97,10 @@ fn hubs_gather_their_paraphrases_once_and_full_mode_finds_groups_without_hubs() 
 fn the_threshold_is_the_models_and_sizes_come_from_the_config() {
     let db = clustered_db();
     // The hash embedder has no calibration: the seeds' 0.85 leaves d2 (0.72) out, and the
-    // dog group, two memories, is below the minimum of three.
+    // dog group keeps two memories: a pair is a cluster.
     let report = cluster(&db, &["--dry-run"]);
-    assert_eq!(report["counts"]["clusters"], 1, "{report}");
+    assert_eq!(report["counts"]["clusters"], 2, "{report}");
+    assert_eq!(report["counts"]["clustered_memories"], 6, "{report}");
     assert!(
         report["notes"].to_string().contains(
             "cluster threshold 0.85 (no calibration: the seeds' threshold of hash-lexical-v1"

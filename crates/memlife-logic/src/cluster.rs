@@ -6,8 +6,12 @@
 //!   neighbours at or above the similarity threshold that no earlier cluster took, up to the
 //!   maximum size; a cluster smaller than the minimum is dropped and frees its members.
 //! - **Full** mode (seed 001: "regardless of time"), for stores with no access history yet:
-//!   every memory is a possible seed, those with the most neighbours above the threshold first
-//!   (then importance, then id), the same greedy assignment.
+//!   complete-linkage agglomeration over the pairs of neighbours (`agglomerate`): the closest
+//!   pairs join first, and two groups join only when every pair across them reaches the
+//!   threshold, so a group is tight rather than a chain, and a pair is a group. A pair's score
+//!   is its cosine plus `term_bonus` when both texts hold one specific term (`specific_terms`:
+//!   a word few of the user's memories use, such as a name or a product), which is where
+//!   embeddings miss a paraphrase or a complementary detail of one thing.
 //!
 //! A memory joins at most one cluster. Neighbours are taken from exact top-k lists (the
 //! caller's all-pairs search), best first, ties by row; so the same input gives the same
@@ -32,6 +36,11 @@ pub struct ClusterParams {
     pub max_hubs_per_user: usize,
     pub min_size: usize,
     pub max_size: usize,
+    /// Added to a pair's cosine when both texts hold a specific term (full mode).
+    pub term_bonus: f32,
+    /// A word is specific when at most this share of the user's memories (and at least 2)
+    /// hold it.
+    pub term_share: f64,
 }
 
 impl Default for ClusterParams {
@@ -41,8 +50,10 @@ impl Default for ClusterParams {
             hub_min_access_count: 5,
             hub_min_inbound_links: 5,
             max_hubs_per_user: 50,
-            min_size: 3,
+            min_size: 2,
             max_size: 20,
+            term_bonus: 0.1,
+            term_share: 0.02,
         }
     }
 }
@@ -59,6 +70,12 @@ impl ClusterParams {
             return Err(format!(
                 "cluster.max_size = {} is below cluster.min_size = {}",
                 self.max_size, self.min_size
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.term_share) || !(0.0..=1.0).contains(&self.term_bonus) {
+            return Err(format!(
+                "cluster.term_share = {} and cluster.term_bonus = {}: expected 0..1",
+                self.term_share, self.term_bonus
             ));
         }
         if !(0.0..=1.0).contains(&self.hub_min_importance) {
@@ -112,30 +129,6 @@ pub fn hubs(memories: &[Member], p: &ClusterParams) -> Vec<usize> {
     rows
 }
 
-/// Seeds for full mode: every row, those with the most neighbours at or above `threshold`
-/// first, then importance descending, then id.
-pub fn full_seeds(
-    memories: &[Member],
-    neighbours: &[Vec<Neighbour>],
-    threshold: f32,
-) -> Vec<usize> {
-    let mut rows: Vec<(usize, usize)> = neighbours
-        .iter()
-        .enumerate()
-        .map(|(row, list)| (row, list.iter().filter(|n| n.score >= threshold).count()))
-        .collect();
-    rows.sort_by(|a, b| {
-        b.1.cmp(&a.1)
-            .then_with(|| {
-                memories[b.0]
-                    .importance
-                    .total_cmp(&memories[a.0].importance)
-            })
-            .then_with(|| memories[a.0].id.cmp(&memories[b.0].id))
-    });
-    rows.into_iter().map(|(row, _)| row).collect()
-}
-
 /// Greedy clusters from `seeds` in order: each seed not yet taken gathers its neighbours (best
 /// first, as listed) at or above `threshold` that are not taken, up to `max_size` in all; kept
 /// when it reaches `min_size`.
@@ -169,6 +162,125 @@ pub fn assign(
         }
     }
     clusters
+}
+
+/// Words too common to tell two memories apart, whatever the store.
+const STOP_WORDS: &[&str] = &[
+    "the", "and", "for", "with", "that", "this", "from", "about", "into", "onto", "over", "under",
+    "are", "was", "were", "been", "being", "has", "have", "had", "their", "there", "they", "them",
+    "his", "her", "hers", "him", "she", "its", "our", "your", "you", "who", "what", "when",
+    "where", "which", "while", "will", "would", "can", "could", "not", "but", "also", "very",
+    "just", "each", "every", "some", "any", "all", "more", "most", "user", "users",
+];
+
+/// The specific terms of each text: its words (lower case, three letters or more, a
+/// possessive `'s` dropped, stop words left out) that at most `share` of `texts` hold (and
+/// never fewer than 2, so a word two memories share counts).
+pub fn specific_terms(texts: &[&str], share: f64) -> Vec<std::collections::BTreeSet<String>> {
+    let words: Vec<std::collections::BTreeSet<String>> = texts
+        .iter()
+        .map(|t| {
+            t.to_lowercase()
+                .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '\u{2019}'))
+                .map(|w| {
+                    let w = w.trim_matches(|c| c == '\'' || c == '\u{2019}');
+                    w.strip_suffix("'s")
+                        .or_else(|| w.strip_suffix("\u{2019}s"))
+                        .unwrap_or(w)
+                        .to_string()
+                })
+                .filter(|w| w.chars().count() >= 3 && !STOP_WORDS.contains(&w.as_str()))
+                .collect()
+        })
+        .collect();
+    let mut df: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for set in &words {
+        for w in set {
+            *df.entry(w.as_str()).or_default() += 1;
+        }
+    }
+    let most = ((share * texts.len() as f64).floor() as usize).max(2);
+    words
+        .iter()
+        .map(|set| {
+            set.iter()
+                .filter(|w| df[w.as_str()] <= most)
+                .cloned()
+                .collect()
+        })
+        .collect()
+}
+
+/// The scored pairs of full mode: each neighbour pair once (lower row first), its cosine plus
+/// `bonus` when both rows hold a specific term, kept when the score reaches `threshold`.
+pub fn scored_pairs(
+    neighbours: &[Vec<Neighbour>],
+    terms: &[std::collections::BTreeSet<String>],
+    threshold: f32,
+    bonus: f32,
+) -> Vec<(f32, u32, u32)> {
+    let mut pairs: std::collections::BTreeMap<(u32, u32), f32> = Default::default();
+    for (row, list) in neighbours.iter().enumerate() {
+        for n in list {
+            let (a, b) = (row.min(n.index as usize), row.max(n.index as usize));
+            if a == b {
+                continue;
+            }
+            let shared = terms[a].intersection(&terms[b]).next().is_some();
+            let score = n.score + if shared { bonus } else { 0.0 };
+            if score >= threshold {
+                pairs.insert((a as u32, b as u32), score);
+            }
+        }
+    }
+    pairs.into_iter().map(|((a, b), s)| (s, a, b)).collect()
+}
+
+/// Complete-linkage agglomeration: pairs join best first (ties by rows); two groups join when
+/// every pair across them is among `pairs` (all of which reach the threshold) and together
+/// they hold at most `max_size`. Groups of two or more, the best-scored first, each led by
+/// the row of its best pair that came first.
+pub fn agglomerate(rows: usize, pairs: &[(f32, u32, u32)], max_size: usize) -> Vec<Vec<usize>> {
+    let mut sorted: Vec<(f32, u32, u32)> = pairs.to_vec();
+    sorted.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
+    let known: std::collections::HashSet<(u32, u32)> = sorted
+        .iter()
+        .map(|&(_, a, b)| (a.min(b), a.max(b)))
+        .collect();
+    let linked = |a: usize, b: usize| known.contains(&(a.min(b) as u32, a.max(b) as u32));
+    let mut group: Vec<usize> = (0..rows).collect();
+    let mut members: Vec<Vec<usize>> = (0..rows).map(|r| vec![r]).collect();
+    let mut best: Vec<f32> = vec![f32::MIN; rows];
+    for &(score, a, b) in &sorted {
+        let (mut ga, mut gb) = (group[a as usize], group[b as usize]);
+        // The smaller group joins the larger (ties: the lower one), whose lead stays first.
+        if (members[gb].len(), std::cmp::Reverse(gb)) > (members[ga].len(), std::cmp::Reverse(ga)) {
+            std::mem::swap(&mut ga, &mut gb);
+        }
+        if ga == gb || members[ga].len() + members[gb].len() > max_size {
+            continue;
+        }
+        if !members[ga]
+            .iter()
+            .all(|&x| members[gb].iter().all(|&y| linked(x, y)))
+        {
+            continue;
+        }
+        let moved = std::mem::take(&mut members[gb]);
+        for &m in &moved {
+            group[m] = ga;
+        }
+        members[ga].extend(moved);
+        best[ga] = best[ga].max(score).max(best[gb]);
+    }
+    let mut out: Vec<(f32, Vec<usize>)> = members
+        .into_iter()
+        .enumerate()
+        .filter(|(_, m)| m.len() >= 2)
+        .map(|(g, m)| (best[g], m))
+        .collect();
+    out.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1[0].cmp(&y.1[0])));
+    out.into_iter().map(|(_, m)| m).collect()
 }
 
 /// Pairwise similarities and confidence of each cluster (in parallel across clusters).
@@ -267,17 +379,72 @@ mod tests {
     }
 
     #[test]
-    fn full_mode_seeds_the_densest_memories_first() {
-        let memories: Vec<Member> = (0..4)
-            .map(|i| member(&format!("m{i}"), 0.5, 0, 0))
-            .collect();
-        let neighbours = vec![
-            vec![n(1, 0.9)],
-            vec![n(0, 0.9), n(2, 0.85), n(3, 0.8)],
-            vec![n(1, 0.85)],
-            vec![n(1, 0.7)],
+    fn specific_terms_are_the_words_few_memories_hold() {
+        let texts = [
+            "Omar, the user's neighbour, works as a nurse.",
+            "The user's neighbour is called Omar.",
+            "The user works from home on Fridays.",
+            "The user works at a bakery.",
+            "The user has a neighbour's cat to feed.",
         ];
-        assert_eq!(full_seeds(&memories, &neighbours, 0.75), [1, 0, 2, 3]);
+        // At share 0.4 of five texts, a word held by at most 2 counts: omar, nurse, home,
+        // fridays, bakery, called, cat, feed; "works" (3) and "neighbour" (3) do not, nor
+        // stop words ("the", "user") or short ones ("as", "at").
+        let terms = specific_terms(&texts, 0.4);
+        let names = |i: usize| terms[i].iter().cloned().collect::<Vec<_>>();
+        assert_eq!(names(0), ["nurse", "omar"]);
+        assert_eq!(names(1), ["called", "omar"]);
+        assert_eq!(names(4), ["cat", "feed"]);
+        // The floor of 2: even a tiny share lets a word two memories share count.
+        assert!(specific_terms(&texts, 0.0)[0].contains("omar"));
+    }
+
+    #[test]
+    fn pairs_gain_the_bonus_only_for_a_shared_specific_term() {
+        let neighbours = vec![
+            vec![n(1, 0.68), n(2, 0.72)],
+            vec![n(0, 0.68)],
+            vec![n(0, 0.72)],
+        ];
+        let terms: Vec<std::collections::BTreeSet<String>> = vec![
+            ["omar".to_string()].into(),
+            ["omar".to_string(), "nurse".to_string()].into(),
+            ["tariq".to_string()].into(),
+        ];
+        let pairs = scored_pairs(&neighbours, &terms, 0.75, 0.1);
+        // 0-1 share "omar": 0.78 (listed once though both lists hold it); 0-2 share nothing:
+        // 0.72, under the threshold.
+        assert_eq!(pairs.len(), 1);
+        assert_eq!((pairs[0].1, pairs[0].2), (0, 1));
+        assert!((pairs[0].0 - 0.78).abs() < 1e-6);
+        assert!(scored_pairs(&neighbours, &terms, 0.75, 0.0).is_empty());
+    }
+
+    #[test]
+    fn agglomeration_joins_only_groups_close_across_every_pair() {
+        // 0-1-2 all close: one group. 3-4 close, 4-5 close but 3-5 not: 5 stays out (no
+        // chain). 6-7 a pair is a group. Max size 3 keeps 8 out of 0-1-2.
+        let pairs = vec![
+            (0.95, 0, 1),
+            (0.90, 1, 2),
+            (0.85, 0, 2),
+            (0.88, 3, 4),
+            (0.80, 4, 5),
+            (0.79, 6, 7),
+            (0.99, 2, 8),
+            (0.99, 0, 8),
+            (0.99, 1, 8),
+        ];
+        let groups = agglomerate(10, &pairs, 3);
+        // 8 joins first (its pairs are best) with 0 then 1 (0-1 is linked): 0-8-1 reach the
+        // cap, and 2 stays out.
+        assert_eq!(groups, vec![vec![0, 8, 1], vec![3, 4], vec![6, 7]]);
+        let groups = agglomerate(10, &pairs, 4);
+        assert_eq!(groups, vec![vec![0, 8, 1, 2], vec![3, 4], vec![6, 7]]);
+        // The same input, the same groups, whatever the pairs' order.
+        let mut reversed = pairs.clone();
+        reversed.reverse();
+        assert_eq!(agglomerate(10, &reversed, 4), groups);
     }
 
     #[test]
