@@ -338,6 +338,11 @@ fn named_db(weights: &str) -> (TestDb, String) {
 }
 
 fn recall_named(db: &TestDb, config: &str, query: &str, extra: &[&str]) -> Value {
+    recall_explained(db, config, "n", query, extra)
+}
+
+/// `recall --explain` of `user`'s memories, read only, hash vectors, at a fixed clock.
+fn recall_explained(db: &TestDb, config: &str, user: &str, query: &str, extra: &[&str]) -> Value {
     let mut args = vec![
         "--json",
         "--config",
@@ -345,7 +350,7 @@ fn recall_named(db: &TestDb, config: &str, query: &str, extra: &[&str]) -> Value
         "recall",
         query,
         "--user",
-        "n",
+        user,
         "--embedder",
         "hash",
         "--no-activate",
@@ -570,25 +575,7 @@ fn focus_recall(weights: &str, query: &str) -> Value {
         ),
     )
     .unwrap();
-    let out = db.run(&[
-        "--json",
-        "--config",
-        config.as_str(),
-        "recall",
-        query,
-        "--user",
-        "f",
-        "--embedder",
-        "hash",
-        "--no-activate",
-        "--explain",
-        "--k",
-        "5",
-        "--now",
-        "2025-06-01T00:00:00Z",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).unwrap()
+    recall_explained(&db, &config, "f", query, &["--k", "5"])
 }
 
 #[test]
