@@ -1656,7 +1656,12 @@ mod tests {
         ];
         for (old, new) in apart {
             let r = classify(&memory("o", "03-01", old), &memory("n", "03-01", new));
-            assert_eq!(r.classification, Classification::Coexist, "{new}: {}", r.reasoning);
+            assert_eq!(
+                r.classification,
+                Classification::Coexist,
+                "{new}: {}",
+                r.reasoning
+            );
             let p = propose(&[memory("o", "03-01", old), memory("n", "03-01", new)]);
             assert!(p.groups.is_empty(), "{new}: {p:?}");
         }
