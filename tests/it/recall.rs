@@ -17,9 +17,14 @@ const MEMORIES: &str = r#"{"id":"hot","user_id":"u","text":"User walks the dog B
 "#;
 
 fn loaded() -> TestDb {
+    hashed(MEMORIES)
+}
+
+/// A database holding `rows` (JSON Lines of memories), embedded with the hash embedder.
+fn hashed(rows: &str) -> TestDb {
     let db = TestDb::new();
     let file = db.path("m.jsonl");
-    std::fs::write(&file, MEMORIES).unwrap();
+    std::fs::write(&file, rows).unwrap();
     for args in [
         vec!["import", file.as_str()],
         vec!["embed", "--embedder", "hash"],
@@ -557,16 +562,7 @@ const FOCUS: &str = r#"{"id":"city","user_id":"f","text":"Dana told Dana's broth
 "#;
 
 fn focus_recall(weights: &str, query: &str) -> Value {
-    let db = TestDb::new();
-    let file = db.path("focus.jsonl");
-    std::fs::write(&file, FOCUS).unwrap();
-    for args in [
-        vec!["import", file.as_str()],
-        vec!["embed", "--embedder", "hash"],
-    ] {
-        let out = db.run(&args);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    }
+    let db = hashed(FOCUS);
     let config = db.path("memlife.toml");
     std::fs::write(
         &config,
