@@ -342,6 +342,20 @@ fn named_db(weights: &str) -> (TestDb, String) {
     (db, config)
 }
 
+/// A recalled memory's `--explain` parts add up to its score.
+fn assert_parts_add_up(memory: &Value) {
+    let sum: f64 = memory["explain"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!(
+        (sum - memory["score"].as_f64().unwrap()).abs() < 1e-3,
+        "{memory}"
+    );
+}
+
 fn recall_named(db: &TestDb, config: &str, query: &str, extra: &[&str]) -> Value {
     recall_explained(db, config, "n", query, extra)
 }
@@ -388,14 +402,7 @@ fn a_person_the_query_names_ranks_their_memories_first_and_explain_shows_why() {
         let parts = &top["explain"];
         assert!(parts["entity"].as_f64().unwrap() > 0.49, "{parts}");
         assert_eq!(r["memories"][1]["explain"]["entity"], 0.0, "{r}");
-        // The parts add up to the score.
-        let sum: f64 = parts
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_f64().unwrap())
-            .sum();
-        assert!((sum - top["score"].as_f64().unwrap()).abs() < 1e-3, "{top}");
+        assert_parts_add_up(top);
         assert!(r["notes"].to_string().contains(who), "{r}");
     }
 }
@@ -602,13 +609,7 @@ fn the_focused_query_looks_past_the_name_every_memory_carries() {
                 < 1e-3,
             "{m}"
         );
-        let sum: f64 = parts
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_f64().unwrap())
-            .sum();
-        assert!((sum - m["score"].as_f64().unwrap()).abs() < 1e-3, "{m}");
+        assert_parts_add_up(m);
     }
     // A name few memories carry is kept: nothing to focus.
     let kept = focus_recall(
