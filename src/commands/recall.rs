@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{Result, anyhow, bail};
-use arrow::array::{Array, AsArray};
+use arrow::array::{Array, AsArray, RecordBatch};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
@@ -124,6 +124,9 @@ const COLUMNS: &[&str] = &[
     "happens_at",
     "superseded_by",
     "session_id",
+    // Read for the live terms a search checks itself (`Live`).
+    "archived_at",
+    "valid_until",
 ];
 
 fn round4(x: f64) -> f64 {
@@ -215,32 +218,146 @@ impl Found {
     }
 }
 
-/// The recall's filter: the user's memories of the query's model in `tiers`, live unless
-/// exhaustive, current unless `--history`, or as they were at `--as-of`.
-fn filter(args: &RecallArgs, model: &str, tiers: &[&str], now: i64, as_of: Option<i64>) -> String {
+/// A recall's filter: the user's memories of the query's model in some tiers, live unless
+/// exhaustive, current unless `--history`, or as they were at `--as-of`. `full` holds every
+/// term. When `live` is set, `indexed` holds the terms Lance answers from the scalar and bitmap
+/// indexes (user, model, tier, state) and each search applies the `live` terms itself to the
+/// rows it returns: the terms on nullable columns no index serves (`archived_at`,
+/// `superseded_by`, `valid_until`), which Lance would otherwise read for every row of the
+/// table before searching (BENCHMARKS.md, recall at 100k).
+struct Filter {
+    full: String,
+    indexed: String,
+    live: Option<Live>,
+}
+
+/// The terms of a `Filter` a search checks on the rows it returns.
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    /// `archived_at IS NULL`.
+    unarchived: bool,
+    /// `superseded_by IS NULL AND (valid_until IS NULL OR valid_until > t)`.
+    current_at: Option<i64>,
+}
+
+impl Filter {
+    /// A filter applied whole, before the search.
+    fn whole(full: String) -> Filter {
+        Filter {
+            indexed: full.clone(),
+            full,
+            live: None,
+        }
+    }
+}
+
+fn filter(args: &RecallArgs, model: &str, tiers: &[&str], now: i64, as_of: Option<i64>) -> Filter {
     let tiers: Vec<String> = tiers.iter().map(|t| t.to_string()).collect();
-    let mut filter = format!(
+    let mut indexed = format!(
         "user_id = {} AND embedding_model = {} AND tier IN ({})",
         sql_string(&args.user),
         sql_string(model),
         sql_list(&tiers)
     );
-    if !args.mode.archived() {
-        filter.push_str(" AND archived_at IS NULL AND state <> 'archived'");
+    let unarchived = !args.mode.archived();
+    if unarchived {
+        indexed.push_str(" AND state <> 'archived'");
+    }
+    let mut full = indexed.clone();
+    if unarchived {
+        full.push_str(" AND archived_at IS NULL");
     }
     match as_of {
-        Some(t) => filter.push_str(&format!(
-            " AND created_at <= {t} AND (valid_from IS NULL OR valid_from <= {t}) \
-             AND (valid_until IS NULL OR valid_until > {t})",
-            t = sql_timestamp(t)
-        )),
-        None if !args.history => filter.push_str(&format!(
+        Some(t) => {
+            full.push_str(&format!(
+                " AND created_at <= {t} AND (valid_from IS NULL OR valid_from <= {t}) \
+                 AND (valid_until IS NULL OR valid_until > {t})",
+                t = sql_timestamp(t)
+            ));
+            return Filter::whole(full);
+        }
+        None if !args.history => full.push_str(&format!(
             " AND superseded_by IS NULL AND (valid_until IS NULL OR valid_until > {})",
             sql_timestamp(now)
         )),
         None => {}
     }
-    filter
+    let live = Live {
+        unarchived,
+        current_at: (!args.history).then_some(now),
+    };
+    Filter {
+        full,
+        indexed,
+        live: (live.unarchived || live.current_at.is_some()).then_some(live),
+    }
+}
+
+/// Which rows of `batch` pass `live`.
+fn live_mask(batch: &RecordBatch, live: Live) -> Result<arrow::array::BooleanArray> {
+    use arrow::datatypes::TimestampMicrosecondType;
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .ok_or_else(|| anyhow!("the search returned no {name} column"))
+    };
+    let archived = column("archived_at")?;
+    let superseded = column("superseded_by")?;
+    let until = column("valid_until")?;
+    let until = until
+        .as_primitive_opt::<TimestampMicrosecondType>()
+        .ok_or_else(|| anyhow!("memories.valid_until is not a timestamp in microseconds"))?;
+    Ok((0..batch.num_rows())
+        .map(|i| {
+            let unarchived = !live.unarchived || archived.is_null(i);
+            let current = live.current_at.is_none_or(|now| {
+                superseded.is_null(i) && (until.is_null(i) || until.value(i) > now)
+            });
+            Some(unarchived && current)
+        })
+        .collect())
+}
+
+/// The `pool` best rows of a search under `filter`: with `live` terms, the search runs under
+/// the indexed terms for twice the pool and the live terms are checked on what it returns;
+/// when fewer than `pool` pass and there may be more, it runs again under the full filter.
+/// `by` is the column that orders the results (`_distance` ascending, `_score` descending).
+async fn search_live<F, Fut>(
+    filter: &Filter,
+    pool: usize,
+    by: (&str, bool),
+    search: F,
+) -> Result<Vec<RecordBatch>>
+where
+    F: Fn(String, usize) -> Fut,
+    Fut: std::future::Future<Output = crate::store::Result<Vec<RecordBatch>>>,
+{
+    let Some(live) = filter.live else {
+        return Ok(search(filter.full.clone(), pool).await?);
+    };
+    let fetch = pool * 2;
+    let batches = search(filter.indexed.clone(), fetch).await?;
+    let Some(first) = batches.first() else {
+        return Ok(batches);
+    };
+    let all = arrow::compute::concat_batches(&first.schema(), &batches)?;
+    let kept = arrow::compute::filter_record_batch(&all, &live_mask(&all, live)?)?;
+    if kept.num_rows() < pool && all.num_rows() >= fetch {
+        return Ok(search(filter.full.clone(), pool).await?);
+    }
+    let (column, descending) = by;
+    let key = kept
+        .column_by_name(column)
+        .ok_or_else(|| anyhow!("the search returned no {column} column"))?;
+    let order = arrow::compute::sort_to_indices(
+        key,
+        Some(arrow::compute::SortOptions {
+            descending,
+            nulls_first: false,
+        }),
+        Some(pool),
+    )?;
+    Ok(vec![arrow::compute::take_record_batch(&kept, &order)?])
 }
 
 /// `v` scaled to unit length (empty when it is all zeros), as `rows_and_vectors` gives
@@ -272,8 +389,9 @@ async fn candidates(
     store: &Store,
     query: &str,
     vector: &[f32],
-    filter: String,
+    filter: Filter,
     pool: usize,
+    nprobes: usize,
     asked_times: &[(chrono::NaiveDate, chrono::NaiveDate)],
 ) -> Result<Vec<Found>> {
     let began = std::time::Instant::now();
@@ -300,21 +418,51 @@ async fn candidates(
                 )
             })
             .collect();
-        format!("{filter} AND ({})", within.join(" OR "))
+        let within = within.join(" OR ");
+        Filter {
+            full: format!("{} AND ({within})", filter.full),
+            indexed: format!("{} AND ({within})", filter.indexed),
+            live: filter.live,
+        }
     });
+    let nearest = |filter: String, limit: usize| {
+        store.nearest_rows(
+            "memories",
+            vector.to_vec(),
+            limit,
+            nprobes,
+            filter,
+            &near_columns,
+        )
+    };
     let (near, near_timed, lexical) = tokio::try_join!(
-        store.nearest_rows("memories", vector.to_vec(), pool, &filter, &near_columns),
+        async {
+            let began = std::time::Instant::now();
+            let rows = search_live(&filter, pool, ("_distance", false), nearest).await;
+            tracing::debug!(
+                ms = began.elapsed().as_secs_f64() * 1e3,
+                "recall vector search"
+            );
+            rows
+        },
         async {
             match &timed {
-                Some(timed) => {
-                    store
-                        .nearest_rows("memories", vector.to_vec(), pool, timed, &near_columns)
-                        .await
-                }
+                Some(timed) => search_live(timed, pool, ("_distance", false), nearest).await,
                 None => Ok(Vec::new()),
             }
         },
-        store.text_search_rows("memories", "text", query, pool, &filter, &text_columns),
+        async {
+            let began = std::time::Instant::now();
+            let rows = search_live(&filter, pool, ("_score", true), |filter, limit| {
+                store.text_search_rows("memories", "text", query, limit, filter, &text_columns)
+            })
+            .await;
+            tracing::debug!(
+                ms = began.elapsed().as_secs_f64() * 1e3,
+                "recall text search"
+            );
+            rows
+        },
     )?;
     let searched_ms = began.elapsed().as_secs_f64() * 1e3;
     let near: Vec<RowAndVector> = rows_and_vectors(&near)?
@@ -328,7 +476,13 @@ async fn candidates(
         if at.contains_key(&f.id) {
             continue;
         }
-        f.similarity = 1.0 - f64_of(&r, "_distance");
+        // The exact cosine where the vector was read: through an IVF_PQ index `_distance`
+        // is the compressed vectors' approximation.
+        f.similarity = if v.is_empty() {
+            1.0 - f64_of(&r, "_distance")
+        } else {
+            cosine(&query_unit, &v)
+        };
         f.focused = f.similarity;
         f.vector = v;
         at.insert(f.id.clone(), found.len());
@@ -380,7 +534,16 @@ pub async fn relevance(
     filter: &str,
     limit: usize,
 ) -> Result<BTreeMap<String, f64>> {
-    let found = candidates(store, query, vector, filter.to_string(), limit.max(1), &[]).await?;
+    let found = candidates(
+        store,
+        query,
+        vector,
+        Filter::whole(filter.to_string()),
+        limit.max(1),
+        params.nprobes,
+        &[],
+    )
+    .await?;
     let crowding = crowding(&found, params);
     Ok(found
         .iter()
@@ -682,6 +845,7 @@ pub async fn recall(
             &vector,
             filter(args, model, tiers, now, as_of),
             pool,
+            params.nprobes,
             &asked_times,
         )
     };

@@ -101,13 +101,15 @@ impl Store {
 impl Store {
     /// The `limit` rows of `table` nearest to `vector` by cosine distance among those
     /// `filter` keeps (filtered before the search), with `columns` and `_distance`; through
-    /// the vector index when there is one, else an exact scan.
+    /// the vector index when there is one (probing `nprobes` partitions, 0 for Lance's
+    /// adaptive choice), else an exact scan.
     pub async fn nearest_rows(
         &self,
         table: &str,
         vector: Vec<f32>,
         limit: usize,
-        filter: &str,
+        nprobes: usize,
+        filter: String,
         columns: &[&str],
     ) -> Result<Vec<RecordBatch>> {
         let query = self
@@ -119,6 +121,10 @@ impl Store {
             .distance_type(DistanceType::Cosine)
             .limit(limit)
             .select(Select::columns(columns));
+        let query = match nprobes {
+            0 => query,
+            n => query.nprobes(n)?,
+        };
         Ok(query.execute().await?.try_collect().await?)
     }
 }
@@ -250,7 +256,7 @@ impl Store {
         column: &str,
         query: &str,
         limit: usize,
-        filter: &str,
+        filter: String,
         columns: &[&str],
     ) -> Result<Vec<RecordBatch>> {
         use lancedb::index::scalar::FullTextSearchQuery;

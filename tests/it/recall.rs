@@ -64,6 +64,54 @@ fn ids(report: &Value) -> Vec<String> {
     ids
 }
 
+/// Recall checks the terms no index answers (archived, superseded, expired) on the rows its
+/// searches return: when the nearest rows are mostly not live, it must still find the live ones
+/// behind them, and never return the others.
+#[test]
+fn live_memories_behind_a_crowd_of_dead_ones_are_found() {
+    let mut rows = String::new();
+    for i in 0..150 {
+        // Chains of two: dead{3j} superseded by dead{3j+1}, itself expired since.
+        let chain = i - i % 3;
+        let dead = match i % 3 {
+            0 => format!(
+                r#""superseded_by":"dead{}","valid_until":"2025-01-15T00:00:00Z","supersession_chain_id":"c{chain}""#,
+                i + 1
+            ),
+            1 => format!(
+                r#""valid_until":"2025-02-01T00:00:00Z","supersession_chain_id":"c{chain}""#
+            ),
+            _ => r#""archived_at":"2025-02-01T00:00:00Z""#.to_string(),
+        };
+        rows.push_str(&format!(
+            r#"{{"id":"dead{i}","user_id":"u","text":"User walks the dog Biscuit","tier":"hot","state":"active","created_at":"2025-01-01T08:00:00Z",{dead}}}"#
+        ));
+        rows.push('\n');
+    }
+    for i in 0..3 {
+        rows.push_str(&format!(
+            r#"{{"id":"live{i}","user_id":"u","text":"User walks the dog Biscuit on Sunday {i}","tier":"hot","state":"active","created_at":"2025-01-01T08:00:00Z"}}"#
+        ));
+        rows.push('\n');
+    }
+    let db = hashed(&rows);
+    let report = recall(
+        &db,
+        "User walks the dog Biscuit",
+        &["--no-activate", "--k", "5"],
+    );
+    assert_eq!(ids(&report), ["live0", "live1", "live2"]);
+    let history = recall(
+        &db,
+        "User walks the dog Biscuit",
+        &["--no-activate", "--k", "5", "--history"],
+    );
+    assert!(
+        ids(&history).iter().any(|id| id.starts_with("dead")),
+        "--history returns superseded and expired memories: {history}"
+    );
+}
+
 #[test]
 fn each_mode_searches_its_tiers_and_only_the_users_memories() {
     let db = loaded();

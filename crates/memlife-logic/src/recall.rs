@@ -89,6 +89,11 @@ pub struct RecallParams {
     pub pool_per_result: usize,
     /// Candidates read from each source, at least.
     pub pool_min: usize,
+    /// IVF partitions the vector search probes when `memories` has a vector index (`memlife
+    /// index`); 0 leaves it to Lance's adaptive probing, which on a store without clear
+    /// neighbourhoods probes far more partitions (BENCHMARKS.md, recall at 100k: p95 73-78 ms
+    /// adaptive, 48-54 ms at 20, on one store). Without an index every search is exact and this is unused.
+    pub nprobes: usize,
 }
 
 impl Default for RecallParams {
@@ -109,6 +114,7 @@ impl Default for RecallParams {
             recency_days: 30.0,
             pool_per_result: 2,
             pool_min: 50,
+            nprobes: 20,
         }
     }
 }
