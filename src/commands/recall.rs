@@ -488,30 +488,23 @@ async fn candidates(
         at.insert(f.id.clone(), found.len());
         found.push(f);
     }
-    let mut best = 0.0f64;
-    let mut scored: Vec<(usize, f64)> = Vec::new();
     for (r, v) in rows_and_vectors(&lexical)? {
-        let score = f64_of(&r, "_score");
-        best = best.max(score);
         let id = text_of(&r, "id");
-        let index = match at.get(&id) {
-            Some(&index) => index,
-            None => {
-                let mut f = Found::of(&r);
-                f.similarity = cosine(&query_unit, &v);
-                f.focused = f.similarity;
-                f.vector = v;
-                at.insert(id, found.len());
-                found.push(f);
-                found.len() - 1
-            }
-        };
-        scored.push((index, score));
-    }
-    if best > 0.0 {
-        for (index, score) in scored {
-            found[index].lexical = score / best;
+        if !at.contains_key(&id) {
+            let mut f = Found::of(&r);
+            f.similarity = cosine(&query_unit, &v);
+            f.focused = f.similarity;
+            f.vector = v;
+            at.insert(id, found.len());
+            found.push(f);
         }
+    }
+    // The lexical signal: the query's words each memory holds, weighted by their rarity among
+    // the candidates (BM25 chose some of them; its table-wide weights rank worse here).
+    let texts: Vec<&str> = found.iter().map(|f| f.text.as_str()).collect();
+    let overlap = crate::logic::recall::rare_overlap(query, &texts);
+    for (f, o) in found.iter_mut().zip(overlap) {
+        f.lexical = o;
     }
     tracing::debug!(
         searched_ms,

@@ -59,8 +59,8 @@ pub struct RecallParams {
     /// A name counts as common (left out of the focused query) when at least this share of
     /// the candidates' texts carry it.
     pub focused_share: f64,
-    /// Weight of the memory's BM25 score (full-text index on `memories.text`), divided by the
-    /// best BM25 score of the query's matches.
+    /// Weight of the query's words the memory holds, each weighted by its rarity among the
+    /// candidates (`rare_overlap`), over the best candidate's.
     pub lexical: f64,
     /// Weight of the share of the people, places and things the query names (through
     /// `entities`) that the memory names (through `memory_entities`).
@@ -102,7 +102,7 @@ impl Default for RecallParams {
             similarity: 0.5,
             focused: 0.5,
             focused_share: 0.35,
-            lexical: 0.1,
+            lexical: 0.15,
             entity: 0.0,
             time: 0.2,
             crowding: 0.5,
@@ -298,6 +298,46 @@ pub fn fill_episodes(p: &RecallParams, mode: Mode, candidates: &mut [Candidate])
     for (c, e) in candidates.iter_mut().zip(episodes) {
         c.episode = e;
     }
+}
+
+/// How much of the query each text holds, by the words that tell the candidates apart: the
+/// sum over the query's content words (`reading::content_words`: stemmed, stop words out) that
+/// the text holds of ln((n + 1) / (df + 0.5)), df the number of the `n` texts holding the word,
+/// divided by the best text's sum (all 0 when no text holds a query word). A word most
+/// candidates share (the name of the person they are all about, the topic the search found
+/// them by) weighs little; the word only the answer holds weighs most. BM25 weighs words by
+/// their rarity in the whole table instead, where such a name is rare.
+pub fn rare_overlap(query: &str, texts: &[&str]) -> Vec<f64> {
+    let asked = crate::reading::content_words(query);
+    let held: Vec<std::collections::BTreeSet<String>> = texts
+        .iter()
+        .map(|t| {
+            crate::reading::content_words(t)
+                .intersection(&asked)
+                .cloned()
+                .collect()
+        })
+        .collect();
+    let n = texts.len() as f64;
+    let mut df: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for words in &held {
+        for w in words {
+            *df.entry(w.as_str()).or_default() += 1;
+        }
+    }
+    let sums: Vec<f64> = held
+        .iter()
+        .map(|words| {
+            words
+                .iter()
+                .map(|w| ((n + 1.0) / (df[w.as_str()] as f64 + 0.5)).ln())
+                .sum()
+        })
+        .collect();
+    let best = sums.iter().copied().fold(0.0, f64::max);
+    sums.iter()
+        .map(|s| if best > 0.0 { s / best } else { 0.0 })
+        .collect()
 }
 
 /// The query without the names most candidates carry: a capitalised word (possessive
@@ -523,6 +563,26 @@ mod tests {
             created_at: 0,
             id: id.into(),
         }
+    }
+
+    #[test]
+    fn the_word_only_the_answer_holds_weighs_most() {
+        let texts = [
+            "Dana walks her dog every morning",
+            "Dana adopted a dog from the shelter",
+            "Dana's dog is called Biscuit",
+            "Dana cooks pasta on Sundays",
+        ];
+        let s = rare_overlap("What did Dana name her dog?", &texts);
+        // "dana" is in all four and "dog" in three; "name" folds with "called" only in the third.
+        assert_eq!(s.iter().copied().fold(0.0, f64::max), 1.0);
+        assert!(s[2] > s[0] && s[2] > s[1], "{s:?}");
+        assert!(s[3] < s[0], "{s:?}");
+        assert_eq!(
+            rare_overlap("What about the weather?", &texts),
+            vec![0.0; 4]
+        );
+        assert!(rare_overlap("Dana", &[]).is_empty());
     }
 
     #[test]
