@@ -99,9 +99,6 @@ struct Pairing {
 }
 
 fn pairing(old: &Reading, newer: &Reading) -> Pairing {
-    let shared = old.content.intersection(&newer.content).count();
-    let only_old = old.values.difference(&newer.values).count();
-    let only_new = newer.values.difference(&old.values).count();
     let shared_values = old.values.intersection(&newer.values).count();
     let same_owner = !old.owner.is_empty() && old.owner == newer.owner;
     let mentions_head = |bare: &Reading, owned: &Reading| {
@@ -109,22 +106,51 @@ fn pairing(old: &Reading, newer: &Reading) -> Pairing {
             && !owned.head.is_empty()
             && (bare.content.contains(&stem(&owned.head)) || shared_values > 0)
     };
+    let same_entity = !old.entity.is_empty()
+        && (old.entity == newer.entity
+            || same_owner && (mentions_head(old, newer) || mentions_head(newer, old)));
+    // One side about the owner, the other about a thing of theirs ("Maria's favourite band is
+    // Radiohead" / "Maria loves Radiohead more than any other band"): the possessed noun phrase
+    // is part of what the sentence says, so the words are compared with it.
+    let (old_content, new_content) = if same_entity && old.entity != newer.entity {
+        (
+            old.content.union(&old.entity_content).cloned().collect(),
+            newer
+                .content
+                .union(&newer.entity_content)
+                .cloned()
+                .collect(),
+        )
+    } else {
+        (old.content.clone(), newer.content.clone())
+    };
+    pairing_of(old, newer, same_entity, &old_content, &new_content)
+}
+
+fn pairing_of(
+    old: &Reading,
+    newer: &Reading,
+    same_entity: bool,
+    old_content: &std::collections::BTreeSet<String>,
+    new_content: &std::collections::BTreeSet<String>,
+) -> Pairing {
+    let shared = old_content.intersection(new_content).count();
+    let only_old = old.values.difference(&newer.values).count();
+    let only_new = newer.values.difference(&old.values).count();
+    let shared_values = old.values.intersection(&newer.values).count();
     Pairing {
-        same_entity: !old.entity.is_empty()
-            && (old.entity == newer.entity
-                || same_owner && (mentions_head(old, newer) || mentions_head(newer, old))),
-        same_owner,
-        jaccard: jaccard(&old.content, &newer.content),
+        same_entity,
+        same_owner: !old.owner.is_empty() && old.owner == newer.owner,
+        jaccard: jaccard(old_content, new_content),
         shared,
-        newer_contained: newer.content.len() >= 3
-            && shared as f64 / newer.content.len() as f64 >= 0.85,
-        older_contained: !old.content.is_empty() && shared as f64 / old.content.len() as f64 >= 0.6,
+        newer_contained: new_content.len() >= 3 && shared as f64 / new_content.len() as f64 >= 0.85,
+        older_contained: !old_content.is_empty() && shared as f64 / old_content.len() as f64 >= 0.6,
         values_clash: only_old > 0 && only_new > 0,
         shared_value: shared_values > 0,
         same_values: shared_values >= 2 && only_old == 0 && only_new == 0,
         newer_new_values: only_new > 0,
-        new_words: newer.content.difference(&old.content).count(),
-        old_words: old.content.difference(&newer.content).count(),
+        new_words: new_content.difference(old_content).count(),
+        old_words: old_content.difference(new_content).count(),
     }
 }
 
@@ -1638,6 +1664,66 @@ mod tests {
             assert_eq!(l.link_type, LinkType::Supersedes, "{new}");
             assert!(l.confidence < 0.8, "{new}: {}", l.reasoning);
         }
+    }
+
+    #[test]
+    fn a_fact_about_a_thing_of_theirs_told_about_the_person_is_one_fact() {
+        // The possessed noun phrase ("Omar's favourite sport") is compared with the other
+        // side's words, and a few common predicates fold (study/learn, wife/married, born/
+        // birthday, without/no).
+        let same = [
+            (
+                "Omar's favourite sport is tennis.",
+                "Omar loves tennis more than any other sport.",
+            ),
+            ("Priya is studying German.", "Priya is learning German."),
+            (
+                "Sam's husband Leo is a chef.",
+                "Sam is married to Leo, who works as a chef.",
+            ),
+            ("Ivy's birthday is on 2 May.", "Ivy was born on May 2."),
+            (
+                "Kai drinks tea without milk.",
+                "Kai drinks his tea with no milk.",
+            ),
+        ];
+        for (old, new) in same {
+            let r = classify(&memory("o", "03-01", old), &memory("n", "03-01", new));
+            assert_eq!(
+                r.classification,
+                Classification::Duplicate,
+                "{old} / {new}: {}",
+                r.reasoning
+            );
+        }
+        // A new value, or another date, is not the same fact.
+        let apart = [
+            (
+                "Sam's husband Leo is a chef.",
+                "Sam is married to Leo and they live in Leeds.",
+            ),
+            ("Ivy's birthday is on 2 May.", "Ivy was born in 1990."),
+            ("Priya is studying German.", "Priya is learning Italian."),
+        ];
+        for (old, new) in apart {
+            let r = classify(&memory("o", "03-01", old), &memory("n", "03-01", new));
+            assert_ne!(
+                r.classification,
+                Classification::Duplicate,
+                "{old} / {new}: {}",
+                r.reasoning
+            );
+        }
+        // An actor, not an attribute ("Noah's neighbour invited him"): the invitation and the
+        // club are two events, neither folded nor merged.
+        let (old, new) = (
+            "Noah's neighbour invited him to a beginners' chess club.",
+            "Noah joined a weekly chess club with his neighbour and finds it relaxing.",
+        );
+        let r = classify(&memory("o", "03-01", old), &memory("n", "03-01", new));
+        assert_eq!(r.classification, Classification::Coexist, "{}", r.reasoning);
+        let p = propose(&[memory("o", "03-01", old), memory("n", "03-01", new)]);
+        assert!(p.groups.is_empty(), "{p:?}");
     }
 
     #[test]

@@ -46,6 +46,13 @@ const SYNONYMS: &[(&str, &str)] = &[
     ("coriander", "cilantro"),
     ("afraid", "fear"),
     ("scared", "fear"),
+    ("study", "learn"),
+    ("without", "no"),
+    ("born", "birth"),
+    ("birthday", "birth"),
+    ("wife", "spouse"),
+    ("husband", "spouse"),
+    ("marry", "spouse"),
 ];
 
 /// Phrases that say a value changed (whole words; matched in the newer memory).
@@ -217,6 +224,11 @@ pub struct Reading {
     pub values: BTreeSet<String>,
     /// Content words: stop words, entity and values removed, stemmed, synonyms folded.
     pub content: BTreeSet<String>,
+    /// The content words of the entity past its owner ("favourite band" of "Maria's favourite
+    /// band is Radiohead"), stemmed, when the sentence states an attribute of it (a copula
+    /// follows): what it says when set beside one about the bare owner ("Maria loves Radiohead
+    /// more than any other band"). Empty otherwise ("John's colleague invited him").
+    pub entity_content: BTreeSet<String>,
     pub negated: bool,
     pub plan: bool,
     /// The change cue it holds, if any.
@@ -427,6 +439,26 @@ pub fn read(text: &str) -> Reading {
         .map(|w| stem(&w))
         .filter(|w| !w.is_empty())
         .collect();
+    // Only an attribute ("Maria's favourite band is ...", "Ben's wife Julia is ...") says
+    // something with its possessed noun; an actor ("John's colleague invited him") does not.
+    let copula = |k: usize| {
+        lower
+            .get(k)
+            .is_some_and(|w| matches!(w.as_str(), "is" | "are" | "was" | "were"))
+    };
+    let named = raw
+        .get(i)
+        .and_then(|w| w.chars().next())
+        .is_some_and(char::is_uppercase);
+    let attribute = !head.is_empty() && (copula(i) || (named && copula(i + 1)));
+    let entity_content = entity_words
+        .iter()
+        .skip(if attribute { 1 } else { entity_words.len() })
+        .map(|w| w.trim_end_matches("'s"))
+        .filter(|w| !STOP_WORDS.contains(w))
+        .map(stem)
+        .filter(|w| !w.is_empty())
+        .collect();
     let negated = NEGATIONS.iter().any(|n| has_phrase(&lower, n));
     let plan = PLAN_CUES.iter().any(|p| has_phrase(&lower, p));
     let change = first_phrase(&lower, CHANGE_CUES).or_else(|| {
@@ -442,6 +474,7 @@ pub fn read(text: &str) -> Reading {
         head,
         values,
         content,
+        entity_content,
         negated,
         plan,
         change,
