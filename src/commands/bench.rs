@@ -334,6 +334,7 @@ pub async fn llm(
         happens_at: None,
         text: memories[i].text.clone(),
         dates: Vec::new(),
+        cluster: None,
     };
     let items: Vec<Item> = (0..requests)
         .map(|i| Item {

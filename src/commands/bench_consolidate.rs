@@ -381,11 +381,8 @@ fn online(
         "--embedder",
         bench.embedder.name(),
     ])?;
-    let proposals = count(&consolidate, "clusters")
-        - count(&consolidate, "clusters_stale")
-        - count(&consolidate, "clusters_changed")
-        - count(&consolidate, "clusters_declined_before")
-        - count(&consolidate, "clusters_in_pending_batches");
+    // Pass-1 requests: several small clusters each (`--memories-per-call`).
+    let proposals = count(&consolidate, "requests");
     let verifications = count(&consolidate, "groups_proposed");
     let rounds = |calls: u64| calls.div_ceil(bench.concurrency as u64);
     let critical =
@@ -399,6 +396,9 @@ fn online(
         "proposals": proposals,
         "verifications": verifications,
         "llm_calls": consolidate["llm"]["items"],
+        "memories_per_proposal": if proposals > 0 { json!(round(bench.memories as f64 / proposals as f64)) } else { Value::Null },
+        "llm_calls_per_1000_memories": round(consolidate["llm"]["items"].as_u64().unwrap_or(0) as f64 * 1000.0 / bench.memories.max(1) as f64),
+        "estimated_cost_usd": consolidate["llm"]["estimated_cost_usd"],
         "llm_critical_path_seconds": round(critical),
         "ratio_to_critical_path": if critical > 0.0 { json!(round(wall / critical)) } else { Value::Null },
         "compute_seconds": round(compute),

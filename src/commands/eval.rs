@@ -330,6 +330,7 @@ fn views(case: &Case) -> Vec<MemoryView> {
             happens_at: None,
             text: text.clone(),
             dates: Vec::new(),
+            cluster: None,
         })
         .collect()
 }

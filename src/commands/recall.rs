@@ -489,13 +489,12 @@ async fn candidates(
         found.push(f);
     }
     for (r, v) in rows_and_vectors(&lexical)? {
-        let id = text_of(&r, "id");
-        if !at.contains_key(&id) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = at.entry(text_of(&r, "id")) {
             let mut f = Found::of(&r);
             f.similarity = cosine(&query_unit, &v);
             f.focused = f.similarity;
             f.vector = v;
-            at.insert(id, found.len());
+            slot.insert(found.len());
             found.push(f);
         }
     }
@@ -1124,6 +1123,7 @@ pub async fn reason(llm: &crate::llm::Llm, report: &mut Report, now: i64) {
                 happens_at: None,
                 text: m.text.clone(),
                 dates: m.when.clone(),
+                cluster: None,
             })
             .collect(),
         proposal: None,

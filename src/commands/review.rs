@@ -412,6 +412,7 @@ async fn decide(
                         happens_at: None,
                         text: text_of(r, "candidate_text"),
                         dates: Vec::new(),
+                        cluster: None,
                     };
                     Item {
                         custom_id: text_of(r, "id"),

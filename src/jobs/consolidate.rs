@@ -53,6 +53,11 @@ pub struct ConsolidateArgs {
     pub llm: LlmArgs,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
+    /// Pass 1 asks about several small clusters of a user in one request until it holds at
+    /// least this many memories (1: one request per cluster). Most clusters are pairs; one
+    /// request each would cost a call per two or three memories.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=200))]
+    pub memories_per_call: u64,
 }
 
 impl Job for ConsolidateArgs {
@@ -69,11 +74,63 @@ impl Job for ConsolidateArgs {
     }
 }
 
-/// A cluster as `clusters` recorded it.
+/// A cluster as `clusters` recorded it, or several of one user asked about in one request
+/// (`pack`): then `parts` holds each cluster's size, in member order.
 struct ClusterRow {
     user: String,
     member_ids: Vec<String>,
     signature: String,
+    parts: Vec<usize>,
+}
+
+/// Packs each user's clusters, in order, into requests of at least `per_call` memories (a
+/// cluster is never split; one that shares a memory with the pack starts a new one). A pack's
+/// signature is that of all its members, so a pack of one cluster keeps the cluster's.
+fn pack(clusters: Vec<(ClusterRow, Vec<Value>)>, per_call: usize) -> Vec<(ClusterRow, Vec<Value>)> {
+    let mut out: Vec<(ClusterRow, Vec<Value>)> = Vec::new();
+    let mut open: Option<(ClusterRow, Vec<Value>)> = None;
+    let seal = |p: (ClusterRow, Vec<Value>), out: &mut Vec<(ClusterRow, Vec<Value>)>| {
+        let (mut row, members) = p;
+        let keyed: Vec<(&str, &str)> = members
+            .iter()
+            .map(|m| {
+                (
+                    m["id"].as_str().unwrap_or(""),
+                    m["text"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        row.signature = signature(&keyed);
+        out.push((row, members));
+    };
+    for (cluster, members) in clusters {
+        if let Some((row, _)) = &open
+            && (row.user != cluster.user
+                || row.member_ids.len() >= per_call
+                || cluster
+                    .member_ids
+                    .iter()
+                    .any(|id| row.member_ids.contains(id)))
+            && let Some(p) = open.take()
+        {
+            seal(p, &mut out);
+        }
+        match &mut open {
+            Some((row, pooled)) => {
+                row.member_ids.extend(cluster.member_ids.iter().cloned());
+                row.parts.push(cluster.member_ids.len());
+                pooled.extend(members);
+            }
+            None => {
+                let parts = vec![cluster.member_ids.len()];
+                open = Some((ClusterRow { parts, ..cluster }, members));
+            }
+        }
+    }
+    if let Some(p) = open {
+        seal(p, &mut out);
+    }
+    out
 }
 
 /// One approved group, ready to apply.
@@ -151,6 +208,7 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
                     })
                     .unwrap_or_default(),
                 signature: row["signature"].as_str().unwrap_or("").to_string(),
+                parts: Vec::new(),
             });
         }
     }
@@ -601,11 +659,22 @@ impl Origin<'_> {
 }
 
 fn propose_item(cluster: &ClusterRow, members: &[Value], now: &str) -> Item {
+    let mut memories: Vec<MemoryView> = members.iter().map(view).collect();
+    if cluster.parts.len() > 1 {
+        let numbers = cluster
+            .parts
+            .iter()
+            .enumerate()
+            .flat_map(|(k, &n)| std::iter::repeat_n(k + 1, n));
+        for (m, k) in memories.iter_mut().zip(numbers) {
+            m.cluster = Some(k);
+        }
+    }
     Item {
         custom_id: cluster_item_id(&cluster.signature),
         input: TaskInput {
             task: Task::ConsolidatePropose,
-            memories: members.iter().map(view).collect(),
+            memories,
             proposal: None,
             now: now.to_string(),
             question: None,
@@ -613,10 +682,56 @@ fn propose_item(cluster: &ClusterRow, members: &[Value], now: &str) -> Item {
     }
 }
 
-/// Pass 1's answer about one cluster (its item), as its audit row: PROPOSED with the groups,
-/// NOT_PROPOSED (remembered: the cluster is not asked about again until it changes) or
-/// FAILED (asked again by the next run). Returns the groups to verify.
+/// Pass 1's answer about one cluster or pack (its item), as its audit rows: PROPOSED with the
+/// groups, NOT_PROPOSED (remembered: it is not asked about again until it changes) or FAILED
+/// (asked again by the next run); and for a pack, one NOT_PROPOSED row per cluster in it that
+/// no proposed group touches, so that cluster is not asked about again when the pack's other
+/// clusters change. Returns the rows and the groups to verify.
 fn read_proposal(
+    origin: &Origin<'_>,
+    item: &Item,
+    outcome: &Outcome,
+    counts: &mut BTreeMap<String, u64>,
+    failures: &mut Vec<ItemFailure>,
+) -> (Vec<AuditRow>, Vec<ProposedGroup>) {
+    let (row, groups) = read_pack_proposal(origin, item, outcome, counts, failures);
+    let mut rows = vec![row];
+    if outcome.failure.is_some() {
+        return (rows, groups);
+    }
+    let touched: BTreeSet<&str> = groups
+        .iter()
+        .flat_map(|g| g.memory_ids.iter().map(String::as_str))
+        .collect();
+    let mut parts: BTreeMap<usize, Vec<&MemoryView>> = BTreeMap::new();
+    for m in &item.input.memories {
+        if let Some(k) = m.cluster {
+            parts.entry(k).or_default().push(m);
+        }
+    }
+    if parts.len() < 2 {
+        return (rows, groups);
+    }
+    for members in parts.values() {
+        if members.iter().any(|m| touched.contains(m.id.as_str())) {
+            continue;
+        }
+        let keyed: Vec<(&str, &str)> = members
+            .iter()
+            .map(|m| (m.id.as_str(), m.text.as_str()))
+            .collect();
+        let sig = signature(&keyed);
+        let mut row = origin.row(&format!("{}-declined-{sig}", item.custom_id));
+        row.source_ids = members.iter().map(|m| m.id.clone()).collect();
+        row.target_id = Some(format!("cluster:{sig}"));
+        row.classification = Some("NOT_PROPOSED".into());
+        row.reasoning = Some("pass 1 proposed nothing for this cluster of the request".into());
+        rows.push(row);
+    }
+    (rows, groups)
+}
+
+fn read_pack_proposal(
     origin: &Origin<'_>,
     item: &Item,
     outcome: &Outcome,
@@ -870,6 +985,7 @@ fn item_key_id(run_id: &str, key: &str) -> String {
 /// before and are not waiting in a batch, with their members' rows.
 async fn candidates(
     ctx: &JobCtx<'_>,
+    per_call: usize,
     counts: &mut BTreeMap<String, u64>,
 ) -> Result<Vec<(ClusterRow, Vec<Value>)>> {
     let declined = remembered(&ctx.store).await?;
@@ -914,7 +1030,19 @@ async fn candidates(
         }
         candidates.push((cluster, members));
     }
-    Ok(candidates)
+    // Several small clusters per pass-1 request; a pack declined before is not asked again.
+    let packed: Vec<(ClusterRow, Vec<Value>)> = pack(candidates, per_call)
+        .into_iter()
+        .filter(|(pack, _)| {
+            let again = declined.contains(&pack.signature);
+            if again {
+                add(counts, "packs_declined_before", 1);
+            }
+            !again
+        })
+        .collect();
+    add(counts, "requests", packed.len() as u64);
+    Ok(packed)
 }
 
 pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> {
@@ -954,7 +1082,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
     }
 
     let started = Instant::now();
-    let candidates = candidates(ctx, &mut counts).await?;
+    let candidates = candidates(ctx, args.memories_per_call as usize, &mut counts).await?;
     report.phase("select", started);
     let items: Vec<Item> = candidates
         .iter()
@@ -995,9 +1123,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
             user: &cluster.user,
             now: now_micros,
         };
-        let (row, groups) =
+        let (pack_rows, groups) =
             read_proposal(&origin, item, outcome, &mut counts, &mut report.failures);
-        rows.push(row);
+        rows.extend(pack_rows);
         proposed.insert(
             cluster.signature.clone(),
             (
@@ -1092,9 +1220,9 @@ impl Applier for ConsolidateApplier {
                 let mut rows = Vec::new();
                 let mut verify = Vec::new();
                 for (item, outcome) in items.iter().zip(outcomes) {
-                    let (row, groups) =
+                    let (pack_rows, groups) =
                         read_proposal(&origin, item, outcome, &mut counts, &mut failures);
-                    rows.push(row);
+                    rows.extend(pack_rows);
                     verify.extend(verify_items(item, &groups));
                 }
                 // Rows already written by an earlier attempt keep their time.

@@ -153,6 +153,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
                 happens_at: None,
                 text: entity_view_text(&text_of(row, "name"), &text_of(row, "entity_type")),
                 dates: Vec::new(),
+                cluster: None,
             }];
             let description = text_of(row, "description");
             if !description.trim().is_empty() {
@@ -163,6 +164,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
                     happens_at: None,
                     text: description,
                     dates: Vec::new(),
+                    cluster: None,
                 });
             }
             for (i, (note, added)) in notes_of(row).into_iter().enumerate() {
@@ -173,6 +175,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
                     happens_at: None,
                     text: note,
                     dates: Vec::new(),
+                    cluster: None,
                 });
             }
             let mut facts: Vec<&MemoryView> = named

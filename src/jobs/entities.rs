@@ -955,6 +955,7 @@ fn extract_items(
                                 happens_at: None,
                                 text: m.text.clone(),
                                 dates: Vec::new(),
+                                cluster: None,
                             }
                         })
                         .collect(),

@@ -289,6 +289,7 @@ async fn current_memories(
                         .then(|| format_timestamp(happens.value(row))),
                     text: texts.value(row).to_string(),
                     dates: Vec::new(),
+                    cluster: None,
                 });
                 m.vectors.push(values.values()[start..start + dim].to_vec());
             }

@@ -112,6 +112,7 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
                     .then(|| format_timestamp(happens.value(row))),
                 text: texts.value(row).to_string(),
                 dates: Vec::new(),
+                cluster: None,
             });
             let start = list.value_offset(row) as usize;
             out.vectors

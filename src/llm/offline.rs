@@ -897,6 +897,25 @@ fn trimmed(text: &str) -> Option<String> {
 /// MERGE against the hub and against every member taken before them: two members that
 /// contradict each other are not folded together), merged clause by clause.
 pub fn propose(memories: &[MemoryView]) -> ProposeReply {
+    // A request of several clusters: each is read on its own, its first memory its hub.
+    let mut parts: Vec<(Option<usize>, Vec<MemoryView>)> = Vec::new();
+    for m in memories {
+        match parts.iter_mut().find(|(k, _)| *k == m.cluster) {
+            Some((_, part)) => part.push(m.clone()),
+            None => parts.push((m.cluster, vec![m.clone()])),
+        }
+    }
+    ProposeReply {
+        groups: parts
+            .iter()
+            .flat_map(|(_, part)| propose_cluster(part).groups)
+            .collect(),
+    }
+}
+
+/// The offline proposal for one cluster: the hub and the members that fold with every member
+/// taken so far.
+fn propose_cluster(memories: &[MemoryView]) -> ProposeReply {
     let Some((hub, rest)) = memories.split_first() else {
         return ProposeReply { groups: Vec::new() };
     };
@@ -1259,7 +1278,39 @@ mod tests {
             happens_at: None,
             text: text.into(),
             dates: Vec::new(),
+            cluster: None,
         }
+    }
+
+    #[test]
+    fn a_request_of_several_clusters_is_read_one_cluster_at_a_time() {
+        let part = |k: usize, m: MemoryView| MemoryView {
+            cluster: Some(k),
+            ..m
+        };
+        let request = [
+            part(1, memory("a1", "03-01", "Priya is learning German.")),
+            part(1, memory("a2", "03-02", "Priya is studying German.")),
+            part(
+                2,
+                memory("b1", "03-03", "Omar's favourite sport is tennis."),
+            ),
+            part(
+                2,
+                memory(
+                    "b2",
+                    "03-04",
+                    "Omar loves tennis more than any other sport.",
+                ),
+            ),
+        ];
+        let reply = propose(&request);
+        let groups: Vec<Vec<&str>> = reply
+            .groups
+            .iter()
+            .map(|g| g.memory_ids.iter().map(String::as_str).collect())
+            .collect();
+        assert_eq!(groups, [vec!["a1", "a2"], vec!["b1", "b2"]], "{reply:?}");
     }
 
     #[test]

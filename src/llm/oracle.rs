@@ -127,6 +127,7 @@ mod tests {
             happens_at: None,
             text: text.into(),
             dates: Vec::new(),
+            cluster: None,
         }
     }
 

@@ -73,7 +73,7 @@ impl Task {
 
     fn template(self) -> &'static str {
         match self {
-            Task::ConsolidatePropose => include_str!("prompts/consolidate.propose.v1.txt"),
+            Task::ConsolidatePropose => include_str!("prompts/consolidate.propose.v2.txt"),
             Task::ConsolidateVerify => include_str!("prompts/consolidate.verify.v1.txt"),
             Task::LinkClassify => include_str!("prompts/link.classify.v1.txt"),
             Task::IntegrateClassify => include_str!("prompts/integrate.classify.v1.txt"),
@@ -131,6 +131,9 @@ pub struct MemoryView {
     /// as "expression: date or interval" (recall.answer only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dates: Vec<String>,
+    /// The cluster it came from, when one consolidate.propose request holds several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<usize>,
 }
 
 impl MemoryView {
@@ -144,6 +147,7 @@ impl MemoryView {
             happens_at: text("happens_at").map(str::to_string),
             text: text("text").unwrap_or("").to_string(),
             dates: Vec::new(),
+            cluster: None,
         }
     }
 }
@@ -763,6 +767,7 @@ mod tests {
                     happens_at: None,
                     text: format!("User fact number {i} with \"quotes\" and {{braces}}"),
                     dates: Vec::new(),
+                    cluster: None,
                 })
                 .collect(),
             proposal: (task == Task::ConsolidateVerify).then(|| "merged".to_string()),

@@ -200,12 +200,40 @@ fn the_same_consolidation_through_an_openai_compatible_server() {
     let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
     assert_eq!(report["llm"]["judge"], "providers");
-    assert!(
-        mock.stats()["chat"].as_u64().unwrap() >= 3,
-        "two proposals and a verification"
+    // The two small clusters go out in one pass-1 request (`--memories-per-call`, 8).
+    assert_eq!(report["counts"]["requests"], 1, "{report:#}");
+    assert_eq!(
+        mock.stats()["chat"].as_u64().unwrap(),
+        2,
+        "one proposal for both clusters and a verification"
     );
     assert_eq!(
         db2.scalar("SELECT text FROM memories WHERE source = 'consolidate'"),
+        offline_text
+    );
+    // One request per cluster on request: the same consolidation, one call more.
+    let mock = crate::llm::Mock::start(&[]);
+    let config = crate::llm::both_roles_config(&db, &mock);
+    let db3 = loaded();
+    let out = db3.run(&[
+        "--json",
+        "--config",
+        &config,
+        "consolidate",
+        "--embedder",
+        "hash",
+        "--llm",
+        "providers",
+        "--memories-per-call",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["counts"]["requests"], 2, "{report:#}");
+    assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
+    assert_eq!(mock.stats()["chat"].as_u64().unwrap(), 3);
+    assert_eq!(
+        db3.scalar("SELECT text FROM memories WHERE source = 'consolidate'"),
         offline_text
     );
 }
@@ -247,7 +275,8 @@ fn in_batch_mode_the_two_passes_are_two_batch_rounds_applied_exactly_once() {
         serde_json::from_str(&stdout(&out)).unwrap()
     };
     let report = submit(&db);
-    assert_eq!(report["counts"]["items_submitted"], 2, "{report:#}");
+    // Both small clusters in one pass-1 request.
+    assert_eq!(report["counts"]["items_submitted"], 1, "{report:#}");
     assert_eq!(db.count("llm_batches"), 1);
     assert_eq!(
         db.scalar("SELECT COUNT(*) AS n FROM memories WHERE source = 'consolidate'"),
