@@ -83,6 +83,20 @@ struct ClusterRow {
     parts: Vec<usize>,
 }
 
+/// The cluster signature of memory rows (their ids and texts).
+fn rows_signature(members: &[Value]) -> String {
+    let keyed: Vec<(&str, &str)> = members
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_str().unwrap_or(""),
+                m["text"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    signature(&keyed)
+}
+
 /// Packs each user's clusters, in order, into requests of at least `per_call` memories (a
 /// cluster is never split; one that shares a memory with the pack starts a new one). A pack's
 /// signature is that of all its members, so a pack of one cluster keeps the cluster's.
@@ -91,16 +105,7 @@ fn pack(clusters: Vec<(ClusterRow, Vec<Value>)>, per_call: usize) -> Vec<(Cluste
     let mut open: Option<(ClusterRow, Vec<Value>)> = None;
     let seal = |p: (ClusterRow, Vec<Value>), out: &mut Vec<(ClusterRow, Vec<Value>)>| {
         let (mut row, members) = p;
-        let keyed: Vec<(&str, &str)> = members
-            .iter()
-            .map(|m| {
-                (
-                    m["id"].as_str().unwrap_or(""),
-                    m["text"].as_str().unwrap_or(""),
-                )
-            })
-            .collect();
-        row.signature = signature(&keyed);
+        row.signature = rows_signature(&members);
         out.push((row, members));
     };
     for (cluster, members) in clusters {
@@ -1007,16 +1012,7 @@ async fn candidates(
             add(counts, "clusters_stale", 1);
             continue;
         }
-        let keyed: Vec<(&str, &str)> = members
-            .iter()
-            .map(|m| {
-                (
-                    m["id"].as_str().unwrap_or(""),
-                    m["text"].as_str().unwrap_or(""),
-                )
-            })
-            .collect();
-        if signature(&keyed) != cluster.signature {
+        if rows_signature(&members) != cluster.signature {
             add(counts, "clusters_changed", 1);
             continue;
         }

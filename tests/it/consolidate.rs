@@ -179,63 +179,46 @@ fn a_run_killed_mid_apply_is_finished_by_the_next_and_check_says_so_meanwhile() 
 #[test]
 fn the_same_consolidation_through_an_openai_compatible_server() {
     let db = loaded();
-    let mock = crate::llm::Mock::start(&[]);
-    let config = crate::llm::both_roles_config(&db, &mock);
     // The offline judge on one copy, the server (answering with the same rules over HTTP)
-    // on another: the same consolidation.
+    // on others: the same consolidation.
     consolidate(&db, &[]);
     let offline_text = db.scalar("SELECT text FROM memories WHERE source = 'consolidate'");
-    let db2 = loaded();
-    let out = db2.run(&[
-        "--json",
-        "--config",
-        &config,
-        "consolidate",
-        "--embedder",
-        "hash",
-        "--llm",
-        "providers",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
-    assert_eq!(report["llm"]["judge"], "providers");
-    // The two small clusters go out in one pass-1 request (`--memories-per-call`, 8).
+    // Through a fresh mock server and copy, with `extra` arguments: the report and the calls.
+    let through_server = |extra: &[&str]| -> (Value, u64) {
+        let mock = crate::llm::Mock::start(&[]);
+        let config = crate::llm::both_roles_config(&db, &mock);
+        let copy = loaded();
+        let mut args = vec![
+            "--json",
+            "--config",
+            &config,
+            "consolidate",
+            "--embedder",
+            "hash",
+            "--llm",
+            "providers",
+        ];
+        args.extend_from_slice(extra);
+        let out = copy.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
+        assert_eq!(report["llm"]["judge"], "providers");
+        assert_eq!(
+            copy.scalar("SELECT text FROM memories WHERE source = 'consolidate'"),
+            offline_text
+        );
+        (report, mock.stats()["chat"].as_u64().unwrap())
+    };
+    // The two small clusters go out in one pass-1 request (`--memories-per-call`, 8): one
+    // proposal for both and a verification.
+    let (report, calls) = through_server(&[]);
     assert_eq!(report["counts"]["requests"], 1, "{report:#}");
-    assert_eq!(
-        mock.stats()["chat"].as_u64().unwrap(),
-        2,
-        "one proposal for both clusters and a verification"
-    );
-    assert_eq!(
-        db2.scalar("SELECT text FROM memories WHERE source = 'consolidate'"),
-        offline_text
-    );
+    assert_eq!(calls, 2);
     // One request per cluster on request: the same consolidation, one call more.
-    let mock = crate::llm::Mock::start(&[]);
-    let config = crate::llm::both_roles_config(&db, &mock);
-    let db3 = loaded();
-    let out = db3.run(&[
-        "--json",
-        "--config",
-        &config,
-        "consolidate",
-        "--embedder",
-        "hash",
-        "--llm",
-        "providers",
-        "--memories-per-call",
-        "1",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let (report, calls) = through_server(&["--memories-per-call", "1"]);
     assert_eq!(report["counts"]["requests"], 2, "{report:#}");
-    assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
-    assert_eq!(mock.stats()["chat"].as_u64().unwrap(), 3);
-    assert_eq!(
-        db3.scalar("SELECT text FROM memories WHERE source = 'consolidate'"),
-        offline_text
-    );
+    assert_eq!(calls, 3);
 }
 
 fn poll(db: &TestDb, config: &str, fault: Option<&str>) -> (Option<i32>, Value) {
