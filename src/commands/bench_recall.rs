@@ -138,7 +138,17 @@ async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
     let tiers = [
         "hot", "hot", "hot", "hot", "warm", "warm", "warm", "cold", "cold", "archived",
     ];
-    let reuse = bench.reuse && store.count_rows("memories", None).await? == bench.memories;
+    let reuse = bench.reuse;
+    if reuse {
+        let held = store.count_rows("memories", None).await?;
+        if held != bench.memories {
+            anyhow::bail!(
+                "--reuse: {uri} holds {held} memories, not the {} of --memories; run once with \
+                 --keep and without --reuse to write them",
+                bench.memories
+            );
+        }
+    }
     for start in (0..bench.memories).step_by(20_000) {
         let rows: Vec<serde_json::Value> = (start..(start + 20_000).min(bench.memories))
             .map(|i| {

@@ -133,7 +133,7 @@ fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
 }
 
-/// A candidate memory as read, with its similarity and BM25 share.
+/// A candidate memory as read, with its similarity and lexical signal.
 struct Found {
     id: String,
     text: String,
@@ -515,7 +515,7 @@ async fn candidates(
 }
 
 /// How well each of the memories `filter` keeps answers `query` (embedded as `vector`), by
-/// recall's own signals and weights (`[recall]`: cosine, BM25 share, crowding; no time, and no
+/// recall's own signals and weights (`[recall]`: cosine, the lexical signal, crowding; no time, and no
 /// salience or recency, which the caller weighs itself), clamped to [0, 1]: the `limit` best
 /// candidates of each source. `summaries inject --project` ranks summaries by it.
 pub async fn relevance(

@@ -282,7 +282,7 @@ async fn relevance(
         None => bail!("the embedder returned nothing for the session's description"),
     };
     let filter = format!("{live} AND embedding_model = {}", sql_string(&model));
-    // Recall's own ranking (cosine, BM25 share, crowding), so a session's summaries are
+    // Recall's own ranking (cosine, the lexical signal, crowding), so a session's summaries are
     // chosen the way its questions are answered.
     let params = &app.config().await?.recall;
     Ok(Some(

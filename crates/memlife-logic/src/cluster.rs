@@ -180,15 +180,9 @@ pub fn specific_terms(texts: &[&str], share: f64) -> Vec<std::collections::BTree
     let words: Vec<std::collections::BTreeSet<String>> = texts
         .iter()
         .map(|t| {
-            t.to_lowercase()
-                .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '\u{2019}'))
-                .map(|w| {
-                    let w = w.trim_matches(|c| c == '\'' || c == '\u{2019}');
-                    w.strip_suffix("'s")
-                        .or_else(|| w.strip_suffix("\u{2019}s"))
-                        .unwrap_or(w)
-                        .to_string()
-                })
+            crate::reading::words(t)
+                .into_iter()
+                .map(|w| w.strip_suffix("'s").map(str::to_string).unwrap_or(w))
                 .filter(|w| w.chars().count() >= 3 && !STOP_WORDS.contains(&w.as_str()))
                 .collect()
         })

@@ -4,10 +4,12 @@
 //! - reflexive: hot memories only; standard (the default): hot and warm; deep: hot, warm and
 //!   cold; exhaustive: every tier, archived memories included.
 //! - rank = a weighted sum of signals within [0, 1] (`RecallParams`, `parts`): the cosine of
-//!   the query and the memory; its BM25 score over the query's best; the share of the
+//!   the query and the memory (and of the focused query); the query's words it holds, weighed by
+//!   their rarity among the candidates (`rare_overlap`); the share of the
 //!   entities the query names that it names; a time the query names overlapping a date it is
 //!   about; salience (importance when a memory has none) and recency exp(-days since last
-//!   access, else creation, / 30), weighted per mode. Ties go to the newer memory, then the
+//!   access, else creation, / 30), weighted per mode; crowding taken off, the episode added.
+//!   Ties go to the newer memory, then the
 //!   smaller id.
 //! - Reasoned answers offline (`answer_offline`): a date question ("when did", "what date",
 //!   "what day", "how long ago") is answered from the first recalled memory, in rank order,
@@ -578,6 +580,15 @@ mod tests {
         assert_eq!(s.iter().copied().fold(0.0, f64::max), 1.0);
         assert!(s[2] > s[0] && s[2] > s[1], "{s:?}");
         assert!(s[3] < s[0], "{s:?}");
+        // One rare word outweighs two that most candidates hold.
+        let pool = [
+            "Dana walks the dog",
+            "Dana feeds the dog",
+            "Dana's dog sleeps a lot",
+            "Biscuit sleeps a lot",
+        ];
+        let s = rare_overlap("Dana dog Biscuit", &pool);
+        assert!(s[3] > s[0] && s[3] > s[2], "{s:?}");
         assert_eq!(
             rare_overlap("What about the weather?", &texts),
             vec![0.0; 4]
