@@ -15,8 +15,8 @@ use rayon::prelude::*;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::cluster::{
-    Cluster, ClusterParams, Member, agglomerate, assign, describe, hubs, scored_pairs, signature,
-    specific_terms,
+    Cluster, ClusterParams, Member, PairSignals, assign, describe, hubs, layered, scored_pairs,
+    shared_names, signature, specific_terms,
 };
 use crate::logic::similarity::{SelfMatch, top_k};
 use crate::model::schema::{CLUSTERS, LINKS, SHARES_ENTITY_PREFIX};
@@ -261,11 +261,23 @@ fn cluster_user(
             let neighbours = super::all_pairs_neighbours(&memories.vectors, dim, neighbours_k);
             let texts: Vec<&str> = memories.texts.iter().map(String::as_str).collect();
             let terms = specific_terms(&texts, params.term_share);
-            let pairs = scored_pairs(&neighbours, &terms, threshold, params.term_bonus);
-            let groups = agglomerate(memories.members.len(), &pairs, params.max_size)
-                .into_iter()
-                .filter(|g| g.len() >= params.min_size)
-                .collect();
+            let names = shared_names(&texts, params.entity_max_memories);
+            let signals = PairSignals {
+                vectors: &memories.vectors,
+                dim,
+                terms: &terms,
+                names: &names,
+            };
+            let pairs = scored_pairs(&neighbours, &signals, threshold, params);
+            let groups = layered(
+                memories.members.len(),
+                &pairs,
+                params.max_size,
+                params.layers,
+            )
+            .into_iter()
+            .filter(|g| g.len() >= params.min_size)
+            .collect();
             (0, groups)
         }
     };
@@ -325,7 +337,14 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
                 *counts.entry("hubs".into()).or_default() += *hub_count as u64;
             }
             *counts.entry("clusters".into()).or_default() += clusters.len() as u64;
-            *counts.entry("clustered_memories".into()).or_default() +=
+            // Memories in some cluster, and their memberships (full mode's layers let a memory
+            // join more than one).
+            let distinct: std::collections::BTreeSet<usize> = clusters
+                .iter()
+                .flat_map(|c| c.members.iter().copied())
+                .collect();
+            *counts.entry("clustered_memories".into()).or_default() += distinct.len() as u64;
+            *counts.entry("memberships".into()).or_default() +=
                 clusters.iter().map(|c| c.members.len() as u64).sum::<u64>();
             for c in clusters {
                 let ids: Vec<&str> = c

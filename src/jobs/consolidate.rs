@@ -907,21 +907,42 @@ async fn commit(
         links_of_user.entry(user).or_default().push(link);
     }
     let mut ready = Vec::new();
-    for plan in plans {
-        let members: Vec<&Value> = plan
-            .members
+    // Each plan's members as read now; unchanged when all are there, live, with the texts
+    // the judge saw.
+    let current: Vec<(Vec<&Value>, bool)> = plans
+        .iter()
+        .map(|plan| {
+            let members: Vec<&Value> = plan
+                .members
+                .iter()
+                .filter_map(|id| rows_by_id.get(id))
+                .collect();
+            let unchanged = members.len() == plan.members.len()
+                && members.iter().all(|m| {
+                    is_live(m)
+                        && plan
+                            .texts
+                            .get(m["id"].as_str().unwrap_or(""))
+                            .map(String::as_str)
+                            == m["text"].as_str()
+                });
+            (members, unchanged)
+        })
+        .collect();
+    // A memory in two clusters (full mode's layers) goes into the first unchanged group only.
+    let unclaimed = {
+        let claims: Vec<Vec<&str>> = plans
             .iter()
-            .filter_map(|id| rows_by_id.get(id))
+            .zip(&current)
+            .map(|(p, (_, unchanged))| match unchanged {
+                true => p.members.iter().map(String::as_str).collect(),
+                false => Vec::new(),
+            })
             .collect();
-        let unchanged = members.len() == plan.members.len()
-            && members.iter().all(|m| {
-                is_live(m)
-                    && plan
-                        .texts
-                        .get(m["id"].as_str().unwrap_or(""))
-                        .map(String::as_str)
-                        == m["text"].as_str()
-            });
+        crate::logic::consolidate::first_claims(&claims)
+    };
+    for ((plan, (members, unchanged)), unclaimed) in plans.into_iter().zip(current).zip(unclaimed) {
+        let unchanged = unchanged && unclaimed;
         let mut row = AuditRow::new(run_id, "CONSOLIDATE", &plan.key, now_micros);
         row.user_id = Some(plan.user.clone());
         row.source_ids = plan.members.clone();
@@ -929,6 +950,11 @@ async fn commit(
         row.reasoning = Some(plan.reasoning.clone());
         if !unchanged {
             add(counts, "groups_stale", 1);
+            if !unclaimed {
+                add(counts, "groups_overlapping", 1);
+                let why = "a member went into another group of this run";
+                row.reasoning = Some(format!("{why}; {}", plan.reasoning));
+            }
             row.target_id = Some(format!("cluster:{}", plan.signature));
             row.classification = Some("STALE".into());
             rows.push(row);

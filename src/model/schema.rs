@@ -500,7 +500,8 @@ pub const CLUSTER_MODES: &[&str] = &["hubs", "full"];
 pub static CLUSTERS: TableSpec = TableSpec {
     name: "clusters",
     key: &["cluster_id"],
-    id_basis: &["run_id", "seed_id"],
+    // A memory may seed two clusters of one run (full mode's layers); the member set may not.
+    id_basis: &["run_id", "signature"],
     fields: &[
         field("cluster_id", K::Str, R::NonEmpty, D::DerivedId),
         field("run_id", K::Str, R::NonEmpty, D::Required),

@@ -65,8 +65,21 @@ fn hubs_gather_their_paraphrases_once_and_full_mode_finds_groups_without_hubs() 
     // The same input gives the same clusters.
     let again = cluster(&db, &["--threshold", "0.6"]);
     assert_eq!(clusters_of(&db, again["run_id"].as_str().unwrap()), hubs);
-    // Full mode: every memory may seed; the chess group is found; no memory twice.
-    let full = cluster(&db, &["--mode", "full", "--threshold", "0.6"]);
+    // Full mode: every memory may seed; the chess group is found; one layer: no memory twice.
+    let one_layer = db.path("memlife.toml");
+    std::fs::write(&one_layer, "[cluster]\nlayers = 1\n").unwrap();
+    let out = db.run(&[
+        "--json",
+        "--config",
+        &one_layer,
+        "cluster",
+        "--mode",
+        "full",
+        "--threshold",
+        "0.6",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let full: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let found = clusters_of(&db, full["run_id"].as_str().unwrap());
     assert_eq!(found.len(), 3, "{found:?}");
     assert!(found.iter().any(|c| c.contains(&"p1".to_string())));
@@ -74,7 +87,65 @@ fn hubs_gather_their_paraphrases_once_and_full_mode_finds_groups_without_hubs() 
     let total = all.len();
     all.sort();
     all.dedup();
-    assert_eq!(all.len(), total, "a memory joins at most one cluster");
+    assert_eq!(
+        all.len(),
+        total,
+        "with one layer a memory joins at most one cluster"
+    );
+    // Two layers (the default): the first round's clusters again, then groups of pairs the
+    // first round split; no two memories share two clusters. Rex the parrot (r1) is closest
+    // to Rex the tortoise (r2), so round one leaves r3, about the parrot, alone; round two
+    // pairs it with r1.
+    let file = fixture("cluster_layers.jsonl");
+    let out = db.run(&["import", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = db.run(&["embed", "--embedder", "hash"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = db.run(&[
+        "--json",
+        "--config",
+        &one_layer,
+        "cluster",
+        "--mode",
+        "full",
+        "--threshold",
+        "0.5",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let split: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let found = clusters_of(&db, split["run_id"].as_str().unwrap());
+    let pair = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
+    assert!(found.contains(&pair("r1", "r2")), "{found:?}");
+    assert!(
+        !found.iter().any(|c| c.contains(&"r3".to_string())),
+        "{found:?}"
+    );
+    let layered = cluster(&db, &["--mode", "full", "--threshold", "0.5"]);
+    let found2 = clusters_of(&db, layered["run_id"].as_str().unwrap());
+    assert!(found2.contains(&pair("r1", "r3")), "{found2:?}");
+    for c in &found {
+        assert!(
+            found2.contains(c),
+            "the first layer is the one-layer clustering: {found2:?}"
+        );
+    }
+    let mut together = std::collections::BTreeSet::new();
+    for c in &found2 {
+        for (i, a) in c.iter().enumerate() {
+            for b in &c[i + 1..] {
+                let key = (a.min(b).clone(), a.max(b).clone());
+                assert!(
+                    together.insert(key),
+                    "{a} and {b} share two clusters: {found2:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        layered["counts"]["memberships"].as_u64().unwrap() as usize,
+        found2.iter().map(Vec::len).sum::<usize>(),
+        "{layered}"
+    );
     // Every cluster records its pairwise similarities and a confidence within them.
     let row: Value = serde_json::from_str(
         stdout(&db.run(&[

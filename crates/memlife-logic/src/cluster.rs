@@ -6,17 +6,26 @@
 //!   neighbours at or above the similarity threshold that no earlier cluster took, up to the
 //!   maximum size; a cluster smaller than the minimum is dropped and frees its members.
 //! - **Full** mode (seed 001: "regardless of time"), for stores with no access history yet:
-//!   complete-linkage agglomeration over the pairs of neighbours (`agglomerate`): the closest
-//!   pairs join first, and two groups join only when every pair across them reaches the
-//!   threshold, so a group is tight rather than a chain, and a pair is a group. A pair's score
-//!   is its cosine plus `term_bonus` when both texts hold one specific term (`specific_terms`:
-//!   a word few of the user's memories use, such as a name or a product), which is where
-//!   embeddings miss a paraphrase or a complementary detail of one thing.
+//!   complete-linkage agglomeration over scored pairs (`agglomerate`): the closest pairs join
+//!   first, and two groups join only when every pair across them reaches the threshold, so a
+//!   group is tight rather than a chain, and a pair is a group. A pair's score is its cosine
+//!   plus `term_bonus` when both texts hold one specific term (`specific_terms`: a word few of
+//!   the user's memories use) and plus `entity_bonus` when both name one entity few of them
+//!   name (`shared_names`); two memories naming one such entity are a candidate pair even
+//!   when neither is among the other's nearest neighbours. That is where embeddings miss a
+//!   paraphrase or a complementary detail of one thing ("User is building Saucier" and
+//!   "User writes Saucier in Kotlin").
+//! - **Layers** (full mode): one exclusive round leaves out a pair whose halves each joined a
+//!   closer group of their own ("User's parrot is named Rex" sits with "User's tortoise is
+//!   named Rex", away from "User has a parrot"). Each further round (`layers`, default 2)
+//!   agglomerates the pairs no earlier group holds both halves of; within a round a memory
+//!   joins one group, so a memory joins at most `layers` clusters and no two memories share
+//!   two. Consolidation applies a memory's first approved group and records the other stale.
 //!
-//! A memory joins at most one cluster. Neighbours are taken from exact top-k lists (the
-//! caller's all-pairs search), best first, ties by row; so the same input gives the same
-//! clusters. Each cluster carries its pairwise similarities and a consolidation confidence:
-//! the mean pairwise similarity of its members (how tight it is), in [-1, 1].
+//! Neighbours are taken from exact top-k lists (the caller's all-pairs search), best first,
+//! ties by row; so the same input gives the same clusters. Each cluster carries its pairwise
+//! similarities and a consolidation confidence: the mean pairwise similarity of its members
+//! (how tight it is), in [-1, 1].
 //!
 //! Pure: rows, vectors and neighbour lists in, clusters out.
 
@@ -41,6 +50,12 @@ pub struct ClusterParams {
     /// A word is specific when at most this share of the user's memories (and at least 2)
     /// hold it.
     pub term_share: f64,
+    /// Added to a pair's score when both name one entity (full mode).
+    pub entity_bonus: f32,
+    /// An entity named by more of the user's memories than this tells none of them apart.
+    pub entity_max_memories: usize,
+    /// Rounds of agglomeration in full mode: how many clusters a memory may join.
+    pub layers: usize,
 }
 
 impl Default for ClusterParams {
@@ -54,6 +69,9 @@ impl Default for ClusterParams {
             max_size: 20,
             term_bonus: 0.1,
             term_share: 0.02,
+            entity_bonus: 0.2,
+            entity_max_memories: 20,
+            layers: 2,
         }
     }
 }
@@ -76,6 +94,18 @@ impl ClusterParams {
             return Err(format!(
                 "cluster.term_share = {} and cluster.term_bonus = {}: expected 0..1",
                 self.term_share, self.term_bonus
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.entity_bonus) {
+            return Err(format!(
+                "cluster.entity_bonus = {}: expected 0..1",
+                self.entity_bonus
+            ));
+        }
+        if !(1..=4).contains(&self.layers) {
+            return Err(format!(
+                "cluster.layers = {}: expected 1 (a memory joins one cluster) to 4",
+                self.layers
             ));
         }
         if !(0.0..=1.0).contains(&self.hub_min_importance) {
@@ -205,29 +235,132 @@ pub fn specific_terms(texts: &[&str], share: f64) -> Vec<std::collections::BTree
         .collect()
 }
 
-/// The scored pairs of full mode: each neighbour pair once (lower row first), its cosine plus
-/// `bonus` when both rows hold a specific term, kept when the score reaches `threshold`.
+/// The entities each text names (normalised, as the `entities` job reads one user's texts),
+/// keeping those at most `max_memories` of the texts name: a name in everything (the
+/// speaker's) tells no two apart.
+pub fn shared_names(
+    texts: &[&str],
+    max_memories: usize,
+) -> Vec<std::collections::BTreeSet<String>> {
+    let names: Vec<std::collections::BTreeSet<String>> =
+        crate::entities::read_user(texts, &Default::default())
+            .into_iter()
+            .map(|found| {
+                found
+                    .iter()
+                    .map(|m| crate::entities::normalise(&m.name))
+                    .filter(|n| !n.is_empty())
+                    .collect()
+            })
+            .collect();
+    let mut df: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for set in &names {
+        for n in set {
+            *df.entry(n.as_str()).or_default() += 1;
+        }
+    }
+    names
+        .iter()
+        .map(|set| {
+            set.iter()
+                .filter(|n| df[n.as_str()] <= max_memories)
+                .cloned()
+                .collect()
+        })
+        .collect()
+}
+
+/// What full mode scores a pair by, per row.
+pub struct PairSignals<'a> {
+    pub vectors: &'a [f32],
+    pub dim: usize,
+    /// `specific_terms` of each row.
+    pub terms: &'a [std::collections::BTreeSet<String>],
+    /// `shared_names` of each row.
+    pub names: &'a [std::collections::BTreeSet<String>],
+}
+
+/// The scored pairs of full mode, each once (lower row first): the neighbour pairs and the
+/// pairs naming one entity; each scores its cosine, + `term_bonus` when both rows hold a
+/// specific term, + `entity_bonus` when both name one entity; kept when the score reaches
+/// `threshold`.
 pub fn scored_pairs(
     neighbours: &[Vec<Neighbour>],
-    terms: &[std::collections::BTreeSet<String>],
+    signals: &PairSignals<'_>,
     threshold: f32,
-    bonus: f32,
+    p: &ClusterParams,
 ) -> Vec<(f32, u32, u32)> {
-    let mut pairs: std::collections::BTreeMap<(u32, u32), f32> = Default::default();
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut candidates: BTreeMap<(u32, u32), Option<f32>> = BTreeMap::new();
     for (row, list) in neighbours.iter().enumerate() {
         for n in list {
             let (a, b) = (row.min(n.index as usize), row.max(n.index as usize));
-            if a == b {
-                continue;
-            }
-            let shared = terms[a].intersection(&terms[b]).next().is_some();
-            let score = n.score + if shared { bonus } else { 0.0 };
-            if score >= threshold {
-                pairs.insert((a as u32, b as u32), score);
+            if a != b {
+                candidates.insert((a as u32, b as u32), Some(n.score));
             }
         }
     }
-    pairs.into_iter().map(|((a, b), s)| (s, a, b)).collect()
+    let mut holders: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for (row, set) in signals.names.iter().enumerate() {
+        for name in set {
+            holders.entry(name.as_str()).or_default().push(row as u32);
+        }
+    }
+    for rows in holders.values() {
+        for (i, &a) in rows.iter().enumerate() {
+            for &b in &rows[i + 1..] {
+                candidates.entry((a, b)).or_insert(None);
+            }
+        }
+    }
+    let dim = signals.dim;
+    let row = |i: u32| &signals.vectors[i as usize * dim..(i as usize + 1) * dim];
+    let shares = |x: &BTreeSet<String>, y: &BTreeSet<String>| x.intersection(y).next().is_some();
+    candidates
+        .into_iter()
+        .filter_map(|((a, b), cosine)| {
+            let cosine = cosine.unwrap_or_else(|| dot(row(a), row(b)));
+            let (ia, ib) = (a as usize, b as usize);
+            let mut score = cosine;
+            if shares(&signals.terms[ia], &signals.terms[ib]) {
+                score += p.term_bonus;
+            }
+            if shares(&signals.names[ia], &signals.names[ib]) {
+                score += p.entity_bonus;
+            }
+            (score >= threshold).then_some((score, a, b))
+        })
+        .collect()
+}
+
+/// Full mode's groups in `layers` rounds of `agglomerate`: the first over every pair, each
+/// further one over the pairs no earlier group holds both halves of. A memory joins at most
+/// one group per round; the first round's groups come first.
+pub fn layered(
+    rows: usize,
+    pairs: &[(f32, u32, u32)],
+    max_size: usize,
+    layers: usize,
+) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut left: Vec<(f32, u32, u32)> = pairs.to_vec();
+    for _ in 0..layers.max(1) {
+        if left.is_empty() {
+            break;
+        }
+        let groups = agglomerate(rows, &left, max_size);
+        let mut together: std::collections::HashSet<(u32, u32)> = Default::default();
+        for g in &groups {
+            for (i, &x) in g.iter().enumerate() {
+                for &y in &g[i + 1..] {
+                    together.insert((x.min(y) as u32, x.max(y) as u32));
+                }
+            }
+        }
+        left.retain(|&(_, a, b)| !together.contains(&(a.min(b), a.max(b))));
+        out.extend(groups);
+    }
+    out
 }
 
 /// Complete-linkage agglomeration: pairs join best first (ties by rows); two groups join when
@@ -393,25 +526,95 @@ mod tests {
         assert!(specific_terms(&texts, 0.0)[0].contains("omar"));
     }
 
+    fn set(words: &[&str]) -> std::collections::BTreeSet<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
     #[test]
-    fn pairs_gain_the_bonus_only_for_a_shared_specific_term() {
+    fn pairs_gain_the_bonuses_only_for_a_shared_term_or_entity() {
+        // Unit vectors in 2-d: rows 0..3 at angles whose cosines the neighbour lists carry;
+        // row 3 is no one's neighbour.
+        let angle = |deg: f32| [deg.to_radians().cos(), deg.to_radians().sin()];
+        let vectors: Vec<f32> = [0.0, 47.2, 43.9, 60.0]
+            .iter()
+            .flat_map(|&d| angle(d))
+            .collect();
         let neighbours = vec![
             vec![n(1, 0.68), n(2, 0.72)],
             vec![n(0, 0.68)],
             vec![n(0, 0.72)],
+            vec![],
         ];
-        let terms: Vec<std::collections::BTreeSet<String>> = vec![
-            ["omar".to_string()].into(),
-            ["omar".to_string(), "nurse".to_string()].into(),
-            ["tariq".to_string()].into(),
+        let terms = vec![
+            set(&["omar"]),
+            set(&["omar", "nurse"]),
+            set(&["tariq"]),
+            set(&[]),
         ];
-        let pairs = scored_pairs(&neighbours, &terms, 0.75, 0.1);
+        let none = vec![set(&[]); 4];
+        let p = ClusterParams::default();
+        let signals = PairSignals {
+            vectors: &vectors,
+            dim: 2,
+            terms: &terms,
+            names: &none,
+        };
+        let pairs = scored_pairs(&neighbours, &signals, 0.75, &p);
         // 0-1 share "omar": 0.78 (listed once though both lists hold it); 0-2 share nothing:
         // 0.72, under the threshold.
         assert_eq!(pairs.len(), 1);
         assert_eq!((pairs[0].1, pairs[0].2), (0, 1));
         assert!((pairs[0].0 - 0.78).abs() < 1e-6);
-        assert!(scored_pairs(&neighbours, &terms, 0.75, 0.0).is_empty());
+        let no_bonus = ClusterParams {
+            term_bonus: 0.0,
+            ..p.clone()
+        };
+        assert!(scored_pairs(&neighbours, &signals, 0.75, &no_bonus).is_empty());
+        // Rows 0 and 3 name one entity: a candidate though neither lists the other, scored
+        // by their cosine (0.5) + the entity bonus (0.2) + the term bonus (0.1).
+        let names = vec![set(&["saucier"]), set(&[]), set(&[]), set(&["saucier"])];
+        let terms = vec![set(&["saucier"]), set(&[]), set(&[]), set(&["saucier"])];
+        let signals = PairSignals {
+            vectors: &vectors,
+            dim: 2,
+            terms: &terms,
+            names: &names,
+        };
+        let pairs = scored_pairs(&neighbours, &signals, 0.75, &p);
+        assert_eq!(pairs.len(), 1, "{pairs:?}");
+        assert_eq!((pairs[0].1, pairs[0].2), (0, 3));
+        assert!((pairs[0].0 - 0.8).abs() < 1e-4, "{pairs:?}");
+    }
+
+    #[test]
+    fn shared_names_keep_the_entities_few_memories_name() {
+        let texts = [
+            "User is building Saucier, a recipe app.",
+            "User writes Saucier in Kotlin.",
+            "Caroline went to the gym with Omar.",
+            "Caroline likes painting.",
+            "Caroline adopted a dog.",
+        ];
+        let names = shared_names(&texts, 2);
+        assert!(
+            names[0].contains("saucier") && names[1].contains("saucier"),
+            "{names:?}"
+        );
+        assert!(names[2].contains("omar"), "{names:?}");
+        // Caroline is in three texts, above the cap of 2: she tells none of them apart.
+        assert!(names.iter().all(|n| !n.contains("caroline")), "{names:?}");
+    }
+
+    #[test]
+    fn a_second_layer_gathers_the_pairs_the_first_split() {
+        // 0-1 closest: a group. 1-2 a pair too, but 0-2 not: the first round leaves 2 alone;
+        // the second joins 1-2. 3-4 are a group in round one and never again.
+        let pairs = vec![(0.95, 0, 1), (0.85, 1, 2), (0.9, 3, 4)];
+        assert_eq!(layered(5, &pairs, 20, 1), vec![vec![0, 1], vec![3, 4]]);
+        let two = layered(5, &pairs, 20, 2);
+        assert_eq!(two, vec![vec![0, 1], vec![3, 4], vec![1, 2]]);
+        // No two memories share two groups, however many rounds.
+        assert_eq!(layered(5, &pairs, 20, 4), two);
     }
 
     #[test]

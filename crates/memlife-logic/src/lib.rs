@@ -4,6 +4,7 @@
 //! without a database, and its tests compile without linking lancedb.
 
 pub mod cluster;
+pub mod consolidate;
 pub mod entities;
 pub mod entity_gc;
 pub mod eval;
