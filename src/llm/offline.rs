@@ -93,6 +93,8 @@ struct Pairing {
     shared_value: bool,
     same_values: bool,
     newer_new_values: bool,
+    /// The values only the newer side names ("named Rex"): details it adds, as words do.
+    new_values: usize,
     new_words: usize,
     /// The older side's content words the newer one lacks.
     old_words: usize,
@@ -149,6 +151,7 @@ fn pairing_of(
         shared_value: shared_values > 0,
         same_values: shared_values >= 2 && only_old == 0 && only_new == 0,
         newer_new_values: only_new > 0,
+        new_values: only_new,
         new_words: new_content.difference(old_content).count(),
         old_words: old_content.difference(new_content).count(),
     }
@@ -349,7 +352,7 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
         && b.change.is_none()
         && p.older_contained
         && p.old_words <= MAX_OLD_WORDS_IN_MERGE
-        && p.new_words >= 2
+        && p.new_words + p.new_values >= 2
         && (!tells_event(&b) || tells_event(&a))
     {
         (
@@ -361,13 +364,39 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
         (
             Classification::Coexist,
             0.5,
-            "not sure they are one fact: keep both".to_string(),
+            format!(
+                "not sure they are one fact ({}): keep both",
+                unsure_why(&a, &b, &p)
+            ),
         )
     };
     ClassifyReply {
         classification,
         confidence: round2(confidence),
         reasoning: format!("offline rules: {reasoning}"),
+    }
+}
+
+/// Why `classify` could not call two memories one fact: the first test they failed.
+fn unsure_why(old: &Reading, newer: &Reading, p: &Pairing) -> String {
+    if !p.same_entity {
+        format!("about {:?} and {:?}", old.entity, newer.entity)
+    } else if old.negated != newer.negated {
+        "one negates what the other does not".to_string()
+    } else if p.newer_new_values {
+        let new: Vec<&String> = newer.values.difference(&old.values).collect();
+        format!("the newer names {new:?}, the older does not")
+    } else if let Some(cue) = &newer.change {
+        format!("the newer says {cue:?} about another slot")
+    } else if tells_event(newer) && !tells_event(old) {
+        "the newer tells one event, the older a fact".to_string()
+    } else {
+        format!(
+            "{:.0}% of content words shared, {} of the older's and {} of the newer's their own",
+            p.jaccard * 100.0,
+            p.old_words,
+            p.new_words
+        )
     }
 }
 
@@ -1392,6 +1421,38 @@ mod tests {
                 "Lena's brother works as a paramedic in Leeds.",
                 Classification::Coexist,
             ),
+            // Morphology and small words: one habit in other forms.
+            (
+                "Before work, user meditates for about ten minutes.",
+                "User does a ten-minute meditation before starting work.",
+                Classification::Duplicate,
+            ),
+            (
+                "User goes for a run each morning.",
+                "User runs every morning.",
+                Classification::Duplicate,
+            ),
+            (
+                "User drives a Kia Niro.",
+                "User's car is a Kia Niro.",
+                Classification::Duplicate,
+            ),
+            (
+                "User drives a Kia Niro.",
+                "User's car is a Tesla Model 3.",
+                Classification::Coexist,
+            ),
+            // A name the newer adds is a detail, as words are: the pet and its name.
+            (
+                "User has a parrot.",
+                "User's parrot is named Rex.",
+                Classification::Merge,
+            ),
+            (
+                "User has a parrot.",
+                "User's tortoise is named Rex.",
+                Classification::Coexist,
+            ),
             // An event is not folded into a trait.
             (
                 "Nadia is afraid of heights.",
@@ -1408,6 +1469,23 @@ mod tests {
             );
             assert!((0.0..=1.0).contains(&got.confidence));
         }
+        // When unsure, the reply says which test failed.
+        let unsure = |old: &str, new: &str| {
+            classify(&memory("a", "01-01", old), &memory("b", "02-01", new)).reasoning
+        };
+        assert!(
+            unsure("User lives in Lisbon.", "User's sister lives in Porto.")
+                .contains("about \"user\" and \"user's sister\""),
+            "{}",
+            unsure("User lives in Lisbon.", "User's sister lives in Porto.")
+        );
+        assert!(
+            unsure(
+                "User streams music on Tidal.",
+                "User listens to podcasts on Tidal."
+            )
+            .contains("% of content words shared")
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ const STOP_WORDS: &[&str] = &[
     "also", "there", "her", "his", "she", "he", "him", "i", "my", "me", "you", "your", "our", "we",
     "who", "which", "so", "than", "then", "just", "too", "all", "some", "any", "more", "most",
     "other", "does", "did", "do", "will", "would", "can", "could", "should", "up", "out", "over",
-    "after", "before", "since", "own", "one", "s", "user", "users",
+    "after", "before", "since", "own", "one", "s", "user", "users", "each", "every", "when",
 ];
 
 /// Words folded to one form, so paraphrases of common memory facts overlap.
@@ -53,6 +53,10 @@ const SYNONYMS: &[(&str, &str)] = &[
     ("wife", "spouse"),
     ("husband", "spouse"),
     ("marry", "spouse"),
+    ("reside", "live"),
+    ("drive", "car"),
+    ("drove", "car"),
+    ("goes", "go"),
 ];
 
 /// Phrases that say a value changed (whole words; matched in the newer memory).
@@ -302,6 +306,12 @@ pub fn stem(word: &str) -> String {
         return f;
     }
     let mut s = w.to_string();
+    // The noun of a verb in -ate ("meditation", "relocation") reads as the verb.
+    if s.len() >= 8 && s.ends_with("ation") {
+        s.truncate(s.len() - 3);
+    } else if s.len() >= 9 && s.ends_with("ations") {
+        s.truncate(s.len() - 4);
+    }
     if s.len() > 5 && s.ends_with("ing") {
         s.truncate(s.len() - 3);
     } else if s.len() > 4 && s.ends_with("ied") {
