@@ -328,15 +328,7 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
             0.5,
             "events of different days are different events: keep both".to_string(),
         )
-    } else if p.same_entity
-        && same_polarity
-        && !p.newer_new_values
-        && (b.change.is_none() || restates(&a, &b, &p))
-        && (p.jaccard >= 0.5
-            || p.newer_contained
-            || (p.same_values && p.shared >= 1 && p.old_words.max(p.new_words) <= MAX_OWN_WORDS))
-        && (!tells_event(&b) || tells_event(&a))
-    {
+    } else if says_again(&a, &b, &p) {
         (
             Classification::Duplicate,
             (0.6 + 0.4 * p.jaccard).min(0.95),
@@ -375,6 +367,20 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
         confidence: round2(confidence),
         reasoning: format!("offline rules: {reasoning}"),
     }
+}
+
+/// The newer memory says again what the older one says: the same entity and polarity, no
+/// value the older lacks, no change (or the same one restated), most content words shared,
+/// and no event told of a fact.
+fn says_again(a: &Reading, b: &Reading, p: &Pairing) -> bool {
+    p.same_entity
+        && a.negated == b.negated
+        && !p.newer_new_values
+        && (b.change.is_none() || restates(a, b, p))
+        && (p.jaccard >= 0.5
+            || p.newer_contained
+            || (p.same_values && p.shared >= 1 && p.old_words.max(p.new_words) <= MAX_OWN_WORDS))
+        && (!tells_event(b) || tells_event(a))
 }
 
 /// Why `classify` could not call two memories one fact: the first test they failed.
@@ -773,30 +779,127 @@ fn strip_connective(sentence: &str) -> String {
     sentence.to_string()
 }
 
-pub fn merge(memories: &[MemoryView]) -> MergeReply {
+/// Whether `other` says nothing that `kept` does not (the offline duplicate rule, `kept`
+/// read as the older): one fact told twice, in other words.
+fn restated_by(kept: &str, other: &str) -> bool {
+    let (a, b) = (read(kept), read(other));
+    let p = pairing(&a, &b);
+    says_again(&a, &b, &p)
+}
+
+/// The sentences a merge keeps, oldest memory first: a sentence whose words another holds
+/// is left out, and of one fact told twice in other words (`restated_by`) the fuller telling
+/// stays, so every fact is told once.
+fn told_once(memories: &[MemoryView]) -> Vec<String> {
     let mut ordered: Vec<&MemoryView> = memories.iter().collect();
     ordered.sort_by(|a, b| a.created_at.cmp(&b.created_at));
     let mut kept: Vec<(String, BTreeSet<String>)> = Vec::new();
     for memory in ordered {
         for sentence in sentences(&memory.text) {
             let words = content_words(&sentence);
-            if words.is_empty() {
-                continue;
-            }
-            if kept.iter().any(|(_, k)| words.is_subset(k)) {
+            if words.is_empty() || kept.iter().any(|(_, k)| words.is_subset(k)) {
                 continue;
             }
             // A new clause that holds an earlier one replaces it.
             kept.retain(|(_, k)| !k.is_subset(&words));
-            kept.push((sentence.trim_end_matches('.').to_string(), words));
+            let sentence = sentence.trim_end_matches('.').to_string();
+            let again = kept
+                .iter()
+                .position(|(k, _)| restated_by(k, &sentence) || restated_by(&sentence, k));
+            match again {
+                Some(i) => {
+                    let fuller = words.len() > kept[i].1.len();
+                    if restated_by(&sentence, &kept[i].0)
+                        && (fuller || !restated_by(&kept[i].0, &sentence))
+                    {
+                        kept[i] = (sentence, words);
+                    }
+                }
+                None => kept.push((sentence, words)),
+            }
         }
     }
-    let text = kept
-        .iter()
-        .map(|(s, _)| s.as_str())
-        .collect::<Vec<_>>()
-        .join("; ")
-        + ".";
+    kept.into_iter().map(|(s, _)| s).collect()
+}
+
+/// The words a sentence opens with that name its subject ("Maria", "The user", "Lena's
+/// brother"), as (count, lower-cased text); None when it opens otherwise ("Before work, ...").
+fn subject_words(sentence: &str) -> Option<(usize, String)> {
+    let r = read(sentence);
+    let names: BTreeSet<&str> = r.entity.split([' ', '\'']).filter(|w| *w != "s").collect();
+    let tokens: Vec<&str> = sentence.split_whitespace().collect();
+    let mut n = 0;
+    for t in &tokens {
+        let bare = t
+            .trim_end_matches(',')
+            .replace('\u{2019}', "'")
+            .to_lowercase();
+        let bare = bare.trim_end_matches("'s");
+        if (n == 0 && bare == "the") || names.contains(bare) {
+            if t.ends_with(',') {
+                return None;
+            }
+            n += 1;
+        } else {
+            break;
+        }
+    }
+    // The rest must read as a predicate of that subject, opening with a verb ("works",
+    // "is", "offered") or an adverb before one, not continue the subject ("and his family").
+    let rest = tokens.get(n)?.to_lowercase();
+    let verb = crate::logic::reading::AUXILIARIES.contains(&rest.as_str())
+        || [
+            "always",
+            "usually",
+            "often",
+            "sometimes",
+            "also",
+            "still",
+            "never",
+            "rarely",
+        ]
+        .contains(&rest.as_str())
+        || (rest.ends_with('s') && !rest.ends_with("ss"))
+        || rest.ends_with("ed");
+    if n == 0 || !verb {
+        return None;
+    }
+    // "The user" and "User" are one subject.
+    let subject = tokens[..n].join(" ").to_lowercase();
+    let subject = subject.strip_prefix("the ").unwrap_or(&subject).to_string();
+    Some((n, subject))
+}
+
+/// Sentences about one subject said as one sentence ("Lena works as a nurse and works at
+/// St. Mary's"); None when they are about different subjects or one does not open with it.
+fn one_sentence(parts: &[String]) -> Option<String> {
+    let (first, rest) = parts.split_first()?;
+    if rest.is_empty() {
+        return Some(format!("{first}."));
+    }
+    let (_, subject) = subject_words(first)?;
+    let mut tails = Vec::new();
+    for part in rest {
+        let (n, s) = subject_words(part)?;
+        if s != subject {
+            return None;
+        }
+        let tokens: Vec<&str> = part.split_whitespace().collect();
+        tails.push(tokens[n..].join(" "));
+    }
+    let last = tails.pop()?;
+    let mut text = first.clone();
+    for t in tails {
+        text.push_str(&format!(", {t}"));
+    }
+    Some(format!("{text} and {last}."))
+}
+
+/// The merged text of memories: every fact told once (`told_once`), as one sentence when
+/// they are about one subject, else the sentences joined by "; ".
+pub fn merge(memories: &[MemoryView]) -> MergeReply {
+    let kept = told_once(memories);
+    let text = one_sentence(&kept).unwrap_or_else(|| kept.join("; ") + ".");
     MergeReply {
         text,
         confidence: 0.6,
@@ -967,11 +1070,15 @@ fn propose_cluster(memories: &[MemoryView]) -> ProposeReply {
     if group.len() < 2 {
         return ProposeReply { groups: Vec::new() };
     }
-    let merged = merge(&group);
+    // One memory reads as one: facts told once, about one subject in one sentence. Facts
+    // the rules cannot say as one sentence stay apart.
+    let Some(text) = one_sentence(&told_once(&group)) else {
+        return ProposeReply { groups: Vec::new() };
+    };
     ProposeReply {
         groups: vec![ProposedGroup {
             memory_ids: group.iter().map(|m| m.id.clone()).collect(),
-            text: merged.text,
+            text,
             confidence: 0.65,
             reasoning: format!(
                 "offline rules: {} memories restate or complete one another",
@@ -1062,12 +1169,23 @@ fn distinct_events(a: &MemoryView, b: &MemoryView) -> bool {
 /// word may go missing.
 pub fn verify(memories: &[MemoryView], proposal: &str) -> VerifyReply {
     let proposed = content_words(proposal);
+    let told: Vec<String> = sentences(proposal);
     let mut sources = BTreeSet::new();
     let mut missing = BTreeSet::new();
     for m in memories {
-        let words = content_words(&m.text);
-        missing.extend(words.difference(&proposed).cloned());
-        sources.extend(words);
+        for sentence in sentences(&m.text) {
+            let words = content_words(&sentence);
+            // A sentence the proposal tells again in other words (one fact told once) is
+            // kept; any other must keep every word.
+            let retold = !words.is_subset(&proposed)
+                && told
+                    .iter()
+                    .any(|t| restated_by(t.trim_end_matches('.'), &sentence));
+            if !retold {
+                missing.extend(words.difference(&proposed).cloned());
+            }
+            sources.extend(words);
+        }
     }
     let added = proposed.difference(&sources).count();
     let negated_sources = memories.iter().any(|m| read(&m.text).negated);
@@ -1567,6 +1685,83 @@ mod tests {
         ];
         assert!(verify(&sources, &proposal).approve);
         assert!(!verify(&sources, "Omar is a pilot.").approve);
+    }
+
+    #[test]
+    fn a_merge_tells_each_fact_once_in_one_sentence_or_proposes_nothing() {
+        let texts = |m: &[&str]| -> Vec<MemoryView> {
+            m.iter()
+                .enumerate()
+                .map(|(i, t)| memory(&format!("m{i}"), &format!("0{}-01", i + 1), t))
+                .collect()
+        };
+        // One fact told twice in other words: told once.
+        let once = merge(&texts(&[
+            "User lives in Melbourne.",
+            "User resides in Melbourne.",
+        ]));
+        assert!(
+            ["User lives in Melbourne.", "User resides in Melbourne."]
+                .contains(&once.text.as_str()),
+            "{}",
+            once.text
+        );
+        // Complementary details of one subject: one sentence, every word kept.
+        let joined = merge(&texts(&[
+            "Lena works as a nurse.",
+            "The Lena we know works at St. Mary's Hospital.",
+        ]));
+        assert!(
+            joined.text.contains("; "),
+            "another subject is not joined: {}",
+            joined.text
+        );
+        let joined = merge(&texts(&[
+            "The user plays chess.",
+            "User plays chess online every evening on Lichess.",
+            "User teaches chess to kids.",
+        ]));
+        assert_eq!(
+            joined.text,
+            "User plays chess online every evening on Lichess and teaches chess to kids."
+        );
+        let sources = texts(&[
+            "User plays chess online every evening on Lichess.",
+            "User teaches chess to kids.",
+        ]);
+        assert!(verify(&sources, &joined.text).approve);
+        // A source told again in other words is kept; one dropped without a retelling is not.
+        let twice = texts(&["User lives in Melbourne.", "User resides in Melbourne."]);
+        assert!(verify(&twice, &once.text).approve);
+        let apart = texts(&["User lives in Melbourne.", "User works at Initech."]);
+        assert!(!verify(&apart, "User lives in Melbourne.").approve);
+        // Facts of two subjects the rules cannot say as one sentence stay apart.
+        let two = texts(&[
+            "Tom and his sister ride bikes on Sundays.",
+            "Tom and his sister ride bikes on Sundays with a club.",
+        ]);
+        assert_eq!(
+            propose(&two).groups.len(),
+            1,
+            "one told inside the other: one memory"
+        );
+        let two = texts(&[
+            "User plays chess every evening.",
+            "On weekends, user plays chess online.",
+        ]);
+        let folds = matches!(
+            classify(&two[0], &two[1]).classification,
+            Classification::Duplicate | Classification::Merge
+        );
+        assert!(folds, "{}", classify(&two[0], &two[1]).reasoning);
+        assert!(propose(&two).groups.is_empty(), "{:?}", propose(&two));
+        assert_eq!(
+            one_sentence(&[
+                "Maria's dog Rex is a beagle".into(),
+                "Rex loves the beach".into()
+            ]),
+            None
+        );
     }
 
     #[test]

@@ -161,7 +161,7 @@ const PLAN_CUES: &[&str] = &[
 ];
 
 /// Verbs that end a sentence's subject.
-const AUXILIARIES: &[&str] = &[
+pub const AUXILIARIES: &[&str] = &[
     "is", "are", "was", "were", "has", "have", "had", "does", "did", "will", "can", "would",
     "should", "could", "might",
 ];
