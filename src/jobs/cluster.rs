@@ -15,8 +15,8 @@ use rayon::prelude::*;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::cluster::{
-    Cluster, ClusterParams, Member, PairSignals, assign, describe, hubs, layered, scored_pairs,
-    shared_names, signature, specific_terms,
+    Cluster, ClusterParams, Member, PairSignals, assign, connected_hubs, describe, hubs, layered,
+    never_recalled, scored_pairs, shared_names, signature, specific_terms,
 };
 use crate::logic::similarity::{SelfMatch, top_k};
 use crate::model::schema::{CLUSTERS, LINKS, SHARES_ENTITY_PREFIX};
@@ -234,6 +234,15 @@ fn cluster_user(
 ) -> (usize, Vec<Cluster>) {
     let neighbours_k = 2 * params.max_size;
     let (hub_count, groups) = match mode {
+        // Nobody has recalled from this user yet: hubs are the well-connected memories.
+        ClusterMode::Hubs if never_recalled(&memories.members) => {
+            let neighbours = super::all_pairs_neighbours(&memories.vectors, dim, neighbours_k);
+            let hub_rows = connected_hubs(&memories.members, &neighbours, threshold, params);
+            (
+                hub_rows.len(),
+                assign(&hub_rows, &neighbours, threshold, params),
+            )
+        }
         ClusterMode::Hubs => {
             let hub_rows = hubs(&memories.members, params);
             let queries: Vec<f32> = hub_rows
@@ -335,6 +344,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
         for (&(user, memories, threshold), (hub_count, clusters)) in work.iter().zip(&found) {
             if args.mode == ClusterMode::Hubs {
                 *counts.entry("hubs".into()).or_default() += *hub_count as u64;
+                if never_recalled(&memories.members) {
+                    // Hubs by connections: this user has no access history.
+                    *counts.entry("hubs_by_connections".into()).or_default() += *hub_count as u64;
+                }
             }
             *counts.entry("clusters".into()).or_default() += clusters.len() as u64;
             // Memories in some cluster, and their memberships (full mode's layers let a memory

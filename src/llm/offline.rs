@@ -784,7 +784,9 @@ fn strip_connective(sentence: &str) -> String {
 fn restated_by(kept: &str, other: &str) -> bool {
     let (a, b) = (read(kept), read(other));
     let p = pairing(&a, &b);
-    says_again(&a, &b, &p)
+    // Most words in common, not only the same names: "Lina lives in Utrecht and works as a
+    // nurse" does not tell "Lina lives in Utrecht with her two cats" again.
+    says_again(&a, &b, &p) && (p.jaccard >= 0.5 || p.newer_contained)
 }
 
 /// The sentences a merge keeps, oldest memory first: a sentence whose words another holds
@@ -835,7 +837,9 @@ fn subject_words(sentence: &str) -> Option<(usize, String)> {
             .replace('\u{2019}', "'")
             .to_lowercase();
         let bare = bare.trim_end_matches("'s");
-        if (n == 0 && bare == "the") || names.contains(bare) {
+        // A name after the subject is its apposition ("Noor's sister Lina").
+        let apposition = n > 0 && t.chars().next().is_some_and(char::is_uppercase);
+        if (n == 0 && bare == "the") || names.contains(bare) || apposition {
             if t.ends_with(',') {
                 return None;
             }

@@ -146,6 +146,13 @@ fn hubs_gather_their_paraphrases_once_and_full_mode_finds_groups_without_hubs() 
         found2.iter().map(Vec::len).sum::<usize>(),
         "{layered}"
     );
+    // Hub mode on u9, whom nobody has recalled from (no access counts): its hub is its best
+    // connected memory, r1 (two neighbours at 0.5), which gathers both.
+    let by_hubs = cluster(&db, &["--threshold", "0.5"]);
+    assert_eq!(by_hubs["counts"]["hubs_by_connections"], 1, "{by_hubs}");
+    let found3 = clusters_of(&db, by_hubs["run_id"].as_str().unwrap());
+    let rex = vec!["r1".to_string(), "r2".to_string(), "r3".to_string()];
+    assert!(found3.contains(&rex), "{found3:?}");
     // Every cluster records its pairwise similarities and a confidence within them.
     let row: Value = serde_json::from_str(
         stdout(&db.run(&[

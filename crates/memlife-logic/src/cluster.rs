@@ -5,6 +5,10 @@
 //!   non-entity links; the top 50 by importance (ties by id). Each hub, best first, takes its
 //!   neighbours at or above the similarity threshold that no earlier cluster took, up to the
 //!   maximum size; a cluster smaller than the minimum is dropped and frees its members.
+//!   A user nobody has recalled from yet (no memory accessed) has no hub by that rule but
+//!   the links one: there the hubs are the well-connected memories (`connected_hubs`):
+//!   importance >= 0.3 and at least `hub_min_connections` neighbours at the threshold or
+//!   inbound non-entity links, the most connected first.
 //! - **Full** mode (seed 001: "regardless of time"), for stores with no access history yet:
 //!   complete-linkage agglomeration over scored pairs (`agglomerate`): the closest pairs join
 //!   first, and two groups join only when every pair across them reaches the threshold, so a
@@ -42,6 +46,9 @@ pub struct ClusterParams {
     pub hub_min_importance: f64,
     pub hub_min_access_count: i64,
     pub hub_min_inbound_links: i64,
+    /// For a user with no access history: neighbours at the threshold plus inbound links a
+    /// memory needs to be a hub.
+    pub hub_min_connections: usize,
     pub max_hubs_per_user: usize,
     pub min_size: usize,
     pub max_size: usize,
@@ -64,6 +71,7 @@ impl Default for ClusterParams {
             hub_min_importance: 0.3,
             hub_min_access_count: 5,
             hub_min_inbound_links: 5,
+            hub_min_connections: 2,
             max_hubs_per_user: 50,
             min_size: 2,
             max_size: 20,
@@ -157,6 +165,42 @@ pub fn hubs(memories: &[Member], p: &ClusterParams) -> Vec<usize> {
     });
     rows.truncate(p.max_hubs_per_user);
     rows
+}
+
+/// Whether no memory of a user was ever accessed: the access rule finds no hub there.
+pub fn never_recalled(memories: &[Member]) -> bool {
+    memories.iter().all(|m| m.access_count <= 0)
+}
+
+/// The hubs of a user nobody has recalled from: memories with importance >= the hub minimum
+/// and at least `hub_min_connections` connections (neighbours at or above `threshold`, plus
+/// inbound non-entity links), the most connected first (then importance, then id); at most
+/// `max_hubs_per_user`.
+pub fn connected_hubs(
+    memories: &[Member],
+    neighbours: &[Vec<Neighbour>],
+    threshold: f32,
+    p: &ClusterParams,
+) -> Vec<usize> {
+    let connections = |i: usize| {
+        neighbours[i]
+            .iter()
+            .filter(|n| n.score >= threshold)
+            .count()
+            + memories[i].inbound_links.max(0) as usize
+    };
+    let mut rows: Vec<(usize, usize)> = (0..memories.len())
+        .filter(|&i| memories[i].importance >= p.hub_min_importance)
+        .map(|i| (i, connections(i)))
+        .filter(|&(_, c)| c >= p.hub_min_connections)
+        .collect();
+    rows.sort_by(|&(a, ca), &(b, cb)| {
+        cb.cmp(&ca)
+            .then(memories[b].importance.total_cmp(&memories[a].importance))
+            .then_with(|| memories[a].id.cmp(&memories[b].id))
+    });
+    rows.truncate(p.max_hubs_per_user);
+    rows.into_iter().map(|(i, _)| i).collect()
 }
 
 /// Greedy clusters from `seeds` in order: each seed not yet taken gathers its neighbours (best
@@ -478,6 +522,31 @@ mod tests {
             ..p
         };
         assert_eq!(hubs(&memories, &few), [4, 0]);
+    }
+
+    #[test]
+    fn a_store_nobody_recalled_from_has_its_well_connected_memories_as_hubs() {
+        let members = vec![
+            member("a", 0.5, 0, 0),
+            member("b", 0.5, 0, 0),
+            member("c", 0.5, 0, 1),
+            member("d", 0.2, 0, 0),
+        ];
+        assert!(never_recalled(&members));
+        assert!(hubs(&members, &ClusterParams::default()).is_empty());
+        // a: two neighbours at 0.8; b: one, plus nothing; c: one neighbour and one inbound
+        // link; d: two neighbours but unimportant.
+        let neighbours = vec![
+            vec![n(1, 0.8), n(2, 0.8)],
+            vec![n(0, 0.8), n(3, 0.5)],
+            vec![n(0, 0.8)],
+            vec![n(0, 0.9), n(1, 0.9)],
+        ];
+        let p = ClusterParams::default();
+        assert_eq!(connected_hubs(&members, &neighbours, 0.75, &p), vec![0, 2]);
+        let mut used = members.clone();
+        used[3].access_count = 1;
+        assert!(!never_recalled(&used));
     }
 
     #[test]
