@@ -7,18 +7,32 @@ use crate::common::{TestDb, fixture, stderr, stdout};
 
 /// The fixture (three paraphrase groups, unrelated memories, a second user), embedded with
 /// the lexical hash embedder.
-fn clustered_db() -> TestDb {
-    let db = TestDb::new();
-    let file = fixture("clusters.jsonl");
+/// Imports a fixture and embeds it with the hash embedder.
+fn load(db: &TestDb, name: &str) {
+    let file = fixture(name);
     let out = db.run(&["import", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = db.run(&["embed", "--embedder", "hash"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+fn clustered_db() -> TestDb {
+    let db = TestDb::new();
+    load(&db, "clusters.jsonl");
     db
 }
 
 fn cluster(db: &TestDb, args: &[&str]) -> Value {
-    let mut all = vec!["--json", "cluster"];
+    cluster_with(db, None, args)
+}
+
+/// `memlife cluster` with a config file, if given.
+fn cluster_with(db: &TestDb, config: Option<&str>, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    if let Some(config) = config {
+        all.extend(["--config", config]);
+    }
+    all.push("cluster");
     all.extend_from_slice(args);
     let out = db.run(&all);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -68,18 +82,11 @@ fn hubs_gather_their_paraphrases_once_and_full_mode_finds_groups_without_hubs() 
     // Full mode: every memory may seed; the chess group is found; one layer: no memory twice.
     let one_layer = db.path("memlife.toml");
     std::fs::write(&one_layer, "[cluster]\nlayers = 1\n").unwrap();
-    let out = db.run(&[
-        "--json",
-        "--config",
-        &one_layer,
-        "cluster",
-        "--mode",
-        "full",
-        "--threshold",
-        "0.6",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let full: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let full = cluster_with(
+        &db,
+        Some(&one_layer),
+        &["--mode", "full", "--threshold", "0.6"],
+    );
     let found = clusters_of(&db, full["run_id"].as_str().unwrap());
     assert_eq!(found.len(), 3, "{found:?}");
     assert!(found.iter().any(|c| c.contains(&"p1".to_string())));
@@ -96,23 +103,12 @@ fn hubs_gather_their_paraphrases_once_and_full_mode_finds_groups_without_hubs() 
     // first round split; no two memories share two clusters. Rex the parrot (r1) is closest
     // to Rex the tortoise (r2), so round one leaves r3, about the parrot, alone; round two
     // pairs it with r1.
-    let file = fixture("cluster_layers.jsonl");
-    let out = db.run(&["import", file.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let out = db.run(&["embed", "--embedder", "hash"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let out = db.run(&[
-        "--json",
-        "--config",
-        &one_layer,
-        "cluster",
-        "--mode",
-        "full",
-        "--threshold",
-        "0.5",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let split: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    load(&db, "cluster_layers.jsonl");
+    let split = cluster_with(
+        &db,
+        Some(&one_layer),
+        &["--mode", "full", "--threshold", "0.5"],
+    );
     let found = clusters_of(&db, split["run_id"].as_str().unwrap());
     let pair = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
     assert!(found.contains(&pair("r1", "r2")), "{found:?}");
