@@ -353,7 +353,14 @@ fn new_memory(plan: &Plan, members: &[&Value], now: &str) -> Value {
         "tier": "hot",
         "access_count": sum("access_count"),
         "recall_frequency": sum("recall_frequency"),
-        "last_accessed_at": members.iter().filter_map(|m| m["last_accessed_at"].as_str()).max(),
+        // A fact told again is used again: decay runs from the last telling (or use) of any
+        // member, not from the first, or folding a fact told in February and in August would
+        // leave it as faded as February's telling and `scores` would cool it at once.
+        "last_accessed_at": members
+            .iter()
+            .flat_map(|m| [m["last_accessed_at"].as_str(), m["created_at"].as_str()])
+            .flatten()
+            .max(),
         "created_at": earliest("created_at"),
         "updated_at": now,
         "valid_from": earliest("valid_from"),
