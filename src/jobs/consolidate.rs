@@ -339,6 +339,15 @@ fn new_memory(plan: &Plan, members: &[&Value], now: &str) -> Value {
             .filter_map(|m| m[field].as_i64())
             .sum::<i64>()
     };
+    // The furthest state a member reached (candidate < active < core): folding candidates
+    // nobody has used yet makes no active memory, which `scores` would archive as it fades.
+    let rank = |s: &str| ["candidate", "active", "core"].iter().position(|x| *x == s);
+    let state = members
+        .iter()
+        .filter_map(|m| m["state"].as_str())
+        .filter_map(|s| rank(s).map(|r| (r, s)))
+        .max()
+        .map_or("active", |(_, s)| s);
     json!({
         "id": plan.new_id,
         "user_id": plan.user,
@@ -349,7 +358,7 @@ fn new_memory(plan: &Plan, members: &[&Value], now: &str) -> Value {
         "salience": max("salience", 0.5),
         "confidence": min("confidence", 0.8),
         "retention": max("retention", 1.0),
-        "state": "active",
+        "state": state,
         "tier": "hot",
         "access_count": sum("access_count"),
         "recall_frequency": sum("recall_frequency"),

@@ -68,7 +68,7 @@ fn an_approved_cluster_becomes_one_memory_that_takes_over_its_links() {
     assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
     // The Vim cluster (a contradiction and another editor) is declined, never folded.
     let new = db.rows(
-        "SELECT id, text, importance, created_at, last_accessed_at, tags, consolidates_memory_ids, embedding IS NOT NULL AS embedded \
+        "SELECT id, text, importance, state, created_at, last_accessed_at, tags, consolidates_memory_ids, embedding IS NOT NULL AS embedded \
          FROM memories WHERE source = 'consolidate'",
     );
     assert_eq!(new.len(), 1, "{new:?}");
@@ -80,6 +80,7 @@ fn an_approved_cluster_becomes_one_memory_that_takes_over_its_links() {
     );
     assert_eq!(new["importance"], 0.5, "the median of 0.9, 0.5, 0.4");
     assert_eq!(new["created_at"], "2025-01-01T08:00:00Z", "the earliest");
+    assert_eq!(new["state"], "candidate", "the furthest state of its members");
     assert_eq!(
         new["last_accessed_at"], "2025-01-09T08:00:00Z",
         "decay runs from the last telling (s3's), not the first"
