@@ -867,6 +867,11 @@ pub async fn recall(
                 best_cold,
                 best_warm.max(0.0)
             ))
+        } else if best_cold + params.cold_margin > best_warm {
+            Some(format!(
+                "a cold memory is within {} of the nearest hot or warm one (cosine {:.2} against {:.2})",
+                params.cold_margin, best_cold, best_warm
+            ))
         } else if best_warm < widen_below {
             Some(format!(
                 "no hot or warm memory reaches cosine {:.2} (best {:.2})",

@@ -103,10 +103,17 @@ struct Pairing {
 fn pairing(old: &Reading, newer: &Reading) -> Pairing {
     let shared_values = old.values.intersection(&newer.values).count();
     let same_owner = !old.owner.is_empty() && old.owner == newer.owner;
+    // A shared value makes the bare side about the owned thing ("User's phone is an iPhone
+    // 12" / "The user switched to an iPhone 12"), and about a being of theirs only when it
+    // names a being too ("has a golden retriever called Biscuit"): "User's cousin Alice lives
+    // in Toronto" is not "User lives in Toronto".
+    let being = crate::logic::entities::names_a_being;
     let mentions_head = |bare: &Reading, owned: &Reading| {
         bare.head.is_empty()
             && !owned.head.is_empty()
-            && (bare.content.contains(&stem(&owned.head)) || shared_values > 0)
+            && (bare.content.contains(&stem(&owned.head))
+                || (shared_values > 0
+                    && (!being(&owned.head) || bare.words.iter().any(|w| being(w)))))
     };
     let same_entity = !old.entity.is_empty()
         && (old.entity == newer.entity
@@ -1573,6 +1580,12 @@ mod tests {
             (
                 "User has a parrot.",
                 "User's tortoise is named Rex.",
+                Classification::Coexist,
+            ),
+            // A person of theirs with the same value is someone else.
+            (
+                "User's cousin Alice lives in Toronto.",
+                "User lives in Toronto.",
                 Classification::Coexist,
             ),
             // An event is not folded into a trait.

@@ -98,6 +98,13 @@ const RELATIONS: &[&str] = &[
     "coach", "trainer", "classmate", "teammate", "landlord", "client", "stepmother", "stepfather",
     "stepson", "stepdaughter", "ex",
 ];
+/// Whether a noun names a person of someone's or an animal ("cousin", "manager", "dog"): a
+/// being of its own, never the one it belongs to.
+pub fn names_a_being(noun: &str) -> bool {
+    let noun = noun.to_lowercase();
+    RELATIONS.contains(&noun.as_str()) || PET_WORDS.contains(&noun.as_str())
+}
+
 #[rustfmt::skip]
 const PERSONAL_AFTER_POSSESSIVE: &[&str] = &[
     "birthday", "wedding", "family", "kids", "children", "baby", "graduation", "funeral", "mom",

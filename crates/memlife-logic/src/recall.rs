@@ -96,6 +96,10 @@ pub struct RecallParams {
     /// neighbourhoods probes far more partitions (BENCHMARKS.md, recall at 100k: p95 73-78 ms
     /// adaptive, 48-54 ms at 20, on one store). Without an index every search is exact and this is unused.
     pub nprobes: usize,
+    /// Standard mode searches cold memories too when the nearest cold one is within this
+    /// cosine of the nearest hot or warm one: a near tie is no evidence that the warmer match
+    /// is the better (a fact folded into one warm memory leaves its old tellings cold).
+    pub cold_margin: f64,
 }
 
 impl Default for RecallParams {
@@ -117,6 +121,7 @@ impl Default for RecallParams {
             pool_per_result: 2,
             pool_min: 50,
             nprobes: 20,
+            cold_margin: 0.02,
         }
     }
 }
@@ -154,6 +159,9 @@ impl RecallParams {
         }
         if !self.recency_days.is_finite() || self.recency_days <= 0.0 {
             return Err("[recall] recency_days must be above 0".into());
+        }
+        if !(0.0..=1.0).contains(&self.cold_margin) {
+            return Err("[recall] cold_margin must be 0 to 1".into());
         }
         if !(self.focused_share > 0.0 && self.focused_share <= 1.0) {
             return Err("[recall] focused_share must be above 0 and at most 1".into());
