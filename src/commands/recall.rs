@@ -859,28 +859,13 @@ pub async fn recall(
                 .fold(f64::MIN, f64::max)
         };
         let (best_warm, best_cold) = (best(false), best(true));
-        let why = if !asked_times.is_empty() {
-            Some("the query names a time".to_string())
-        } else if best_cold > best_warm {
-            Some(format!(
-                "a cold memory is nearer than any hot or warm one (cosine {:.2} against {:.2})",
-                best_cold,
-                best_warm.max(0.0)
-            ))
-        } else if best_cold + params.cold_margin > best_warm {
-            Some(format!(
-                "a cold memory is within {} of the nearest hot or warm one (cosine {:.2} against {:.2})",
-                params.cold_margin, best_cold, best_warm
-            ))
-        } else if best_warm < widen_below {
-            Some(format!(
-                "no hot or warm memory reaches cosine {:.2} (best {:.2})",
-                widen_below,
-                best_warm.max(0.0)
-            ))
-        } else {
-            None
-        };
+        let why = crate::logic::recall::widen_reason(
+            !asked_times.is_empty(),
+            best_warm,
+            best_cold,
+            widen_below,
+            params.cold_margin,
+        );
         match why {
             Some(why) => {
                 report

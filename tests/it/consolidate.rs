@@ -80,7 +80,10 @@ fn an_approved_cluster_becomes_one_memory_that_takes_over_its_links() {
     );
     assert_eq!(new["importance"], 0.5, "the median of 0.9, 0.5, 0.4");
     assert_eq!(new["created_at"], "2025-01-01T08:00:00Z", "the earliest");
-    assert_eq!(new["state"], "candidate", "the furthest state of its members");
+    assert_eq!(
+        new["state"], "candidate",
+        "the furthest state of its members"
+    );
     assert_eq!(
         new["last_accessed_at"], "2025-01-09T08:00:00Z",
         "decay runs from the last telling (s3's), not the first"

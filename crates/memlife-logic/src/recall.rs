@@ -102,6 +102,40 @@ pub struct RecallParams {
     pub cold_margin: f64,
 }
 
+/// Why standard mode searches cold memories too, if it does: the query names a time (what it
+/// asks about may have cooled since), the nearest cold memory is nearer than (or within
+/// `cold_margin` of) the nearest hot or warm one, or no hot or warm memory reaches
+/// `widen_below`. Cosines of the nearest of each (`f64::MIN` when there is none).
+pub fn widen_reason(
+    names_a_time: bool,
+    best_warm: f64,
+    best_cold: f64,
+    widen_below: f64,
+    cold_margin: f64,
+) -> Option<String> {
+    if names_a_time {
+        Some("the query names a time".to_string())
+    } else if best_cold > best_warm {
+        Some(format!(
+            "a cold memory is nearer than any hot or warm one (cosine {:.2} against {:.2})",
+            best_cold,
+            best_warm.max(0.0)
+        ))
+    } else if best_cold + cold_margin > best_warm {
+        Some(format!(
+            "a cold memory is within {cold_margin} of the nearest hot or warm one (cosine {best_cold:.2} against {best_warm:.2})"
+        ))
+    } else if best_warm < widen_below {
+        Some(format!(
+            "no hot or warm memory reaches cosine {:.2} (best {:.2})",
+            widen_below,
+            best_warm.max(0.0)
+        ))
+    } else {
+        None
+    }
+}
+
 impl Default for RecallParams {
     fn default() -> Self {
         RecallParams {
@@ -808,6 +842,25 @@ mod tests {
         let a = answer_offline("When?", &mems[..1], d("2023-06-01")).unwrap();
         assert!(a.requires_inference && a.confidence < 0.5, "{a:?}");
         assert!(answer_offline("When?", &[], d("2023-06-01")).is_none());
+    }
+
+    #[test]
+    fn cold_memories_are_searched_when_one_is_near_the_best_or_the_best_is_weak() {
+        let why = |time, warm, cold| widen_reason(time, warm, cold, 0.3, 0.02);
+        assert!(why(true, 0.9, 0.1).unwrap().contains("names a time"));
+        assert!(why(false, 0.81, 0.86).unwrap().contains("nearer than any"));
+        assert!(why(false, 0.813, 0.802).unwrap().contains("within 0.02"));
+        assert_eq!(why(false, 0.813, 0.79), None, "0.023 apart: no tie");
+        assert!(
+            why(false, 0.25, 0.1)
+                .unwrap()
+                .contains("reaches cosine 0.30")
+        );
+        assert_eq!(why(false, 0.8, f64::MIN), None, "no cold memory");
+        assert!(
+            widen_reason(false, 0.813, 0.802, 0.3, 0.0).is_none(),
+            "no margin"
+        );
     }
 
     #[test]
