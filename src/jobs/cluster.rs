@@ -24,9 +24,11 @@ use crate::store::{batch_from_json, sql_list, sql_string};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClusterMode {
-    /// Clusters grow from hub memories (important and used, or well linked).
+    /// Clusters grow from hub memories (important and used, or well linked; for a user
+    /// nobody has recalled from yet, the best connected).
     Hubs,
-    /// Every active memory may seed a cluster (a store with no access history yet).
+    /// Complete linkage over every pair of neighbours and every pair naming one rare entity,
+    /// in two rounds (a memory joins at most two clusters).
     Full,
 }
 

@@ -8,7 +8,8 @@
 //! 1. the `CONSOLIDATE` audit rows: the members' rows and links before, the new memory after
 //!    (logged before anything changes, so a killed run is finished by the next one);
 //! 2. the consolidated memory: the proposal's text, importance the median of the members',
-//!    the earliest `created_at`, tags united, access counts summed, `consolidates_memory_ids`,
+//!    the earliest `created_at`, `last_accessed_at` the last telling or use of any member, the
+//!    furthest state a member reached, tags united, access counts summed, `consolidates_memory_ids`,
 //!    a fresh embedding;
 //! 3. the links: every link touching a member moves to the new memory (links between members
 //!    dropped, duplicates keep the highest confidence), plus a `consolidates` link from the
