@@ -224,8 +224,10 @@ fn change_of(old: &Reading, newer: &Reading, p: &Pairing) -> Option<String> {
             || (p.shared_value && !weak)
             || (numbers(old) && numbers(newer))
             || (replaces && p.values_clash));
-    let events = tells_event(old);
-    (p.same_entity && !newer.plan && topic && !events).then_some(cue)
+    // An event, or a feeling of the past ("was worried after the LastPass breach"), is true
+    // of its moment: a later change of value does not end it.
+    let moment = tells_event(old) || crate::logic::reading::felt(old);
+    (p.same_entity && !newer.plan && topic && !moment).then_some(cue)
 }
 
 /// Cues that end a state ("no longer", "sold"): the newer memory says the older one's
@@ -353,6 +355,7 @@ pub fn classify(existing: &MemoryView, new: &MemoryView) -> ClassifyReply {
         && p.old_words <= MAX_OLD_WORDS_IN_MERGE
         && p.new_words + p.new_values >= 2
         && (!tells_event(&b) || tells_event(&a))
+        && exception_to(&a, &b).is_none()
     {
         (
             Classification::Merge,
@@ -390,6 +393,16 @@ fn says_again(a: &Reading, b: &Reading, p: &Pairing) -> bool {
         && (!tells_event(b) || tells_event(a))
 }
 
+/// The newer memory scoped to some occasions and saying another kind of what the older says
+/// ("wants short answers" / "wants detailed answers when reviewing code"): a rule and its
+/// exception, two facts, not a detail completing one. Returns the contrasting words.
+fn exception_to(old: &Reading, newer: &Reading) -> Option<(String, String)> {
+    use crate::logic::reading::{contrast, scoped};
+    (scoped(newer) && !scoped(old))
+        .then(|| contrast(old, newer))
+        .flatten()
+}
+
 /// Why `classify` could not call two memories one fact: the first test they failed.
 fn unsure_why(old: &Reading, newer: &Reading, p: &Pairing) -> String {
     if !p.same_entity {
@@ -403,6 +416,8 @@ fn unsure_why(old: &Reading, newer: &Reading, p: &Pairing) -> String {
         format!("the newer says {cue:?} about another slot")
     } else if tells_event(newer) && !tells_event(old) {
         "the newer tells one event, the older a fact".to_string()
+    } else if let Some((rule, exception)) = exception_to(old, newer) {
+        format!("the newer is an exception ({exception:?} on some occasions, {rule:?} otherwise)")
     } else {
         format!(
             "{:.0}% of content words shared, {} of the older's and {} of the newer's their own",

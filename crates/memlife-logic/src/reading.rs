@@ -289,6 +289,88 @@ pub fn first_phrase(words: &[String], phrases: &[&str]) -> Option<String> {
         .map(|p| p.to_string())
 }
 
+/// Words that scope a statement to some occasions ("when reviewing code", "unless it is
+/// urgent"): such a statement beside an unscoped one of another value is an exception to a
+/// rule, not a detail of it.
+const CONDITION_MARKERS: &[&str] = &[
+    "when", "whenever", "while", "if", "unless", "except", "during", "only for",
+];
+
+/// Whether a reading holds a condition that scopes it to some occasions.
+pub fn scoped(r: &Reading) -> bool {
+    first_phrase(&r.words, CONDITION_MARKERS).is_some()
+}
+
+/// One word's content stem, or `None` for a stop word.
+fn content_stem(word: &str) -> Option<String> {
+    let w = word.trim_end_matches("'s");
+    (!w.is_empty() && !STOP_WORDS.contains(&w))
+        .then(|| stem(w))
+        .filter(|s| !s.is_empty())
+}
+
+/// Two readings that describe one thing by contrasting words: a content word both say,
+/// each preceded by a content word of its own ("short answers" / "detailed answers",
+/// "black coffee" / "iced coffee"): two kinds of the thing, so neither completes the other.
+/// Returns the two contrasting words.
+pub fn contrast(a: &Reading, b: &Reading) -> Option<(String, String)> {
+    let pairs = |r: &Reading| -> Vec<(String, String)> {
+        r.words
+            .windows(2)
+            .filter_map(|w| Some((content_stem(&w[0])?, content_stem(&w[1])?)))
+            .collect()
+    };
+    let (pa, pb) = (pairs(a), pairs(b));
+    pa.iter().find_map(|(ma, head)| {
+        pb.iter()
+            .find(|(mb, hb)| {
+                hb == head
+                    && ma != mb
+                    && !b.content.contains(ma)
+                    && !a.content.contains(mb)
+                    && !a.values.contains(ma)
+                    && !b.values.contains(mb)
+            })
+            .map(|(mb, _)| (ma.clone(), mb.clone()))
+    })
+}
+
+/// Feelings told in the past ("was worried after the breach", "felt let down by"): a
+/// reaction to an event, true of its moment, not a slot a later change of value ends.
+const FEELINGS: &[&str] = &[
+    "worried",
+    "upset",
+    "annoyed",
+    "frustrated",
+    "angry",
+    "scared",
+    "afraid",
+    "anxious",
+    "nervous",
+    "excited",
+    "disappointed",
+    "sad",
+    "relieved",
+    "concerned",
+    "thrilled",
+    "furious",
+    "embarrassed",
+    "surprised",
+    "shocked",
+    "proud",
+    "glad",
+    "happy",
+];
+
+/// Whether a reading tells a feeling of the past: "felt", or "was"/"were"/"got" before a
+/// feeling word.
+pub fn felt(r: &Reading) -> bool {
+    r.words.iter().any(|w| w == "felt")
+        || r.words.windows(2).any(|w| {
+            matches!(w[0].as_str(), "was" | "were" | "got") && FEELINGS.contains(&w[1].as_str())
+        })
+}
+
 /// A crude stem: possessive, plural and tense endings off; synonyms folded.
 pub fn stem(word: &str) -> String {
     let w = word.trim_end_matches("'s").trim_end_matches('\'');
@@ -575,5 +657,36 @@ mod tests {
         assert_eq!(stem("loves"), "lik");
         assert_eq!(stem("named"), stem("called"));
         assert_eq!(stem("based"), stem("lives"));
+    }
+
+    #[test]
+    fn a_scoped_statement_of_another_kind_is_an_exception() {
+        let rule = read("Priya wants her tea strong.");
+        let exception = read("Priya wants weak tea when it is late.");
+        assert!(scoped(&exception) && !scoped(&rule));
+        let (a, b) = (
+            read("The user orders black coffee."),
+            read("The user orders iced coffee on hot days."),
+        );
+        assert_eq!(contrast(&a, &b), Some((stem("black"), stem("iced"))));
+        // The same kind told twice is no contrast, nor a word the other also says.
+        let (a, b) = (
+            read("The user prefers dark mode."),
+            read("The user switches every app to dark mode at night."),
+        );
+        assert_eq!(contrast(&a, &b), None);
+        let (a, b) = (
+            read("Tom drinks green tea."),
+            read("Tom drinks green tea and black tea."),
+        );
+        assert_eq!(contrast(&a, &b), None);
+    }
+
+    #[test]
+    fn feelings_of_the_past_are_told_apart_from_states() {
+        assert!(felt(&read("Nadia was anxious after the bank's outage.")));
+        assert!(felt(&read("Ben felt let down by the airline.")));
+        assert!(!felt(&read("Ben flies with the airline.")));
+        assert!(!felt(&read("Nadia is anxious about flying.")));
     }
 }
