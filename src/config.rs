@@ -64,6 +64,9 @@ pub struct Config {
     /// The session-start block of `memlife summaries inject`.
     #[serde(default)]
     pub summaries: crate::logic::summaries::SummaryParams,
+    /// How long `memlife optimize` keeps old table versions (what `undo` reads).
+    #[serde(default)]
+    pub retention: RetentionSection,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -180,6 +183,22 @@ fn default_true() -> bool {
 }
 fn default_max_tokens() -> u32 {
     1024
+}
+
+/// `[retention]`: table versions older than `keep_versions_days` are removed by `memlife
+/// optimize`; `undo` of a run whose versions are gone refuses, naming the window.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionSection {
+    pub keep_versions_days: f64,
+}
+
+impl Default for RetentionSection {
+    fn default() -> Self {
+        RetentionSection {
+            keep_versions_days: 14.0,
+        }
+    }
 }
 
 /// The embedder section; flags and environment variables override it.

@@ -1,5 +1,6 @@
 //! `memlife stats`: a one-screen summary built from the saved queries in `sql/`: memories per
-//! user, state and tier; links per type; the last run of each job.
+//! user, state and tier; links per type; the last run of each job; then each table's storage
+//! (rows, versions, fragments, data files, bytes).
 
 use std::io::Write;
 
@@ -141,7 +142,50 @@ async fn memory_links(store: &Store, memory: &str, json: bool, out: &mut dyn Wri
 }
 
 pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
-    sections(store, SECTIONS, &[], json, out).await
+    if json {
+        let mut buffer = Vec::new();
+        sections(store, SECTIONS, &[], true, &mut buffer).await?;
+        let mut report: serde_json::Map<String, Value> = serde_json::from_slice(&buffer)?;
+        report.insert(
+            "storage".into(),
+            serde_json::to_value(storage(store).await?)?,
+        );
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    sections(store, SECTIONS, &[], false, out).await?;
+    writeln!(
+        out,
+        "\nStorage per table (`memlife optimize` compacts fragments and removes old versions)"
+    )?;
+    writeln!(
+        out,
+        "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11}",
+        "table", "rows", "versions", "fragments", "data files", "bytes"
+    )?;
+    for t in storage(store).await? {
+        writeln!(
+            out,
+            "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11}",
+            t.table,
+            t.rows,
+            t.versions,
+            t.fragments,
+            t.data_files.map_or("-".to_string(), |d| d.to_string()),
+            crate::jobs::optimize::human_bytes(t.bytes)
+        )?;
+    }
+    Ok(())
+}
+
+/// Versions, fragments, files and bytes of every table.
+async fn storage(store: &Store) -> Result<Vec<crate::store::maintain::TableStorage>> {
+    let mut out = Vec::new();
+    for spec in crate::model::schema::ALL_TABLES {
+        out.push(store.table_storage(spec.name).await?);
+    }
+    Ok(out)
 }
 
 async fn sections(

@@ -1,7 +1,7 @@
 //! `memlife undo` for runs of every job other than integrate and review: from the tables'
 //! own versions. Each run records the version of every table when it started and when it
-//! finished (`runs.table_versions`); Lance keeps every version (memlife never prunes them),
-//! so the rows a run wrote are the difference between the two, key by key: rows it added,
+//! finished (`runs.table_versions`); Lance keeps every version until `memlife optimize`
+//! removes those older than the retention window (`[retention] keep_versions_days`), so the rows a run wrote are the difference between the two, key by key: rows it added,
 //! rows it removed, rows it changed. Undo deletes the added rows and writes back the removed
 //! and changed rows as they were, every column included (embeddings too, so nothing is
 //! re-embedded), one commit per table.
@@ -11,6 +11,8 @@
 //!   names the row;
 //! - another run wrote the same table while the run ran (the versions in between are not the
 //!   run's alone), and names it;
+//! - the versions it would diff are gone (older than the retention window), naming the window;
+//! - the run is an `optimize` (it changes how rows are stored, not the rows);
 //! - the run did not finish (a killed run has no `after` versions: its next run finishes the
 //!   work, or `memlife check` names what it left), or predates version records (schema 8).
 //!
@@ -231,6 +233,12 @@ pub async fn undo(
     if job == "undo" {
         bail!("run {run_id} is an undo: to redo what it reverted, run the job again");
     }
+    if job == "optimize" {
+        bail!(
+            "run {run_id} is an optimize: it changed how the tables are stored, not a row of \
+             them; there is nothing to undo"
+        );
+    }
     let Some(versions) = versions_of(run) else {
         bail!(
             "run {run_id} ({job}) predates version records (schema 8): its changes cannot be told \
@@ -279,6 +287,21 @@ pub async fn undo(
         .copied()
         .filter(|s| after.get(s.name) > versions.before.get(s.name))
         .collect();
+    // The versions a diff reads must still exist: `optimize` removes those older than the
+    // retention window.
+    for spec in &changed_tables {
+        for v in [versions.before[spec.name], after[spec.name]] {
+            if !store.has_version(spec.name, v).await? {
+                bail!(
+                    "run {run_id} ({job}) can no longer be undone: version {v} of table {} is \
+                     gone. `memlife optimize` removes versions older than its retention window \
+                     ({}); this run is older than that",
+                    spec.name,
+                    retention_window(store).await?
+                );
+            }
+        }
+    }
     let mut conflicts: Vec<String> = Vec::new();
     // Integrate decisions this run applied (a `batches poll` of integrate batches) are undone
     // from their audit rows, by their integrate run: a version undo would leave the decisions
@@ -511,4 +534,29 @@ fn store_version_hint(p: &Plan) -> Value {
         "run_changed": p.diff.changed.len(),
         "run_removed": p.diff.removed.len(),
     })
+}
+
+/// The window the last finished `optimize` kept versions for, as its params record it.
+async fn retention_window(store: &Store) -> Result<String> {
+    let runs = json_rows(
+        &store
+            .scan_columns(
+                "runs",
+                Some("job = 'optimize' AND status = 'done' AND dry_run = false"),
+                &["run_id", "started_at", "params"],
+            )
+            .await?,
+    );
+    Ok(runs
+        .iter()
+        .max_by_key(|r| text_of(r, "started_at"))
+        .and_then(|r| {
+            let params: Value = serde_json::from_str(&text_of(r, "params")).ok()?;
+            Some(format!(
+                "run {} kept {} days; [retention] keep_versions_days sets it",
+                text_of(r, "run_id"),
+                params["keep_versions_days"]
+            ))
+        })
+        .unwrap_or_else(|| "[retention] keep_versions_days".to_string()))
 }

@@ -17,6 +17,7 @@ pub mod integrate;
 pub mod integrate_batch;
 pub mod link;
 pub mod lock;
+pub mod optimize;
 pub mod refine;
 pub mod scores;
 
@@ -151,6 +152,7 @@ register_jobs! {
     EntityGc => entity_gc::EntityGcArgs, "entity-gc";
     Describe => describe::DescribeArgs, "describe";
     Integrate => integrate::IntegrateArgs, "integrate";
+    Optimize => optimize::OptimizeArgs, "optimize";
 }
 
 impl std::fmt::Display for JobName {

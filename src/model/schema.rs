@@ -66,6 +66,8 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "ENTITY_DELETE",
     "ENTITY_MERGE",
     "DESCRIBE",
+    // `memlife optimize`: a table's versions older than the retention window, removed.
+    "PRUNE_VERSIONS",
     // `batches poll` applying an `entities --extractor llm --mode batch` request.
     "EXTRACT",
     // `memlife integrate`: a fact queued for review (its judge was unsure).

@@ -9,6 +9,7 @@
 
 pub mod audit;
 pub mod index;
+pub mod maintain;
 pub mod sql;
 
 use arrow::array::{Array, AsArray, RecordBatch, RecordBatchIterator, RecordBatchReader};

@@ -1,0 +1,200 @@
+//! `memlife optimize`: keeps the tables small and fast as nightly runs pile up commits. For
+//! every table, in turn: small fragments are merged into larger files (one commit), indexes
+//! take in the rows written since they were built (one commit), and versions written before
+//! the retention window (`[retention] keep_versions_days`, default 14, measured on the run's
+//! clock) are removed with the files only they referred to. The latest version is never
+//! removed, and every table stays readable after each step.
+//!
+//! Removing versions is the destructive step: `undo` reads old versions, so a run whose
+//! versions are gone can no longer be undone (`undo` says so, naming the window). One
+//! PRUNE_VERSIONS audit row per table, naming the versions and the cutoff, is written before
+//! they go. A run killed half-way leaves each table at one of its steps; the next run does
+//! the rest. The run itself is not undoable: it changes how rows are stored, not the rows.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Result, bail};
+use serde_json::json;
+
+use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::model::schema::ALL_TABLES;
+use crate::store::audit::AuditRow;
+use crate::store::maintain::TableStorage;
+
+/// Compacts small fragments, updates indexes and removes versions older than the retention
+/// window, table by table.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OptimizeArgs {
+    /// Keep versions this many days old or newer (default `[retention] keep_versions_days`,
+    /// 14); older ones are removed and runs that wrote them can no longer be undone.
+    #[arg(long, value_name = "DAYS")]
+    pub keep_versions_days: Option<f64>,
+    /// Only these tables (comma-separated; default every table).
+    #[arg(long, value_delimiter = ',')]
+    pub tables: Vec<String>,
+    /// The clock the run computes at (RFC 3339); default the current time.
+    #[arg(long)]
+    pub now: Option<String>,
+    #[command(flatten)]
+    pub scope: JobScope,
+}
+
+impl Job for OptimizeArgs {
+    fn scope(&self) -> &JobScope {
+        &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
+    }
+}
+
+/// "1.2 MB" and the like.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: &[&str] = &["B", "kB", "MB", "GB", "TB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+fn describe(before: &TableStorage, after: &TableStorage) -> String {
+    format!(
+        "{}: {} -> {} fragments, {} -> {} versions, {} -> {}",
+        before.table,
+        before.fragments,
+        after.fragments,
+        before.versions,
+        after.versions,
+        human_bytes(before.bytes),
+        human_bytes(after.bytes)
+    )
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
+    if ctx.user.is_some() {
+        bail!("optimize works on whole tables: it takes no --user");
+    }
+    let days = args
+        .keep_versions_days
+        .unwrap_or(ctx.app.config().await?.retention.keep_versions_days);
+    if !(days.is_finite() && days >= 0.0) {
+        bail!("--keep-versions-days must be a number of days, 0 or more (got {days})");
+    }
+    let known: Vec<&str> = ALL_TABLES.iter().map(|s| s.name).collect();
+    if let Some(unknown) = args.tables.iter().find(|t| !known.contains(&t.as_str())) {
+        bail!(
+            "--tables: no table named '{unknown}' (tables: {})",
+            known.join(", ")
+        );
+    }
+    let tables: Vec<&str> = known
+        .iter()
+        .copied()
+        .filter(|t| args.tables.is_empty() || args.tables.iter().any(|a| a == t))
+        .collect();
+    let cutoff = ctx.now - chrono::Duration::seconds((days * 86_400.0) as i64);
+    let params =
+        json!({"keep_versions_days": days, "tables": tables, "cutoff": cutoff.to_rfc3339()});
+    let log = RunLog::start(ctx, JobName::Optimize.as_str(), &params).await?;
+    let mut report = JobReport::new(JobName::Optimize.as_str(), ctx);
+    let mut counts: BTreeMap<String, u64> = ["versions_removed", "files_removed", "bytes_removed"]
+        .iter()
+        .map(|k| (k.to_string(), 0))
+        .collect();
+    let add = |counts: &mut BTreeMap<String, u64>, name: &str, n: u64| {
+        *counts.entry(name.to_string()).or_default() += n;
+    };
+    // What each table holds, and its versions older than the window.
+    let mut plan = Vec::new();
+    for table in &tables {
+        let before = ctx.store.table_storage(table).await?;
+        let old: Vec<u64> = ctx
+            .store
+            .version_times(table)
+            .await?
+            .into_iter()
+            .filter(|(v, at)| *at < cutoff && *v != before.version)
+            .map(|(v, _)| v)
+            .collect();
+        add(&mut counts, "fragments_before", before.fragments as u64);
+        add(&mut counts, "versions_before", before.versions as u64);
+        add(&mut counts, "bytes_before", before.bytes);
+        plan.push((*table, before, old));
+    }
+    if ctx.dry_run {
+        for (table, before, old) in &plan {
+            report.notes.push(format!(
+                "{table}: {} fragments ({} small), {} versions of which {} older than the window",
+                before.fragments,
+                before.small_fragments,
+                before.versions,
+                old.len()
+            ));
+            add(&mut counts, "versions_removed", old.len() as u64);
+        }
+    } else {
+        // Logged before any goes, in one commit: which versions of which table, and the
+        // window that let them go.
+        let rows: Vec<AuditRow> = plan
+            .iter()
+            .filter_map(|(table, _, old)| {
+                let (first, last) = (old.iter().min()?, old.iter().max()?);
+                let mut row = AuditRow::new(
+                    log.run_id(),
+                    "PRUNE_VERSIONS",
+                    &format!("{table}|{first}-{last}|{}", log.run_id()),
+                    ctx.now.timestamp_micros(),
+                );
+                row.target_id = Some(table.to_string());
+                row.reasoning = Some(format!(
+                    "versions {first} to {last} of {table} ({} versions) were written before {} \
+                     ([retention] keep_versions_days = {days}): logged here, then removed with \
+                     the files only they used; runs that wrote them can no longer be undone",
+                    old.len(),
+                    cutoff.to_rfc3339()
+                ));
+                row.before_state = Some(json!({"versions": old}).to_string());
+                Some(row)
+            })
+            .collect();
+        if !rows.is_empty() {
+            ctx.store.write_audit(&rows).await?;
+        }
+        crate::crash::point("optimize.after-audit");
+        for (table, before, old) in &plan {
+            let (removed, added) = ctx.store.compact_table(table).await?;
+            add(&mut counts, "fragments_compacted", removed as u64);
+            add(&mut counts, "fragments_written", added as u64);
+            crate::crash::point("optimize.after-compact");
+            let indexes = ctx.store.update_indexes(table).await?;
+            add(&mut counts, "indexes_updated", indexes as u64);
+            if !old.is_empty() {
+                crate::crash::point("optimize.before-prune");
+                let (versions, files, bytes) =
+                    ctx.store.remove_versions_before(table, cutoff).await?;
+                add(&mut counts, "versions_removed", versions);
+                add(&mut counts, "files_removed", files);
+                add(&mut counts, "bytes_removed", bytes);
+            }
+            let after = ctx.store.table_storage(table).await?;
+            add(&mut counts, "fragments_after", after.fragments as u64);
+            add(&mut counts, "versions_after", after.versions as u64);
+            add(&mut counts, "bytes_after", after.bytes);
+            if after != *before {
+                report.notes.push(describe(before, &after));
+            }
+        }
+    }
+    counts.insert("tables".into(), tables.len() as u64);
+    report.counts = counts;
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}

@@ -1,0 +1,187 @@
+//! Table upkeep: what each table holds on disk (versions, fragments, data files, bytes) and
+//! `memlife optimize`'s three steps on one table: compaction of small fragments, index
+//! catch-up, and removal of versions older than a cutoff. Each step is one Lance operation:
+//! compaction and index updates are commits (a reader sees all or none of them); version
+//! removal deletes only files no kept version refers to, and never the latest version.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{Result, Store};
+
+/// What one table holds.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct TableStorage {
+    pub table: String,
+    /// The current version.
+    pub version: u64,
+    /// Versions still readable (each commit makes one; `undo` reads them).
+    pub versions: usize,
+    /// When the oldest readable version was written (RFC 3339).
+    pub oldest_version_at: Option<String>,
+    pub rows: usize,
+    pub fragments: usize,
+    /// Fragments under Lance's compaction target: what `optimize` merges.
+    pub small_fragments: usize,
+    /// Data files on disk, of every version (local folders only; `None` on object storage).
+    pub data_files: Option<usize>,
+    /// Bytes on disk, of every version, indexes and manifests included (local folders; on
+    /// object storage the current version's data and index bytes, from the manifest).
+    pub bytes: u64,
+    /// The current version's data and index bytes (from the manifest).
+    pub live_bytes: u64,
+}
+
+/// What `optimize_table` did to one table.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Tidied {
+    pub fragments_removed: usize,
+    pub fragments_added: usize,
+    pub indexes_updated: usize,
+    pub versions_removed: u64,
+    pub files_removed: u64,
+    pub bytes_removed: u64,
+}
+
+/// Counts files under `dir` (recursively) and their bytes; `data_dir` names the subfolder whose
+/// files are counted as data files.
+fn walk(dir: &std::path::Path) -> (usize, u64, usize) {
+    let mut files = 0;
+    let mut bytes = 0;
+    let mut data_files = 0;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (0, 0, 0);
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.metadata() {
+            Ok(m) if m.is_dir() => {
+                let (f, b, d) = walk(&path);
+                files += f;
+                bytes += b;
+                data_files += d;
+                if path.file_name().is_some_and(|n| n == "data") {
+                    data_files += f;
+                }
+            }
+            Ok(m) => {
+                files += 1;
+                bytes += m.len();
+            }
+            Err(_) => {}
+        }
+    }
+    (files, bytes, data_files)
+}
+
+impl Store {
+    /// The local folder of a table, when the database is a local folder.
+    fn table_dir(&self, table: &str) -> Option<std::path::PathBuf> {
+        if self.uri.contains("://") {
+            return None;
+        }
+        Some(std::path::Path::new(&self.uri).join(format!("{table}.lance")))
+    }
+
+    /// Versions, fragments, files and bytes of one table.
+    pub async fn table_storage(&self, name: &str) -> Result<TableStorage> {
+        let table = self.table(name).await?;
+        let stats = table.stats().await?;
+        let versions = table.list_versions().await?;
+        let oldest = versions.iter().map(|v| v.timestamp).min();
+        let on_disk = self.table_dir(name).filter(|d| d.exists()).map(|d| {
+            let (_, bytes, data_files) = walk(&d);
+            (bytes, data_files)
+        });
+        Ok(TableStorage {
+            table: name.to_string(),
+            version: table.version().await?,
+            versions: versions.len(),
+            oldest_version_at: oldest.map(|t| t.to_rfc3339()),
+            rows: stats.num_rows,
+            fragments: stats.fragment_stats.num_fragments,
+            small_fragments: stats.fragment_stats.num_small_fragments,
+            data_files: on_disk.map(|(_, d)| d),
+            bytes: on_disk.map_or(stats.total_bytes as u64, |(b, _)| b),
+            live_bytes: stats.total_bytes as u64,
+        })
+    }
+
+    /// Whether `version` of a table can still be read (`optimize` removes old ones).
+    pub async fn has_version(&self, name: &str, version: u64) -> Result<bool> {
+        let table = self.table(name).await?;
+        Ok(table
+            .list_versions()
+            .await?
+            .iter()
+            .any(|v| v.version == version))
+    }
+
+    /// When each readable version of a table was written.
+    pub async fn version_times(&self, name: &str) -> Result<Vec<(u64, DateTime<Utc>)>> {
+        let table = self.table(name).await?;
+        Ok(table
+            .list_versions()
+            .await?
+            .iter()
+            .map(|v| (v.version, v.timestamp))
+            .collect())
+    }
+
+    /// Merges small fragments (and rewrites fragments with many deleted rows) into larger
+    /// files, in one commit; nothing when there is at most one small fragment and no
+    /// deletions.
+    pub async fn compact_table(&self, name: &str) -> Result<(usize, usize)> {
+        let table = self.table(name).await?;
+        let stats = table.stats().await?;
+        if stats.fragment_stats.num_small_fragments < 2 && stats.num_deleted_rows.unwrap_or(0) == 0
+        {
+            return Ok((0, 0));
+        }
+        let done = table
+            .optimize(lancedb::table::OptimizeAction::Compact {
+                options: Default::default(),
+                remap_options: None,
+            })
+            .await?;
+        Ok(done
+            .compaction
+            .map_or((0, 0), |c| (c.fragments_removed, c.fragments_added)))
+    }
+
+    /// Adds rows written since each index was built to it (no retraining), in one commit;
+    /// returns how many indexes the table has.
+    pub async fn update_indexes(&self, name: &str) -> Result<usize> {
+        let table = self.table(name).await?;
+        let indexes = table.list_indices().await?.len();
+        if indexes > 0 {
+            table
+                .optimize(lancedb::table::OptimizeAction::Index(Default::default()))
+                .await?;
+        }
+        Ok(indexes)
+    }
+
+    /// Removes the versions written before `cutoff` (never the latest) and the files only
+    /// they referred to. Returns (versions, files, bytes) removed.
+    pub async fn remove_versions_before(
+        &self,
+        name: &str,
+        cutoff: DateTime<Utc>,
+    ) -> Result<(u64, u64, u64)> {
+        let table = self.table(name).await?;
+        // The handle may predate this run's own commits (compaction): prune from the latest.
+        table.checkout_latest().await?;
+        let done = table.optimize_prune_before(cutoff, None, None).await?;
+        Ok(done.prune.map_or((0, 0, 0), |p| {
+            (
+                p.old_versions,
+                p.data_files_removed
+                    + p.transaction_files_removed
+                    + p.index_files_removed
+                    + p.deletion_files_removed,
+                p.bytes_removed,
+            )
+        }))
+    }
+}

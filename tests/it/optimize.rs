@@ -1,0 +1,132 @@
+//! `memlife optimize` on real Lance folders: small fragments merged, old versions removed
+//! (logged first), every row kept, `undo` of a run whose versions are gone refused with the
+//! window named, a run inside the window still undoable, and `stats` showing the storage.
+
+use serde_json::Value;
+
+use crate::common::{TestDb, stderr, stdout};
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_str(&stdout(out))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
+}
+
+/// A store after many small commits: 60 memories embedded 5 rows per commit, scored twice.
+fn busy_store() -> TestDb {
+    let db = TestDb::new();
+    let file = db.path("m.jsonl");
+    let lines: Vec<String> = (0..60)
+        .map(|i| {
+            format!(
+                r#"{{"id":"m{i:02}","user_id":"u{}","text":"Memory number {i} about topic {}","salience":0.5,"created_at":"2025-01-01T00:00:00Z"}}"#,
+                i % 2,
+                i % 7
+            )
+        })
+        .collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    for args in [
+        vec!["import", file.as_str()],
+        vec!["embed", "--embedder", "hash", "--commit-rows", "5"],
+        vec!["scores", "--now", "2025-03-01T00:00:00Z"],
+        vec!["scores", "--now", "2025-03-02T00:00:00Z"],
+    ] {
+        let out = db.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    db
+}
+
+fn storage(db: &TestDb, table: &str) -> Value {
+    let stats = json(&db.run(&["--json", "stats"]));
+    stats["storage"]
+        .as_array()
+        .expect("storage per table")
+        .iter()
+        .find(|t| t["table"] == table)
+        .cloned()
+        .unwrap_or_else(|| panic!("no storage row for {table}: {stats}"))
+}
+
+#[test]
+fn optimize_compacts_and_removes_old_versions_keeping_every_row() {
+    let db = busy_store();
+    let rows_before = db.rows("SELECT id, text, salience, tier FROM memories ORDER BY id");
+    let before = storage(&db, "memories");
+    assert!(before["versions"].as_u64().unwrap() > 5, "{before}");
+    assert!(before["data_files"].as_u64().unwrap() > 3, "{before}");
+
+    // Within the window (the default 14 days) nothing is removed: the last scores run can
+    // still be undone afterwards.
+    let kept = json(&db.run(&["--json", "optimize"]));
+    assert_eq!(kept["status"], "done", "{kept}");
+    assert_eq!(kept["counts"]["versions_removed"], 0, "{kept}");
+    let undo = db.run(&["undo", "--last", "scores", "--dry-run"]);
+    assert_eq!(undo.status.code(), Some(0), "{}", stderr(&undo));
+
+    // A window of 0 days removes every version but the latest, logged first.
+    let pruned = json(&db.run(&["--json", "optimize", "--keep-versions-days", "0"]));
+    assert_eq!(pruned["status"], "done", "{pruned}");
+    assert!(pruned["counts"]["versions_removed"].as_u64().unwrap() > 5);
+    let after = storage(&db, "memories");
+    assert_eq!(after["versions"], 1, "{after}");
+    assert!(
+        after["data_files"].as_u64() < before["data_files"].as_u64(),
+        "the old versions' files went with them: {before} -> {after}"
+    );
+    assert!(
+        after["bytes"].as_u64().unwrap() < before["bytes"].as_u64().unwrap(),
+        "{before} -> {after}"
+    );
+    assert_eq!(
+        db.rows("SELECT id, text, salience, tier FROM memories ORDER BY id"),
+        rows_before,
+        "every row as it was"
+    );
+    let logged = db.rows(
+        "SELECT target_id, before_state FROM audit_log WHERE operation = 'PRUNE_VERSIONS' \
+         AND target_id = 'memories'",
+    );
+    assert_eq!(logged.len(), 1, "{logged:?}");
+
+    // The scores run's versions are gone: undo refuses, naming the window.
+    let undo = db.run(&["undo", "--last", "scores"]);
+    assert_ne!(undo.status.code(), Some(0));
+    let message = stderr(&undo);
+    assert!(
+        message.contains("can no longer be undone") && message.contains("kept 0"),
+        "{message}"
+    );
+    // The optimize run itself is not a change of rows.
+    let undo = db.run(&["undo", "--last", "optimize"]);
+    assert!(
+        stderr(&undo).contains("nothing to undo"),
+        "{}",
+        stderr(&undo)
+    );
+}
+
+#[test]
+fn optimize_names_bad_input() {
+    let db = TestDb::new();
+    let out = db.run(&["optimize", "--tables", "memories,nope"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("no table named 'nope'"),
+        "{}",
+        stderr(&out)
+    );
+    let out = db.run(&["optimize", "--user", "u1"]);
+    assert!(stderr(&out).contains("takes no --user"), "{}", stderr(&out));
+    let out = db.run(&["optimize", "--keep-versions-days", "-3"]);
+    assert_ne!(out.status.code(), Some(0));
+    let config = db.path("memlife.toml");
+    std::fs::write(&config, "[retention]\nkeep_versions_days = \"soon\"\n").unwrap();
+    let out = db.run(&["--config", &config, "optimize"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("keep_versions_days"),
+        "{}",
+        stderr(&out)
+    );
+}
