@@ -844,25 +844,30 @@ pub async fn recall(
     let mut found = if args.mode == Mode::Standard {
         // Widening: standard mode searches cold memories too when the query names a time
         // (what it asks about may have cooled since), when a cold memory is nearer the query
-        // than every hot or warm one (the best match has cooled), or when no hot or warm
-        // memory reaches the model's `recall` threshold (nothing strong where it looked).
+        // than the k-th nearest hot or warm one (it would compete for the results), or when no
+        // hot or warm memory reaches the model's `recall` threshold (nothing strong where it
+        // looked): `logic::recall::widen_reason`.
         // Hot, warm and cold are searched at once and the rules applied to what came back (a
         // hot or warm memory missing from it is farther than every cold one in it); only a
         // recall that stays in hot and warm searches them again, apart.
         let widen_below = f64::from(config.thresholds_for(model).0.recall);
         let wide_tiers = [tiers.as_slice(), &["cold"]].concat();
         let wide = gather(&wide_tiers).await?;
-        let best = |cold: bool| {
-            wide.iter()
+        let nearest = |cold: bool| {
+            let mut s: Vec<f64> = wide
+                .iter()
                 .filter(|f| (f.tier == "cold") == cold)
                 .map(|f| f.similarity)
-                .fold(f64::MIN, f64::max)
+                .collect();
+            s.sort_by(|a, b| b.total_cmp(a));
+            s
         };
-        let (best_warm, best_cold) = (best(false), best(true));
+        let (warm, cold) = (nearest(false), nearest(true));
+        let at = |s: &[f64], i: usize| s.get(i).copied().unwrap_or(f64::MIN);
         let why = crate::logic::recall::widen_reason(
             !asked_times.is_empty(),
-            best_warm,
-            best_cold,
+            (at(&warm, 0), at(&warm, args.k.max(1) - 1)),
+            at(&cold, 0),
             widen_below,
             params.cold_margin,
         );

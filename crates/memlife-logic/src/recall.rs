@@ -97,18 +97,20 @@ pub struct RecallParams {
     /// adaptive, 48-54 ms at 20, on one store). Without an index every search is exact and this is unused.
     pub nprobes: usize,
     /// Standard mode searches cold memories too when the nearest cold one is within this
-    /// cosine of the nearest hot or warm one: a near tie is no evidence that the warmer match
-    /// is the better (a fact folded into one warm memory leaves its old tellings cold).
+    /// cosine of the k-th nearest hot or warm one: a near tie is no evidence that the warmer
+    /// match is the better (a fact folded into one warm memory leaves its old tellings cold).
     pub cold_margin: f64,
 }
 
 /// Why standard mode searches cold memories too, if it does: the query names a time (what it
-/// asks about may have cooled since), the nearest cold memory is nearer than (or within
-/// `cold_margin` of) the nearest hot or warm one, or no hot or warm memory reaches
-/// `widen_below`. Cosines of the nearest of each (`f64::MIN` when there is none).
+/// asks about may have cooled since), the nearest cold memory is nearer than the nearest hot
+/// or warm one, or nearer than (or within `cold_margin` of) the k-th nearest hot or warm one,
+/// so it would compete for the k results, or no hot or warm memory reaches `widen_below`.
+/// Cosines of the nearest cold and hot-or-warm memories and of the k-th nearest hot-or-warm
+/// one (`f64::MIN` when there is none: fewer than k hot or warm memories widens).
 pub fn widen_reason(
     names_a_time: bool,
-    best_warm: f64,
+    (best_warm, kth_warm): (f64, f64),
     best_cold: f64,
     widen_below: f64,
     cold_margin: f64,
@@ -121,9 +123,10 @@ pub fn widen_reason(
             best_cold,
             best_warm.max(0.0)
         ))
-    } else if best_cold + cold_margin > best_warm {
+    } else if best_cold + cold_margin > kth_warm {
         Some(format!(
-            "a cold memory is within {cold_margin} of the nearest hot or warm one (cosine {best_cold:.2} against {best_warm:.2})"
+            "a cold memory is nearer than (or within {cold_margin} of) the k-th nearest hot or warm one, so it competes for the results (cosine {best_cold:.2} against {:.2})",
+            kth_warm.max(0.0)
         ))
     } else if best_warm < widen_below {
         Some(format!(
@@ -845,20 +848,37 @@ mod tests {
     }
 
     #[test]
-    fn cold_memories_are_searched_when_one_is_near_the_best_or_the_best_is_weak() {
-        let why = |time, warm, cold| widen_reason(time, warm, cold, 0.3, 0.02);
-        assert!(why(true, 0.9, 0.1).unwrap().contains("names a time"));
-        assert!(why(false, 0.81, 0.86).unwrap().contains("nearer than any"));
-        assert!(why(false, 0.813, 0.802).unwrap().contains("within 0.02"));
-        assert_eq!(why(false, 0.813, 0.79), None, "0.023 apart: no tie");
+    fn cold_memories_are_searched_when_one_would_compete_or_the_best_is_weak() {
+        // The nearest hot or warm memory at 0.9, the k-th at 0.7.
+        let why = |time, cold| widen_reason(time, (0.9, 0.7), cold, 0.3, 0.02);
+        assert!(why(true, 0.1).unwrap().contains("names a time"));
+        assert!(why(false, 0.95).unwrap().contains("nearer than any"));
+        assert!(why(false, 0.75).unwrap().contains("k-th nearest"));
         assert!(
-            why(false, 0.25, 0.1)
+            why(false, 0.69).unwrap().contains("within 0.02"),
+            "a near tie competes"
+        );
+        assert_eq!(
+            why(false, 0.67),
+            None,
+            "0.03 behind the k-th: no cold memory makes the k"
+        );
+        assert!(
+            widen_reason(false, (0.25, 0.1), 0.05, 0.3, 0.02)
                 .unwrap()
                 .contains("reaches cosine 0.30")
         );
-        assert_eq!(why(false, 0.8, f64::MIN), None, "no cold memory");
+        assert_eq!(
+            widen_reason(false, (0.8, 0.7), f64::MIN, 0.3, 0.02),
+            None,
+            "no cold memory"
+        );
         assert!(
-            widen_reason(false, 0.813, 0.802, 0.3, 0.0).is_none(),
+            widen_reason(false, (0.8, f64::MIN), 0.2, 0.3, 0.02).is_some(),
+            "fewer than k hot or warm memories: the cold ones fill the results"
+        );
+        assert!(
+            widen_reason(false, (0.813, 0.7), 0.69, 0.3, 0.0).is_none(),
             "no margin"
         );
     }
