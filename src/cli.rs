@@ -35,6 +35,8 @@ pub enum Command {
     // The scheduled jobs (`jobs::register_jobs!`).
     #[command(flatten)]
     Job(JobCommand),
+    /// The maintenance pipeline: every job in dependency order, each its own run, one report.
+    Nightly(commands::nightly::NightlyArgs),
     Export(commands::export::ExportArgs),
     Synth(commands::synth::SynthArgs),
     Sql(commands::sql::SqlArgs),
@@ -67,6 +69,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
         Command::Init(args) => commands::init::run(&app, args, out).await,
         Command::Check(args) => commands::check::run(&app, args, out).await,
         Command::Job(job) => jobs::run(&app, job, out).await,
+        Command::Nightly(args) => commands::nightly::run(&app, args, out).await,
         Command::Export(args) => commands::export::run(&app, args, out).await,
         Command::Synth(args) => commands::synth::command(app.json, args, out),
         Command::Sql(args) => commands::sql::command(&app, args, out).await,

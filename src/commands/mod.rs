@@ -21,6 +21,7 @@ pub mod export;
 pub mod history;
 pub mod index;
 pub mod init;
+pub mod nightly;
 pub mod recall;
 pub mod review;
 pub mod similar;

@@ -163,11 +163,16 @@ impl std::fmt::Display for JobName {
 
 /// Runs one job from the command line: builds its context, runs it, prints its report.
 pub async fn run(app: &App, command: &JobCommand, out: &mut dyn Write) -> Result<ExitStatus> {
-    let job = command.job();
-    let ctx = app.job_ctx(job.scope(), job.clock()).await?;
-    let report = command.dispatch(&ctx).await?;
+    let report = run_report(app, command).await?;
     report.print(app.json, out)?;
     Ok(report.exit_status())
+}
+
+/// Runs one job and returns its report (`nightly` runs its steps so).
+pub async fn run_report(app: &App, command: &JobCommand) -> Result<JobReport> {
+    let job = command.job();
+    let ctx = app.job_ctx(job.scope(), job.clock()).await?;
+    command.dispatch(&ctx).await
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

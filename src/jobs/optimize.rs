@@ -101,8 +101,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         .filter(|t| args.tables.is_empty() || args.tables.iter().any(|a| a == t))
         .collect();
     let cutoff = ctx.now - chrono::Duration::seconds((days * 86_400.0) as i64);
-    let params =
-        json!({"keep_versions_days": days, "tables": tables, "cutoff": cutoff.to_rfc3339()});
+    let params = json!({
+        "keep_versions_days": days,
+        "tables": tables,
+        "now": ctx.now.to_rfc3339(),
+        "cutoff": cutoff.to_rfc3339(),
+    });
     let log = RunLog::start(ctx, JobName::Optimize.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Optimize.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = ["versions_removed", "files_removed", "bytes_removed"]

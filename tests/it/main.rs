@@ -20,6 +20,7 @@ mod integrate;
 mod llm;
 mod local_model;
 mod loopback;
+mod nightly;
 mod optimize;
 mod recall;
 mod refine;
