@@ -1,5 +1,6 @@
-"""Airflow DAGs for memlife: one task per job, run in dependency order every night, and the
-Batch API side (poll every minute, retry every six hours, clean up daily).
+"""Airflow DAGs for memlife, written by `memlife schedule dag` from jobs/schedule.toml (edit
+that file, not this one; a test keeps them equal). One DAG per group of the schedule, its
+tasks in the schedule's order, on the group's first cadence.
 
 memlife exits 0 when done, 1 when done with some failed items, and 2 on error. Airflow fails
 a task on any non-zero exit, so both 1 and 2 show in the UI with the JSON report in the log.
@@ -21,53 +22,138 @@ with DAG(
     catchup=False,
     default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
-) as nightly:
-    import_memories = BashOperator(
+):
+    # load the agent's export of new memories (rows already present are upserted)
+    import_task = BashOperator(
         task_id="import",
         bash_command=f"{MEMLIFE} import --on-error skip /var/lib/memlife/inbox/memories.jsonl",
     )
-    embed = BashOperator(task_id="embed", bash_command=f"{MEMLIFE} embed")
-    entities = BashOperator(task_id="entities", bash_command=f"{MEMLIFE} entities")
-    describe = BashOperator(
-        task_id="describe", bash_command=f"{MEMLIFE} describe --llm providers"
+    # vectors for new memories and entities
+    embed_task = BashOperator(
+        task_id="embed",
+        bash_command=f"{MEMLIFE} embed",
     )
-    link = BashOperator(
-        task_id="link_submit",
+    # named entities of new or changed memories, and shares_entity links
+    entities_task = BashOperator(
+        task_id="entities",
+        bash_command=f"{MEMLIFE} entities",
+    )
+    # short descriptions of entities whose memories or notes changed (offline fallback when no provider answers)
+    describe_task = BashOperator(
+        task_id="describe",
+        bash_command=f"{MEMLIFE} describe --llm providers",
+    )
+    # typed links between similar memories, submitted to the Batch API (half price)
+    link_task = BashOperator(
+        task_id="link",
         bash_command=f"{MEMLIFE} link --llm providers --mode batch",
     )
-    scores = BashOperator(task_id="scores", bash_command=f"{MEMLIFE} scores")
-    stats = BashOperator(task_id="stats", bash_command=f"{MEMLIFE} stats")
-    check = BashOperator(task_id="check", bash_command=f"{MEMLIFE} check")
-    import_memories >> embed >> entities >> describe >> link >> scores >> stats >> check
+    # salience decay, lifecycle states, TTL, retention tiers and importance; archivals are audited before they happen; idempotent for a given day
+    scores_task = BashOperator(
+        task_id="scores",
+        bash_command=f"{MEMLIFE} scores",
+    )
+    # delete batch records and files older than llm.batch_retention_days
+    batches_cleanup_task = BashOperator(
+        task_id="batches_cleanup",
+        bash_command=f"{MEMLIFE} batches cleanup",
+    )
+    # a machine-readable summary for dashboards
+    stats_task = BashOperator(
+        task_id="stats",
+        bash_command=f"{MEMLIFE} stats",
+    )
+    # verify the store's invariants after the night's jobs (exit 1 lists violations)
+    check_task = BashOperator(
+        task_id="check",
+        bash_command=f"{MEMLIFE} check",
+    )
+    import_task >> embed_task >> entities_task >> describe_task >> link_task >> scores_task >> batches_cleanup_task >> stats_task >> check_task
+
+with DAG(
+    dag_id="memlife_integrate",
+    start_date=datetime(2025, 1, 1),
+    schedule="*/15 * * * *",
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
+    tags=["memlife"],
+):
+    # integrate the facts the agent appends to its inbox (ADD, UPDATE, SUPERSEDE, MERGE, NOOP; unsure ones wait in `memlife review list`); facts already integrated are skipped, so the file may keep growing
+    integrate_task = BashOperator(
+        task_id="integrate",
+        bash_command=f"{MEMLIFE} integrate --llm providers --on-error skip /var/lib/memlife/inbox/facts.jsonl",
+    )
 
 with DAG(
     dag_id="memlife_batches",
     start_date=datetime(2025, 1, 1),
-    schedule=timedelta(minutes=1),
+    schedule="* * * * *",
     catchup=False,
     max_active_runs=1,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
-) as batches:
-    # Two overlapping polls are safe (a batch is claimed by one), but one at a time is enough.
-    BashOperator(task_id="poll", bash_command=f"{MEMLIFE} batches poll")
+):
+    # apply finished batches, exactly once (a poll with nothing to do writes nothing)
+    batches_poll_task = BashOperator(
+        task_id="batches_poll",
+        bash_command=f"{MEMLIFE} batches poll",
+    )
 
 with DAG(
-    dag_id="memlife_batches_maintenance",
+    dag_id="memlife_batches_retry",
     start_date=datetime(2025, 1, 1),
     schedule="15 */6 * * *",
     catchup=False,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
-) as maintenance:
-    retry = BashOperator(task_id="retry", bash_command=f"{MEMLIFE} batches retry")
-    cleanup = BashOperator(task_id="cleanup", bash_command=f"{MEMLIFE} batches cleanup")
-    retry >> cleanup
+):
+    # resubmit failed or expired batches (seed 000: retry_failed_extractions)
+    batches_retry_task = BashOperator(
+        task_id="batches_retry",
+        bash_command=f"{MEMLIFE} batches retry",
+    )
+
+with DAG(
+    dag_id="memlife_weekly",
+    start_date=datetime(2025, 1, 1),
+    schedule="0 4 * * 0",
+    catchup=False,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
+    tags=["memlife"],
+):
+    # clusters of similar memories around hubs, the candidates of consolidation (seed 000 consolidates weekly)
+    cluster_task = BashOperator(
+        task_id="cluster",
+        bash_command=f"{MEMLIFE} cluster",
+    )
+    # two-pass consolidation of those clusters (reasoning role proposes, fast role verifies); approved groups become one memory each, the members archived
+    consolidate_task = BashOperator(
+        task_id="consolidate",
+        bash_command=f"{MEMLIFE} consolidate --llm providers",
+    )
+    # split or trim verbose, well-used memories (refused ones counted)
+    refine_task = BashOperator(
+        task_id="refine",
+        bash_command=f"{MEMLIFE} refine --llm providers",
+    )
+    # compact small fragments, update indexes, remove table versions older than [retention] keep_versions_days (undo reads them until then)
+    optimize_task = BashOperator(
+        task_id="optimize",
+        bash_command=f"{MEMLIFE} optimize",
+    )
+    cluster_task >> consolidate_task >> refine_task >> optimize_task
 
 with DAG(
     dag_id="memlife_monthly",
     start_date=datetime(2025, 1, 1),
     schedule="0 3 1 * *",
     catchup=False,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
-) as monthly:
-    # Seed 000's monthly entity GC: merges, archives, deletions after the grace period.
-    BashOperator(task_id="entity_gc", bash_command=f"{MEMLIFE} entity-gc")
+):
+    # entity GC (seed 000): merge near-duplicate entities, archive the ones no live memory names, delete them after 30 days archived (logged first)
+    entity_gc_task = BashOperator(
+        task_id="entity_gc",
+        bash_command=f"{MEMLIFE} entity-gc",
+    )

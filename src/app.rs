@@ -57,6 +57,11 @@ impl App {
         }
     }
 
+    /// The configuration file named by `--config` or `MEMLIFE_CONFIG`, if any.
+    pub fn config_path(&self) -> Option<&std::path::Path> {
+        self.config_path.as_deref()
+    }
+
     /// An invocation over a store already open (an in-memory database, a library caller).
     pub fn with_store(store: Store, json: bool) -> App {
         App {

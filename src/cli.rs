@@ -37,6 +37,10 @@ pub enum Command {
     Job(JobCommand),
     /// The maintenance pipeline: every job in dependency order, each its own run, one report.
     Nightly(commands::nightly::NightlyArgs),
+    /// The schedule (jobs/schedule.toml) as a crontab, an Airflow DAG file, or a list.
+    Schedule(commands::schedule::ScheduleArgs),
+    /// Runs whatever the schedule says is due (one cron line: `* * * * * memlife run-due`).
+    RunDue(commands::schedule::RunDueArgs),
     Export(commands::export::ExportArgs),
     Synth(commands::synth::SynthArgs),
     Sql(commands::sql::SqlArgs),
@@ -70,6 +74,8 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
         Command::Check(args) => commands::check::run(&app, args, out).await,
         Command::Job(job) => jobs::run(&app, job, out).await,
         Command::Nightly(args) => commands::nightly::run(&app, args, out).await,
+        Command::Schedule(args) => commands::schedule::schedule(args, out).await,
+        Command::RunDue(args) => commands::schedule::run_due(&app, args, out).await,
         Command::Export(args) => commands::export::run(&app, args, out).await,
         Command::Synth(args) => commands::synth::command(app.json, args, out),
         Command::Sql(args) => commands::sql::command(&app, args, out).await,

@@ -24,6 +24,7 @@ pub mod init;
 pub mod nightly;
 pub mod recall;
 pub mod review;
+pub mod schedule;
 pub mod similar;
 pub mod sql;
 pub mod stats;

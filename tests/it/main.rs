@@ -27,6 +27,7 @@ mod refine;
 mod reports;
 mod roundtrip;
 mod saved_sql;
+mod schedule;
 mod scores;
 mod similarity;
 mod store;

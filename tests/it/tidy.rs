@@ -286,3 +286,22 @@ fn every_named_crash_point_is_in_the_crash_harness() {
         "crash points no harness scenario kills at: {missing:?}"
     );
 }
+
+#[test]
+fn the_crontab_and_the_dag_are_what_the_schedule_says() {
+    let schedule = memlife::commands::schedule::read(&root().join("jobs/schedule.toml"))
+        .expect("jobs/schedule.toml reads");
+    for (file, written) in [
+        ("crontab", memlife::commands::schedule::crontab(&schedule)),
+        (
+            "memlife_dag.py",
+            memlife::commands::schedule::dag(&schedule),
+        ),
+    ] {
+        assert!(
+            self::schedule(file) == written,
+            "jobs/{file} differs from jobs/schedule.toml: run `memlife schedule {}` > jobs/{file}",
+            if file == "crontab" { "crontab" } else { "dag" }
+        );
+    }
+}

@@ -13,6 +13,7 @@ pub mod integrate;
 pub mod reading;
 pub mod recall;
 pub mod recall_eval;
+pub mod schedule;
 pub mod scores;
 pub mod similarity;
 pub mod summaries;
