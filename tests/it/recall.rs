@@ -118,16 +118,19 @@ fn each_mode_searches_its_tiers_and_only_the_users_memories() {
     let q = "walks the dog Biscuit";
     let dogs =
         |r: &Value| -> Vec<String> { ids(r).into_iter().filter(|i| !i.starts_with('v')).collect() };
-    let ro = ["--no-activate", "--k", "10"];
-    let mode = |m: &str| {
-        let mut a = ro.to_vec();
+    let ro = ["--no-activate", "--k", "2"];
+    let mode = |m: &str, k: &str| {
+        let mut a = vec!["--no-activate", "--k", k];
         a.extend(["--mode", m]);
         dogs(&recall(&db, q, &a))
     };
-    assert_eq!(mode("reflexive"), ["hot"]);
-    assert_eq!(mode("standard"), ["hot", "warm"]);
-    assert_eq!(mode("deep"), ["cold", "hot", "warm"]);
-    assert_eq!(mode("exhaustive"), ["cold", "gone", "hot", "warm"]);
+    assert_eq!(mode("reflexive", "10"), ["hot"]);
+    assert_eq!(mode("standard", "2"), ["hot", "warm"]);
+    assert_eq!(mode("deep", "10"), ["cold", "hot", "warm"]);
+    assert_eq!(mode("exhaustive", "10"), ["cold", "gone", "hot", "warm"]);
+    // Asked for more than the hot and warm memories that answer, standard mode fills the
+    // results from cold ones: each would rank among the k on cosine alone.
+    assert_eq!(mode("standard", "10"), ["cold", "hot", "warm"]);
     // The default is standard; read-only recalls changed nothing.
     assert_eq!(dogs(&recall(&db, q, &ro)), ["hot", "warm"]);
     assert_eq!(
@@ -510,9 +513,9 @@ fn standard_mode_widens_to_cold_memories_when_the_query_names_a_time() {
             .contains("a cold memory is nearer than any hot or warm one"),
         "{r}"
     );
-    // Without a time, a weak best match or a nearer cold memory, standard mode stays in hot
-    // and warm.
-    let r = recall_named(&db, &config, "Ana plays the violin", &["--k", "3"]);
+    // Without a time, a weak best match or a cold memory that would rank among the k,
+    // standard mode stays in hot and warm.
+    let r = recall_named(&db, &config, "Ana plays the violin", &["--k", "2"]);
     assert!(
         r["memories"]
             .as_array()
