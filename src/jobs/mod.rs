@@ -410,6 +410,14 @@ impl RunLog {
         } else {
             Some(ctx.store.table_versions().await)
         };
+        // Every run records the clock it computed at, so the store's own time (not the wall
+        // clock) says how old what it wrote is (`optimize`'s retention window).
+        let mut params = params.clone();
+        if let Some(object) = params.as_object_mut() {
+            object
+                .entry("clock")
+                .or_insert_with(|| serde_json::Value::String(ctx.now.to_rfc3339()));
+        }
         let log = RunLog {
             run_id,
             job: job.to_string(),

@@ -101,6 +101,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         .filter(|t| args.tables.is_empty() || args.tables.iter().any(|a| a == t))
         .collect();
     let cutoff = ctx.now - chrono::Duration::seconds((days * 86_400.0) as i64);
+    // Versions carry the wall-clock time they were written at; runs carry the clock they
+    // computed at. A version is older than the window when it was written more than the
+    // window ago, or before a run whose clock was already outside it (on a store run at the
+    // current time the two agree; on one run at simulated clocks, the runs' clocks decide).
+    let window = chrono::Duration::seconds((days * 86_400.0) as i64);
+    let written_before = wall_time_of(ctx, cutoff, window).await?;
     let params = json!({
         "keep_versions_days": days,
         "tables": tables,
@@ -125,7 +131,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             .version_times(table)
             .await?
             .into_iter()
-            .filter(|(v, at)| *at < cutoff && *v != before.version)
+            .filter(|(v, at)| *at < written_before && *v != before.version)
             .map(|(v, _)| v)
             .collect();
         add(&mut counts, "fragments_before", before.fragments as u64);
@@ -182,8 +188,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             add(&mut counts, "indexes_updated", indexes as u64);
             if !old.is_empty() {
                 crate::crash::point("optimize.before-prune");
-                let (versions, files, bytes) =
-                    ctx.store.remove_versions_before(table, cutoff).await?;
+                let (versions, files, bytes) = ctx
+                    .store
+                    .remove_versions_before(table, written_before)
+                    .await?;
                 add(&mut counts, "versions_removed", versions);
                 add(&mut counts, "files_removed", files);
                 add(&mut counts, "bytes_removed", bytes);
@@ -201,4 +209,31 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     report.counts = counts;
     log.finish(ctx, &mut report).await?;
     Ok(report)
+}
+
+/// The wall-clock time before which versions are older than `cutoff` on the store's clock:
+/// `window` before now, or the start of the latest run whose clock is before `cutoff`,
+/// whichever is later.
+async fn wall_time_of(
+    ctx: &JobCtx<'_>,
+    cutoff: chrono::DateTime<chrono::Utc>,
+    window: chrono::Duration,
+) -> Result<chrono::DateTime<chrono::Utc>> {
+    let runs = crate::store::json_rows(
+        &ctx.store
+            .scan_columns("runs", None, &["started_at", "params"])
+            .await?,
+    );
+    let latest_outside = runs
+        .iter()
+        .filter_map(|r| {
+            let params: serde_json::Value =
+                serde_json::from_str(&crate::store::text_of(r, "params")).ok()?;
+            let clock = chrono::DateTime::parse_from_rfc3339(params["clock"].as_str()?).ok()?;
+            (clock < cutoff).then(|| crate::store::time_of(r, "started_at"))?
+        })
+        .max()
+        .and_then(chrono::DateTime::from_timestamp_micros);
+    let by_wall = chrono::Utc::now() - window;
+    Ok(latest_outside.map_or(by_wall, |t| t.max(by_wall)))
 }

@@ -56,9 +56,9 @@ fn optimize_compacts_and_removes_old_versions_keeping_every_row() {
     assert!(before["versions"].as_u64().unwrap() > 5, "{before}");
     assert!(before["data_files"].as_u64().unwrap() > 3, "{before}");
 
-    // Within the window (the default 14 days) nothing is removed: the last scores run can
-    // still be undone afterwards.
-    let kept = json(&db.run(&["--json", "optimize"]));
+    // Within the window (the default 14 days, on the store's clock: the scores runs ran at
+    // 1 and 2 March) nothing is removed: the last scores run can still be undone afterwards.
+    let kept = json(&db.run(&["--json", "optimize", "--now", "2025-03-03T00:00:00Z"]));
     assert_eq!(kept["status"], "done", "{kept}");
     assert_eq!(kept["counts"]["versions_removed"], 0, "{kept}");
     let undo = db.run(&["undo", "--last", "scores", "--dry-run"]);
@@ -128,5 +128,45 @@ fn optimize_names_bad_input() {
         stderr(&out).contains("keep_versions_days"),
         "{}",
         stderr(&out)
+    );
+}
+
+#[test]
+fn the_window_is_measured_on_the_clock_the_runs_ran_at() {
+    // Three scores runs a week apart on a simulated clock, all written within a minute of
+    // wall time: a 10-day window at the last run's clock keeps what the last two runs wrote
+    // and removes what came before the first.
+    let db = busy_store();
+    for now in [
+        "2025-04-01T00:00:00Z",
+        "2025-04-08T00:00:00Z",
+        "2025-04-15T00:00:00Z",
+    ] {
+        let out = db.run(&["scores", "--now", now]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = db.run(&[
+        "--json",
+        "optimize",
+        "--keep-versions-days",
+        "10",
+        "--now",
+        "2025-04-15T00:00:00Z",
+    ]);
+    let report = json(&out);
+    assert!(
+        report["counts"]["versions_removed"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    // The last run (inside the window) can be undone; the first (outside) cannot.
+    let undo = db.run(&["undo", "--last", "scores", "--dry-run"]);
+    assert_eq!(undo.status.code(), Some(0), "{}", stderr(&undo));
+    let first =
+        db.scalar("SELECT run_id FROM runs WHERE job = 'scores' AND params LIKE '%2025-04-01%'");
+    let undo = db.run(&["undo", first.trim_matches('"')]);
+    assert!(
+        stderr(&undo).contains("can no longer be undone"),
+        "{}",
+        stderr(&undo)
     );
 }
