@@ -45,6 +45,9 @@ pub enum BenchCommand {
     /// Recall latency for one user with many memories (exact and indexed search, p50 and
     /// p95) and recalls per second in one process.
     Recall(super::bench_recall::RecallBench),
+    /// A synthetic store lives D days (new facts, recalls, the nightly pipeline at each day's
+    /// clock): each job's time and each table's versions, files and bytes over the year.
+    Year(super::bench_year::YearBench),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +143,7 @@ pub async fn run(app: &App, args: &BenchArgs, out: &mut dyn Write) -> Result<Exi
         BenchCommand::Graph(bench) => super::bench_graph::run(bench, out).await?,
         BenchCommand::Recall(bench) => super::bench_recall::run(bench, out).await?,
         BenchCommand::Integrate(bench) => super::bench_integrate::run(bench, out)?,
+        BenchCommand::Year(bench) => super::bench_year::run(bench, out)?,
         BenchCommand::Embed(bench) => {
             let embedder = app
                 .embedder(&bench.embedder, bench.dim, bench.batch_size)

@@ -11,6 +11,7 @@ pub mod bench_consolidate;
 pub mod bench_graph;
 pub mod bench_integrate;
 pub mod bench_recall;
+pub mod bench_year;
 pub mod check;
 pub mod eval;
 pub mod eval_entities;

@@ -1,0 +1,389 @@
+//! `memlife bench year`: a synthetic store lives D days through the real CLI on a real Lance
+//! folder. Day 0 imports N synthetic memories; each day then integrates new facts (a later
+//! draw of the same synth, dated that day), recalls a few memories (activating them, as an
+//! agent would), and runs the nightly pipeline at that day's clock: embed, entities, scores
+//! and link daily; cluster, consolidate, refine and describe on the seventh day; entity-gc on
+//! the thirtieth; optimize weekly unless `--no-optimize`. Judge offline, embedder `hash` by
+//! default (the time measured is memlife's own, not a model's).
+//!
+//! Recorded on day 1, every `--sample-every` days and the last day: each job's time and each
+//! table's versions, data files and bytes. At the end the store is compared with a freshly
+//! written copy of the same rows (each table `import` writes, exported to Parquet and imported
+//! into a new store): bytes of those tables against the copy's. Targets (issue 35): with optimize, bytes within 2x
+//! of the fresh copy, and each job's time on the last day within 1.25x of day 1.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use super::bench_consolidate::{Workdir, cpu_name, memlife};
+
+#[derive(clap::Args, Debug)]
+pub struct YearBench {
+    /// Memories in the store on day 0.
+    #[arg(long, default_value_t = 10_000)]
+    pub memories: usize,
+    /// Days the store lives.
+    #[arg(long, default_value_t = 365)]
+    pub days: usize,
+    #[arg(long, default_value_t = 20)]
+    pub users: usize,
+    /// New facts integrated each day.
+    #[arg(long, default_value_t = 20)]
+    pub facts_per_day: usize,
+    /// Recalls each day (each activates what it returns).
+    #[arg(long, default_value_t = 5)]
+    pub recalls_per_day: usize,
+    /// Leave optimize out of the schedule (the baseline).
+    #[arg(long)]
+    pub no_optimize: bool,
+    /// `[retention] keep_versions_days` for optimize (default: the configuration's, 14).
+    #[arg(long)]
+    pub keep_versions_days: Option<f64>,
+    /// Record jobs and storage every this many days (and on day 1 and the last day).
+    #[arg(long, default_value_t = 100)]
+    pub sample_every: usize,
+    /// hash (default: memlife's own time) or local.
+    #[arg(long, default_value = "hash")]
+    pub embedder: String,
+    /// Keep the work folder here (default: a temporary folder, removed afterwards).
+    #[arg(long)]
+    pub keep: Option<PathBuf>,
+}
+
+/// The nightly steps of day `day` (1-based).
+fn steps_of(day: usize, optimize: bool) -> Vec<&'static str> {
+    let mut steps = vec!["embed", "entities", "scores", "link"];
+    if day % 7 == 0 {
+        steps.extend(["cluster", "consolidate", "refine", "describe"]);
+    }
+    if day % 30 == 0 {
+        steps.push("entity-gc");
+    }
+    if optimize && day % 7 == 0 {
+        steps.push("optimize");
+    }
+    steps
+}
+
+fn storage(db: &str) -> Result<Value> {
+    let (stats, _) = memlife(&["--db", db, "--json", "stats"])?;
+    let mut out = serde_json::Map::new();
+    let mut total = (0u64, 0u64, 0u64);
+    for t in stats["storage"].as_array().into_iter().flatten() {
+        let (v, f, b) = (
+            t["versions"].as_u64().unwrap_or(0),
+            t["data_files"].as_u64().unwrap_or(0),
+            t["bytes"].as_u64().unwrap_or(0),
+        );
+        total = (total.0 + v, total.1 + f, total.2 + b);
+        out.insert(
+            t["table"].as_str().unwrap_or("?").to_string(),
+            json!({"versions": v, "data_files": f, "bytes": b, "rows": t["rows"]}),
+        );
+    }
+    out.insert(
+        "total".into(),
+        json!({"versions": total.0, "data_files": total.1, "bytes": total.2}),
+    );
+    Ok(Value::Object(out))
+}
+
+/// The tables `import` writes: the fresh copy holds these, and bytes are compared over them.
+const COPIED: &[&str] = &[
+    "memories",
+    "links",
+    "entities",
+    "memory_entities",
+    "runs",
+    "audit_log",
+];
+
+/// Bytes of the `COPIED` tables in a storage record.
+fn copied_bytes(storage: &Value) -> f64 {
+    COPIED
+        .iter()
+        .map(|t| storage[*t]["bytes"].as_f64().unwrap_or(0.0))
+        .sum()
+}
+
+/// Bytes of a freshly written copy of the `COPIED` tables' rows.
+fn fresh_copy_bytes(work: &std::path::Path, db: &str) -> Result<Value> {
+    let copy = work.join("fresh");
+    let copy_db = copy.to_string_lossy().into_owned();
+    memlife(&["--db", &copy_db, "init"])?;
+    for table in COPIED {
+        let file = work.join(format!("{table}.parquet"));
+        let file = file.to_string_lossy().into_owned();
+        memlife(&[
+            "--db", db, "--json", "export", "--table", table, "-o", &file,
+        ])?;
+        let (report, _) = memlife(&[
+            "--db", &copy_db, "--json", "import", "--table", table, &file,
+        ])
+        .with_context(|| format!("fresh copy of {table}"))?;
+        if report["counts"]["rows_rejected"].as_u64().unwrap_or(0) > 0 {
+            bail!("fresh copy of {table}: rows rejected: {report}");
+        }
+    }
+    storage(&copy_db)
+}
+
+pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
+    if bench.days == 0 || bench.memories == 0 {
+        bail!("--days and --memories must be at least 1");
+    }
+    let work = match &bench.keep {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            Workdir {
+                path: dir.clone(),
+                keep: true,
+            }
+        }
+        None => {
+            let dir = std::env::temp_dir().join(format!(
+                "memlife-bench-year-{}-{}",
+                std::process::id(),
+                chrono::Utc::now().timestamp_micros()
+            ));
+            std::fs::create_dir_all(&dir)?;
+            Workdir {
+                path: dir,
+                keep: false,
+            }
+        }
+    };
+    let p = |name: &str| work.path.join(name).to_string_lossy().into_owned();
+    let db = p("db");
+    let all = p("all.jsonl");
+    let facts_total = bench.days * bench.facts_per_day;
+    memlife(&[
+        "synth",
+        "--users",
+        &bench.users.to_string(),
+        "--memories",
+        &(bench.memories + facts_total).to_string(),
+        "--seed",
+        "17",
+        "-o",
+        &all,
+    ])?;
+    // The first N rows (by time) are the store; the rest arrive as new facts, day by day.
+    let mut rows: Vec<serde_json::Map<String, Value>> = std::fs::read_to_string(&all)?
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    rows.sort_by(|a, b| {
+        a["created_at"]
+            .as_str()
+            .unwrap_or("")
+            .cmp(b["created_at"].as_str().unwrap_or(""))
+    });
+    let facts: Vec<serde_json::Map<String, Value>> = rows.split_off(bench.memories.min(rows.len()));
+    let base = p("base.jsonl");
+    std::fs::write(
+        &base,
+        rows.iter()
+            .map(|r| Value::Object(r.clone()).to_string() + "\n")
+            .collect::<String>(),
+    )?;
+    memlife(&["--db", &db, "init"])?;
+    memlife(&["--db", &db, "--json", "import", &base])?;
+    // Every command of the year reads this configuration (the retention window).
+    let config = p("memlife.toml");
+    std::fs::write(
+        &config,
+        bench.keep_versions_days.map_or(String::new(), |d| {
+            format!("[retention]\nkeep_versions_days = {d:?}\n")
+        }),
+    )?;
+    let with_config = |args: &[&str]| {
+        let mut all = vec!["--config", config.as_str()];
+        all.extend_from_slice(args);
+        memlife(&all)
+    };
+    let start = chrono::DateTime::parse_from_rfc3339("2026-01-01T02:00:00Z")
+        .expect("a constant")
+        .with_timezone(&chrono::Utc);
+    let samples: Vec<usize> = (1..=bench.days)
+        .filter(|d| *d == 1 || *d == bench.days || d % bench.sample_every == 0)
+        .collect();
+    let mut records: Vec<Value> = Vec::new();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n.max(1) as u64) as usize
+    };
+    let started = std::time::Instant::now();
+    for day in 1..=bench.days {
+        let clock = start + chrono::Duration::days(day as i64);
+        let now = clock.to_rfc3339();
+        let mut times: BTreeMap<String, f64> = BTreeMap::new();
+        // New facts, dated this morning.
+        let todays: Vec<Value> = facts
+            .iter()
+            .skip((day - 1) * bench.facts_per_day)
+            .take(bench.facts_per_day)
+            .map(|f| {
+                let mut f = f.clone();
+                f.remove("id");
+                f.insert(
+                    "created_at".into(),
+                    Value::String((clock - chrono::Duration::hours(1)).to_rfc3339()),
+                );
+                for k in [
+                    "last_accessed_at",
+                    "access_count",
+                    "recall_frequency",
+                    "state",
+                ] {
+                    f.remove(k);
+                }
+                Value::Object(f)
+            })
+            .collect();
+        if !todays.is_empty() {
+            let file = p("facts.jsonl");
+            std::fs::write(
+                &file,
+                todays
+                    .iter()
+                    .map(|f| f.to_string() + "\n")
+                    .collect::<String>(),
+            )?;
+            let (_, s) = with_config(&[
+                "--db",
+                &db,
+                "--json",
+                "integrate",
+                &file,
+                "--embedder",
+                &bench.embedder,
+                "--llm",
+                "offline",
+                "--now",
+                &now,
+            ])?;
+            times.insert("integrate".into(), s);
+        }
+        // Recalls of what the store holds.
+        let mut recall_s = 0.0;
+        for _ in 0..bench.recalls_per_day {
+            let r = &rows[next(rows.len())];
+            let (query, user) = (
+                r["text"].as_str().unwrap_or("memory"),
+                r["user_id"].as_str().unwrap_or("user-01"),
+            );
+            let (_, s) = with_config(&[
+                "--db",
+                &db,
+                "--json",
+                "recall",
+                query,
+                "--user",
+                user,
+                "--embedder",
+                &bench.embedder,
+                "--now",
+                &now,
+            ])?;
+            recall_s += s;
+        }
+        if bench.recalls_per_day > 0 {
+            times.insert("recall".into(), recall_s / bench.recalls_per_day as f64);
+        }
+        let steps = steps_of(day, !bench.no_optimize).join(",");
+        let (report, _) = with_config(&[
+            "--db",
+            &db,
+            "--json",
+            "nightly",
+            "--steps",
+            &steps,
+            "--now",
+            &now,
+            "--embedder",
+            &bench.embedder,
+            "--llm",
+            "offline",
+        ])?;
+        if report["status"] != "done" {
+            bail!("day {day}: nightly {}: {report}", report["status"]);
+        }
+        for step in report["steps"].as_array().into_iter().flatten() {
+            if let (Some(name), Some(ms)) = (step["step"].as_str(), step["duration_ms"].as_u64()) {
+                times.insert(name.to_string(), ms as f64 / 1000.0);
+            }
+        }
+        if samples.contains(&day) {
+            records.push(json!({
+                "day": day,
+                "clock": now,
+                "seconds": times,
+                "storage": storage(&db)?,
+            }));
+            writeln!(
+                out,
+                "day {day}: {:.0} s elapsed; {}",
+                started.elapsed().as_secs_f64(),
+                records.last().expect("just pushed")["storage"]["total"]
+            )?;
+            out.flush()?;
+        }
+    }
+    let fresh = fresh_copy_bytes(&work.path, &db)?;
+    let last = records.last().cloned().unwrap_or(Value::Null);
+    let bytes = copied_bytes(&last["storage"]);
+    let fresh_bytes = copied_bytes(&fresh);
+    // Each job's time on the last day against day 1 (jobs that ran on both).
+    let first = records.first().cloned().unwrap_or(Value::Null);
+    let mut ratios = serde_json::Map::new();
+    for (job, s) in first["seconds"].as_object().into_iter().flatten() {
+        if let (Some(a), Some(b)) = (s.as_f64(), last["seconds"][job].as_f64())
+            && a > 0.0
+        {
+            ratios.insert(job.clone(), json!((b / a * 100.0).round() / 100.0));
+        }
+    }
+    let report = json!({
+        "bench": "year",
+        "cpu": cpu_name(),
+        "memories": bench.memories,
+        "days": bench.days,
+        "users": bench.users,
+        "facts_per_day": bench.facts_per_day,
+        "recalls_per_day": bench.recalls_per_day,
+        "optimize": !bench.no_optimize,
+        "embedder": bench.embedder,
+        "keep_versions_days": bench.keep_versions_days.unwrap_or(14.0),
+        "wall_seconds": started.elapsed().as_secs_f64().round(),
+        "samples": records,
+        "fresh_copy": fresh,
+        "bytes_over_fresh_copy": if fresh_bytes > 0.0 { (bytes / fresh_bytes * 100.0).round() / 100.0 } else { 0.0 },
+        "last_day_over_day_1": ratios,
+    });
+    serde_json::to_writer_pretty(&mut *out, &report)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::steps_of;
+
+    #[test]
+    fn the_days_schedule_follows_the_cadences() {
+        assert_eq!(steps_of(1, true), ["embed", "entities", "scores", "link"]);
+        let week = steps_of(7, true);
+        assert!(week.contains(&"consolidate") && week.contains(&"optimize"));
+        assert!(!steps_of(7, false).contains(&"optimize"));
+        assert!(steps_of(30, true).contains(&"entity-gc"));
+        assert!(!steps_of(29, true).contains(&"entity-gc"));
+    }
+}
