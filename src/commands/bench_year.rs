@@ -328,11 +328,13 @@ pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
                 "seconds": times,
                 "storage": storage(&db)?,
             }));
+            let record = records.last().expect("just pushed");
             writeln!(
                 out,
-                "day {day}: {:.0} s elapsed; {}",
+                "day {day}: {:.0} s elapsed; storage {}; seconds {}",
                 started.elapsed().as_secs_f64(),
-                records.last().expect("just pushed")["storage"]["total"]
+                record["storage"]["total"],
+                record["seconds"]
             )?;
             out.flush()?;
         }

@@ -170,3 +170,64 @@ fn the_window_is_measured_on_the_clock_the_runs_ran_at() {
         stderr(&undo)
     );
 }
+
+/// `memlife bench year` at a tiny scale: the report's shape, and what optimize does to the
+/// store over a week (fewer versions and files than the same week without it).
+#[test]
+fn a_week_of_bench_year_with_and_without_optimize() {
+    let dir = tempfile::tempdir().unwrap();
+    let year = |extra: &[&str]| -> Value {
+        let keep = dir.path().join(extra.len().to_string());
+        let mut args = vec![
+            "bench",
+            "year",
+            "--memories",
+            "40",
+            "--users",
+            "2",
+            "--days",
+            "7",
+            "--facts-per-day",
+            "2",
+            "--recalls-per-day",
+            "1",
+            "--keep-versions-days",
+            "1",
+        ];
+        let keep = keep.to_string_lossy().into_owned();
+        args.extend(["--keep", keep.as_str()]);
+        args.extend_from_slice(extra);
+        let out = crate::common::memlife(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let text = stdout(&out);
+        serde_json::from_str(&text[text.find("{\n").expect("a JSON report")..]).unwrap()
+    };
+    let with = year(&[]);
+    let without = year(&["--no-optimize"]);
+    let days: Vec<u64> = with["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["day"].as_u64().unwrap())
+        .collect();
+    assert_eq!(days, [1, 7], "{with}");
+    assert!(
+        with["samples"][1]["seconds"]["optimize"].as_f64().is_some(),
+        "{with}"
+    );
+    assert!(
+        without["samples"][1]["seconds"]["optimize"].is_null(),
+        "{without}"
+    );
+    let total = |r: &Value, what: &str| r["samples"][1]["storage"]["total"][what].as_u64().unwrap();
+    assert!(
+        total(&with, "versions") < total(&without, "versions"),
+        "{with} {without}"
+    );
+    assert!(total(&with, "data_files") < total(&without, "data_files"));
+    // The same rows either way, and the fresh copy holds them.
+    let memories = |r: &Value| r["samples"][1]["storage"]["memories"]["rows"].clone();
+    assert_eq!(memories(&with), memories(&without));
+    assert_eq!(with["fresh_copy"]["memories"]["rows"], memories(&with));
+    assert!(with["bytes_over_fresh_copy"].as_f64().unwrap() >= 1.0);
+}
