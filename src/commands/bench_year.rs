@@ -57,13 +57,13 @@ pub struct YearBench {
 /// The nightly steps of day `day` (1-based).
 fn steps_of(day: usize, optimize: bool) -> Vec<&'static str> {
     let mut steps = vec!["embed", "entities", "scores", "link"];
-    if day % 7 == 0 {
+    if day.is_multiple_of(7) {
         steps.extend(["cluster", "consolidate", "refine", "describe"]);
     }
-    if day % 30 == 0 {
+    if day.is_multiple_of(30) {
         steps.push("entity-gc");
     }
-    if optimize && day % 7 == 0 {
+    if optimize && day.is_multiple_of(7) {
         steps.push("optimize");
     }
     steps
@@ -210,7 +210,7 @@ pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
         .expect("a constant")
         .with_timezone(&chrono::Utc);
     let samples: Vec<usize> = (1..=bench.days)
-        .filter(|d| *d == 1 || *d == bench.days || d % bench.sample_every == 0)
+        .filter(|d| *d == 1 || *d == bench.days || d.is_multiple_of(bench.sample_every))
         .collect();
     let mut records: Vec<Value> = Vec::new();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
