@@ -91,6 +91,31 @@ pub(crate) struct Workdir {
     pub(crate) keep: bool,
 }
 
+impl Workdir {
+    /// `keep` (kept afterwards), or a new temporary folder named after `what` (removed).
+    pub(crate) fn new(keep: Option<&PathBuf>, what: &str) -> Result<Workdir> {
+        if let Some(dir) = keep {
+            std::fs::create_dir_all(dir)?;
+            return Ok(Workdir {
+                path: dir.clone(),
+                keep: true,
+            });
+        }
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "memlife-bench-{what}-{}-{stamp}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Workdir {
+            path: dir,
+            keep: false,
+        })
+    }
+}
+
 impl Drop for Workdir {
     fn drop(&mut self) {
         if !self.keep {
@@ -236,29 +261,7 @@ fn path(p: &Path) -> String {
 }
 
 pub fn run(bench: &ConsolidateBench, out: &mut dyn Write) -> Result<()> {
-    let work = match &bench.keep {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)?;
-            Workdir {
-                path: dir.clone(),
-                keep: true,
-            }
-        }
-        None => {
-            let stamp = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_nanos();
-            let dir = std::env::temp_dir().join(format!(
-                "memlife-bench-consolidate-{}-{stamp}",
-                std::process::id()
-            ));
-            std::fs::create_dir_all(&dir)?;
-            Workdir {
-                path: dir,
-                keep: false,
-            }
-        }
-    };
+    let work = Workdir::new(bench.keep.as_ref(), "consolidate")?;
     let db = path(&work.path.join("db"));
     let file = path(&work.path.join("memories.jsonl"));
     let truth = path(&work.path.join("memories.truth.json"));

@@ -136,27 +136,7 @@ pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
     if bench.days == 0 || bench.memories == 0 {
         bail!("--days and --memories must be at least 1");
     }
-    let work = match &bench.keep {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)?;
-            Workdir {
-                path: dir.clone(),
-                keep: true,
-            }
-        }
-        None => {
-            let dir = std::env::temp_dir().join(format!(
-                "memlife-bench-year-{}-{}",
-                std::process::id(),
-                chrono::Utc::now().timestamp_micros()
-            ));
-            std::fs::create_dir_all(&dir)?;
-            Workdir {
-                path: dir,
-                keep: false,
-            }
-        }
-    };
+    let work = Workdir::new(bench.keep.as_ref(), "year")?;
     let p = |name: &str| work.path.join(name).to_string_lossy().into_owned();
     let db = p("db");
     let all = p("all.jsonl");
