@@ -45,6 +45,8 @@ pub enum Command {
     Synth(commands::synth::SynthArgs),
     Sql(commands::sql::SqlArgs),
     Stats(commands::stats::StatsArgs),
+    /// The store's history on one self-contained HTML page of charts.
+    Report(commands::report::ReportArgs),
     Index(commands::index::IndexArgs),
     Bench(commands::bench::BenchArgs),
     /// Measurements of the judge on labelled pairs.
@@ -80,6 +82,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<ExitStatus> {
         Command::Synth(args) => commands::synth::command(app.json, args, out),
         Command::Sql(args) => commands::sql::command(&app, args, out).await,
         Command::Stats(args) => commands::stats::command(&app, args, out).await,
+        Command::Report(args) => commands::report::run(&app, args, out).await,
         Command::Index(args) => commands::index::run(&app, args, out).await,
         Command::Bench(args) => commands::bench::run(&app, args, out).await,
         Command::Eval(args) => commands::eval::run(&app, args, out).await,

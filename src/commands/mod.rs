@@ -1,6 +1,6 @@
 //! Commands outside the job registry, one file each with its clap arguments and its
 //! `run(&App, &Args, out) -> Result<ExitStatus>`: setup (`init`), data movement (`export`,
-//! `synth`), read-only views (`sql`, `stats`, `similar`, `traverse`, which also removes the dead links it
+//! `synth`), read-only views (`sql`, `stats`, `report`, `similar`, `traverse`, which also removes the dead links it
 //! meets), measurements (`index`, `bench`, `eval`), and
 //! the Batch API cycle (`batches`). Only `batches poll|retry|cleanup` write `runs` rows (they
 //! are scheduled like jobs and change what links exist); the others change no memory.
@@ -24,6 +24,7 @@ pub mod index;
 pub mod init;
 pub mod nightly;
 pub mod recall;
+pub mod report;
 pub mod review;
 pub mod schedule;
 pub mod similar;

@@ -51,6 +51,10 @@ pub struct ClusterArgs {
     /// threshold of the model that made the vectors (0.75 for all-MiniLM-L6-v2).
     #[arg(long, allow_negative_numbers = true)]
     pub threshold: Option<f32>,
+    /// The clock the run computes at (RFC 3339): the clusters' `created_at`; default the current
+    /// time.
+    #[arg(long)]
+    pub now: Option<String>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -58,6 +62,10 @@ pub struct ClusterArgs {
 impl Job for ClusterArgs {
     fn scope(&self) -> &JobScope {
         &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
     }
 }
 

@@ -35,6 +35,9 @@ pub struct EmbedArgs {
     /// Which table(s) to embed.
     #[arg(long, value_parser = ["memories", "entities", "all"], default_value = "all")]
     pub table: String,
+    /// The clock the run computes at (RFC 3339): its recorded clock; default the current time.
+    #[arg(long)]
+    pub now: Option<String>,
     #[command(flatten)]
     pub scope: JobScope,
     #[command(flatten)]
@@ -44,6 +47,10 @@ pub struct EmbedArgs {
 impl Job for EmbedArgs {
     fn scope(&self) -> &JobScope {
         &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
     }
 }
 

@@ -59,6 +59,10 @@ pub struct EntitiesArgs {
     pub llm: LlmArgs,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
+    /// The clock the run computes at (RFC 3339): the new entities' and links' timestamps; default
+    /// the current time.
+    #[arg(long)]
+    pub now: Option<String>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -73,6 +77,10 @@ pub enum Extractor {
 impl Job for EntitiesArgs {
     fn scope(&self) -> &JobScope {
         &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
     }
 
     fn applier() -> Option<Box<dyn Applier>> {

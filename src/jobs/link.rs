@@ -36,6 +36,10 @@ pub struct LinkArgs {
     /// 0.75 for a model with no calibration).
     #[arg(long, allow_negative_numbers = true)]
     pub min_score: Option<f32>,
+    /// The clock the run computes at (RFC 3339): the new links' timestamps and the superseded
+    /// memories' `valid_until`; default the current time.
+    #[arg(long)]
+    pub now: Option<String>,
     #[command(flatten)]
     pub scope: JobScope,
     #[command(flatten)]
@@ -45,6 +49,10 @@ pub struct LinkArgs {
 impl Job for LinkArgs {
     fn scope(&self) -> &JobScope {
         &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
     }
 
     fn applier() -> Option<Box<dyn Applier>> {
@@ -225,7 +233,12 @@ pub async fn write_outcomes(
     outcomes: &[Outcome],
     chain_min_confidence: f64,
 ) -> Result<BTreeMap<String, u64>> {
-    let now = chrono::Utc::now().timestamp_micros();
+    // The clock of the run that built the items (a batch applied late writes the times an
+    // online run at that clock would).
+    let now = items
+        .first()
+        .and_then(|i| crate::model::encoding::parse_timestamp(&i.input.now))
+        .unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
     let mut links = Vec::new();
     let mut audit = Vec::new();
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();

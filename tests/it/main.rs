@@ -24,6 +24,7 @@ mod nightly;
 mod optimize;
 mod recall;
 mod refine;
+mod report;
 mod reports;
 mod roundtrip;
 mod saved_sql;

@@ -3,6 +3,7 @@
 //! HTTP, no files (a tidy test enforces it), so every rule is unit-tested and benchmarked
 //! without a database, and its tests compile without linking lancedb.
 
+pub mod chart;
 pub mod cluster;
 pub mod consolidate;
 pub mod entities;
@@ -13,6 +14,7 @@ pub mod integrate;
 pub mod reading;
 pub mod recall;
 pub mod recall_eval;
+pub mod report;
 pub mod schedule;
 pub mod scores;
 pub mod similarity;
