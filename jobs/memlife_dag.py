@@ -4,6 +4,12 @@ tasks in the schedule's order, on the group's first cadence.
 
 memlife exits 0 when done, 1 when done with some failed items, and 2 on error. Airflow fails
 a task on any non-zero exit, so both 1 and 2 show in the UI with the JSON report in the log.
+
+Jobs that work per user fan out over SHARDS mapped tasks (`--shard I/N`: users split by a
+stable hash, every user in exactly one shard), which Airflow may run on different workers
+against one shared store; jobs on whole tables (optimize) and the other commands run once.
+Exclusivity comes from Airflow: one task per shard, and `max_active_runs=1`, so two runs of a
+DAG never overlap. (On one host under cron, memlife's own file locks do that instead.)
 """
 
 from datetime import datetime, timedelta
@@ -14,44 +20,52 @@ from airflow.operators.bash import BashOperator
 DB = "/var/lib/memlife/memlife.db"
 CONFIG = "/etc/memlife/memlife.toml"
 MEMLIFE = f"memlife --db {DB} --config {CONFIG} --json"
+SHARDS = 4
 
 with DAG(
     dag_id="memlife_nightly",
     start_date=datetime(2025, 1, 1),
     schedule="30 1 * * *",
     catchup=False,
+    max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
 ):
-    # load the agent's export of new memories (rows already present are upserted)
-    import_task = BashOperator(
+    # load the agent's export of new memories (rows already present are upserted) (one task per shard)
+    import_task = BashOperator.partial(
         task_id="import",
-        bash_command=f"{MEMLIFE} import --on-error skip /var/lib/memlife/inbox/memories.jsonl",
+    ).expand(
+        bash_command=[f"{MEMLIFE} import --on-error skip /var/lib/memlife/inbox/memories.jsonl --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
-    # vectors for new memories and entities
-    embed_task = BashOperator(
+    # vectors for new memories and entities (one task per shard)
+    embed_task = BashOperator.partial(
         task_id="embed",
-        bash_command=f"{MEMLIFE} embed",
+    ).expand(
+        bash_command=[f"{MEMLIFE} embed --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
-    # named entities of new or changed memories, and shares_entity links
-    entities_task = BashOperator(
+    # named entities of new or changed memories, and shares_entity links (one task per shard)
+    entities_task = BashOperator.partial(
         task_id="entities",
-        bash_command=f"{MEMLIFE} entities",
+    ).expand(
+        bash_command=[f"{MEMLIFE} entities --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
-    # short descriptions of entities whose memories or notes changed (offline fallback when no provider answers)
-    describe_task = BashOperator(
+    # short descriptions of entities whose memories or notes changed (offline fallback when no provider answers) (one task per shard)
+    describe_task = BashOperator.partial(
         task_id="describe",
-        bash_command=f"{MEMLIFE} describe --llm providers",
+    ).expand(
+        bash_command=[f"{MEMLIFE} describe --llm providers --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
-    # typed links between similar memories, submitted to the Batch API (half price)
-    link_task = BashOperator(
+    # typed links between similar memories, submitted to the Batch API (half price) (one task per shard)
+    link_task = BashOperator.partial(
         task_id="link",
-        bash_command=f"{MEMLIFE} link --llm providers --mode batch",
+    ).expand(
+        bash_command=[f"{MEMLIFE} link --llm providers --mode batch --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
-    # salience decay, lifecycle states, TTL, retention tiers and importance; archivals are audited before they happen; idempotent for a given day
-    scores_task = BashOperator(
+    # salience decay, lifecycle states, TTL, retention tiers and importance; archivals are audited before they happen; idempotent for a given day (one task per shard)
+    scores_task = BashOperator.partial(
         task_id="scores",
-        bash_command=f"{MEMLIFE} scores",
+    ).expand(
+        bash_command=[f"{MEMLIFE} scores --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
     # delete batch records and files older than llm.batch_retention_days
     batches_cleanup_task = BashOperator(
@@ -79,10 +93,11 @@ with DAG(
     default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
 ):
-    # integrate the facts the agent appends to its inbox (ADD, UPDATE, SUPERSEDE, MERGE, NOOP; unsure ones wait in `memlife review list`); facts already integrated are skipped, so the file may keep growing
-    integrate_task = BashOperator(
+    # integrate the facts the agent appends to its inbox (ADD, UPDATE, SUPERSEDE, MERGE, NOOP; unsure ones wait in `memlife review list`); facts already integrated are skipped, so the file may keep growing (one task per shard)
+    integrate_task = BashOperator.partial(
         task_id="integrate",
-        bash_command=f"{MEMLIFE} integrate --llm providers --on-error skip /var/lib/memlife/inbox/facts.jsonl",
+    ).expand(
+        bash_command=[f"{MEMLIFE} integrate --llm providers --on-error skip /var/lib/memlife/inbox/facts.jsonl --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
 
 with DAG(
@@ -105,6 +120,7 @@ with DAG(
     start_date=datetime(2025, 1, 1),
     schedule="15 */6 * * *",
     catchup=False,
+    max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
 ):
@@ -119,23 +135,27 @@ with DAG(
     start_date=datetime(2025, 1, 1),
     schedule="0 4 * * 0",
     catchup=False,
+    max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
 ):
-    # clusters of similar memories around hubs, the candidates of consolidation (seed 000 consolidates weekly)
-    cluster_task = BashOperator(
+    # clusters of similar memories around hubs, the candidates of consolidation (seed 000 consolidates weekly) (one task per shard)
+    cluster_task = BashOperator.partial(
         task_id="cluster",
-        bash_command=f"{MEMLIFE} cluster",
+    ).expand(
+        bash_command=[f"{MEMLIFE} cluster --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
-    # two-pass consolidation of those clusters (reasoning role proposes, fast role verifies); approved groups become one memory each, the members archived
-    consolidate_task = BashOperator(
+    # two-pass consolidation of those clusters (reasoning role proposes, fast role verifies); approved groups become one memory each, the members archived (one task per shard)
+    consolidate_task = BashOperator.partial(
         task_id="consolidate",
-        bash_command=f"{MEMLIFE} consolidate --llm providers",
+    ).expand(
+        bash_command=[f"{MEMLIFE} consolidate --llm providers --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
-    # split or trim verbose, well-used memories (refused ones counted)
-    refine_task = BashOperator(
+    # split or trim verbose, well-used memories (refused ones counted) (one task per shard)
+    refine_task = BashOperator.partial(
         task_id="refine",
-        bash_command=f"{MEMLIFE} refine --llm providers",
+    ).expand(
+        bash_command=[f"{MEMLIFE} refine --llm providers --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
     # compact small fragments, update indexes, remove table versions older than [retention] keep_versions_days (undo reads them until then)
     optimize_task = BashOperator(
@@ -149,11 +169,13 @@ with DAG(
     start_date=datetime(2025, 1, 1),
     schedule="0 3 1 * *",
     catchup=False,
+    max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(minutes=10)},
     tags=["memlife"],
 ):
-    # entity GC (seed 000): merge near-duplicate entities, archive the ones no live memory names, delete them after 30 days archived (logged first)
-    entity_gc_task = BashOperator(
+    # entity GC (seed 000): merge near-duplicate entities, archive the ones no live memory names, delete them after 30 days archived (logged first) (one task per shard)
+    entity_gc_task = BashOperator.partial(
         task_id="entity_gc",
-        bash_command=f"{MEMLIFE} entity-gc",
+    ).expand(
+        bash_command=[f"{MEMLIFE} entity-gc --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )

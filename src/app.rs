@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::embedders::{Embedder, EmbedderArgs};
 use crate::jobs::JobScope;
 use crate::llm::{Llm, LlmArgs};
+use crate::logic::shard::{Shard, UserScope};
 use crate::model::encoding::parse_timestamp;
 use crate::store::Store;
 
@@ -106,10 +107,28 @@ impl App {
             None => Utc::now(),
             Some(text) => parse_clock(text)?,
         };
+        let store = self.store().await?.clone();
+        let (user_scope, shard_users) = match (&scope.user, scope.shard) {
+            (Some(user), _) => (UserScope::One(user.clone()), Vec::new()),
+            (None, Some(shard)) => {
+                let mut users = std::collections::BTreeSet::new();
+                for table in ["memories", "entities"] {
+                    for user in store.distinct_users(table).await? {
+                        if shard.contains(&user) {
+                            users.insert(user);
+                        }
+                    }
+                }
+                (UserScope::Shard(shard), users.into_iter().collect())
+            }
+            (None, None) => (UserScope::All, Vec::new()),
+        };
         Ok(JobCtx {
             app: self,
-            store: self.store().await?.clone(),
+            store,
             user: scope.user.clone(),
+            scope: user_scope,
+            shard_users,
             dry_run: scope.dry_run,
             now,
         })
@@ -130,10 +149,55 @@ pub struct JobCtx<'a> {
     /// The invocation: configuration, LLM layer and embedder on demand.
     pub app: &'a App,
     pub store: Store,
-    /// One user, or all users when `None`.
+    /// One user, or all users when `None` (`scope` says which users exactly).
     pub user: Option<String>,
+    /// The users this run processes: every user, one (`--user`) or a shard (`--shard I/N`).
+    pub scope: UserScope,
+    /// With `--shard`: the shard's users among the store's memories and entities (sorted),
+    /// resolved once, for the scans' `user_id IN (...)` filters.
+    pub shard_users: Vec<String>,
     /// Compute and report; write nothing (not even the run row).
     pub dry_run: bool,
     /// The run's clock reading: every default timestamp of the run uses it.
     pub now: DateTime<Utc>,
+}
+
+impl JobCtx<'_> {
+    /// A SQL predicate on `user_id` selecting the run's users; `None` for every user.
+    pub fn user_filter(&self) -> Option<String> {
+        match &self.scope {
+            UserScope::All => None,
+            UserScope::One(user) => Some(format!("user_id = {}", crate::store::sql_string(user))),
+            // No user in the shard: a predicate no row meets (user ids are never empty).
+            UserScope::Shard(_) if self.shard_users.is_empty() => Some("user_id = ''".into()),
+            UserScope::Shard(_) => Some(format!(
+                "user_id IN ({})",
+                crate::store::sql_list(&self.shard_users)
+            )),
+        }
+    }
+
+    /// `user_filter` joined with `rest`.
+    pub fn user_filter_and(&self, rest: &str) -> String {
+        match self.user_filter() {
+            Some(users) => format!("{users} AND {rest}"),
+            None => rest.to_string(),
+        }
+    }
+
+    pub fn shard(&self) -> Option<Shard> {
+        match self.scope {
+            UserScope::Shard(shard) => Some(shard),
+            _ => None,
+        }
+    }
+
+    /// What the job lock is taken for: a user, a shard ("shard I/N"), or the whole job.
+    pub fn lock_scope(&self) -> Option<String> {
+        match &self.scope {
+            UserScope::All => None,
+            UserScope::One(user) => Some(user.clone()),
+            UserScope::Shard(shard) => Some(format!("shard {shard}")),
+        }
+    }
 }

@@ -172,7 +172,16 @@ pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
             .collect::<String>(),
     )?;
     memlife(&["--db", &db, "init"])?;
-    memlife(&["--db", &db, "--json", "import", &base])?;
+    // At the year's first clock, so every run of the store is on the store's own time.
+    memlife(&[
+        "--db",
+        &db,
+        "--json",
+        "import",
+        &base,
+        "--now",
+        "2026-01-01T00:00:00Z",
+    ])?;
     // Every command of the year reads this configuration (the retention window).
     let config = p("memlife.toml");
     std::fs::write(

@@ -53,8 +53,12 @@ pub struct NightlyArgs {
     #[arg(long)]
     pub now: Option<String>,
     /// One user only.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "shard")]
     pub user: Option<String>,
+    /// One shard of the users (I/N, from 0; see any job's --help): every step but optimize
+    /// (which works on whole tables, once per store) runs for that shard.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<crate::logic::shard::Shard>,
     /// Every step computes and reports, and writes nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -101,11 +105,9 @@ pub struct Shape {
     pub cold: i64,
 }
 
-/// The store's shape (one user's, with `user`).
-pub async fn shape(store: &Store, user: Option<&str>) -> Result<Shape> {
-    let of_user = user.map_or(String::new(), |u| {
-        format!(" AND user_id = {}", crate::store::sql_string(u))
-    });
+/// The store's shape (of some users only, with `users`, a predicate on `user_id`).
+pub async fn shape(store: &Store, users: Option<&str>) -> Result<Shape> {
+    let of_user = users.map_or(String::new(), |u| format!(" AND {u}"));
     let live = format!("archived_at IS NULL AND superseded_by IS NULL{of_user}");
     let count = |table: &'static str, filter: String| async move {
         Ok::<i64, anyhow::Error>(store.count_rows(table, Some(&filter)).await? as i64)
@@ -130,6 +132,31 @@ pub async fn shape(store: &Store, user: Option<&str>) -> Result<Shape> {
         warm: count("memories", format!("{live} AND tier = 'warm'")).await?,
         cold: count("memories", format!("{live} AND tier = 'cold'")).await?,
     })
+}
+
+/// The `user_id` predicate of `--user` or `--shard` (the shard's users as the store holds
+/// them when the pipeline starts); `None` for every user.
+async fn users_predicate(store: &Store, args: &NightlyArgs) -> Result<Option<String>> {
+    if let Some(user) = &args.user {
+        return Ok(Some(format!(
+            "user_id = {}",
+            crate::store::sql_string(user)
+        )));
+    }
+    let Some(shard) = args.shard else {
+        return Ok(None);
+    };
+    let users: Vec<String> = store
+        .distinct_users("memories")
+        .await?
+        .into_iter()
+        .filter(|u| shard.contains(u))
+        .collect();
+    Ok(Some(if users.is_empty() {
+        "user_id = ''".to_string()
+    } else {
+        format!("user_id IN ({})", crate::store::sql_list(&users))
+    }))
 }
 
 /// The job subcommand's argument ids, to forward only the flags a step takes.
@@ -168,6 +195,11 @@ fn step_argv(step: &str, args: &NightlyArgs, now: &str) -> Vec<String> {
         && step != "optimize"
     {
         argv.extend(["--user".to_string(), user.clone()]);
+    }
+    if let (true, Some(shard)) = (has("shard"), &args.shard)
+        && step != "optimize"
+    {
+        argv.extend(["--shard".to_string(), shard.to_string()]);
     }
     if args.dry_run && has("dry_run") {
         argv.push("--dry-run".to_string());
@@ -218,7 +250,8 @@ pub async fn run(app: &App, args: &NightlyArgs, out: &mut dyn Write) -> Result<E
     };
     let clock = format_timestamp(now.timestamp_micros());
     let store = app.store().await?.clone();
-    let before = shape(&store, args.user.as_deref()).await?;
+    let users = users_predicate(&store, args).await?;
+    let before = shape(&store, users.as_deref()).await?;
     let started = std::time::Instant::now();
     let mut outcomes: Vec<StepOutcome> = Vec::new();
     let mut worst = ExitStatus::Success;
@@ -238,6 +271,12 @@ pub async fn run(app: &App, args: &NightlyArgs, out: &mut dyn Write) -> Result<E
         };
         if stopped {
             outcomes.push(skip("an earlier step failed (--fail-fast)"));
+            continue;
+        }
+        if *step == "optimize" && args.shard.is_some() {
+            outcomes.push(skip(
+                "optimize works on whole tables: run it once per store, not per shard",
+            ));
             continue;
         }
         if *step == "optimize"
@@ -290,7 +329,7 @@ pub async fn run(app: &App, args: &NightlyArgs, out: &mut dyn Write) -> Result<E
         }
         outcomes.push(outcome);
     }
-    let after = shape(&store, args.user.as_deref()).await?;
+    let after = shape(&store, users.as_deref()).await?;
     let status = match worst {
         ExitStatus::Success => "done",
         ExitStatus::Failure => "partial",
@@ -303,6 +342,7 @@ pub async fn run(app: &App, args: &NightlyArgs, out: &mut dyn Write) -> Result<E
             "now": clock,
             "dry_run": args.dry_run,
             "user": args.user,
+            "shard": args.shard.map(|s| s.to_string()),
             "steps": outcomes,
             "before": before,
             "after": after,

@@ -298,8 +298,8 @@ fn page(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>memlife report: {db}</title><style>{STYLE}</style></head><body>\
          <h1>memlife report</h1><p class=\"note\">Store <code>{db}</code>: {n} runs over {d} \
-         days{span}. Days are the runs' clocks (<code>--now</code>), not when they ran. Hover a \
-         point or bar for its value.</p>",
+         days{span}. Days are the runs' clocks (<code>--now</code>), not when they ran; days \
+         without runs are left out. Hover a point or bar for its value.</p>",
         db = escape(uri),
         n = runs.len(),
         d = days.len(),

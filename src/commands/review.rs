@@ -356,7 +356,14 @@ async fn decide(
     let mut report = JobReport::new(JOB, &ctx);
     let dim = ctx.store.embedding_dim();
     let embedder = app.embedder(embedder_args, dim, 16).await?;
-    let resumed = resume(&ctx.store, &embedder, None, now_micros, JOB).await?;
+    let resumed = resume(
+        &ctx.store,
+        &embedder,
+        &crate::logic::shard::UserScope::All,
+        now_micros,
+        JOB,
+    )
+    .await?;
     if resumed > 0 {
         report.count("resumed", resumed);
     }

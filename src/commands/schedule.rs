@@ -37,6 +37,14 @@ pub struct Settings {
     pub logs: String,
     #[serde(default)]
     pub by_hand: Vec<String>,
+    /// Shards the Airflow DAG fans each per-user job out over (`--shard I/N`, one task each);
+    /// 1: no fan-out. The crontab and run-due run each job once, for every user.
+    #[serde(default = "one_shard")]
+    pub shards: u32,
+}
+
+fn one_shard() -> u32 {
+    1
 }
 
 #[derive(Debug, Deserialize)]
@@ -61,6 +69,9 @@ pub struct Entry {
     pub dag: String,
     pub about: String,
     pub json_report: bool,
+    /// A job that works per user (it takes `--shard`): the DAG fans it out over the shards.
+    /// Jobs on whole tables (optimize) and commands that are not jobs run once.
+    pub per_shard: bool,
 }
 
 #[derive(Debug)]
@@ -80,6 +91,9 @@ pub fn read(path: &Path) -> Result<Schedule> {
 pub fn parse(text: &str) -> Result<Schedule> {
     use clap::CommandFactory;
     let file: File = toml::from_str(text)?;
+    if file.settings.shards == 0 {
+        bail!("[settings] shards must be at least 1 (1: no fan-out)");
+    }
     let cli = crate::cli::Cli::command();
     let mut entries: Vec<Entry> = Vec::new();
     for e in file.jobs {
@@ -110,7 +124,10 @@ pub fn parse(text: &str) -> Result<Schedule> {
         if first == "run-due" {
             bail!("entry '{}': run-due cannot schedule itself", e.name);
         }
+        let per_shard =
+            first != "optimize" && command.get_arguments().any(|a| a.get_id() == "shard");
         entries.push(Entry {
+            per_shard,
             name: e.name,
             run,
             cadence,
@@ -194,6 +211,12 @@ tasks in the schedule's order, on the group's first cadence.
 
 memlife exits 0 when done, 1 when done with some failed items, and 2 on error. Airflow fails
 a task on any non-zero exit, so both 1 and 2 show in the UI with the JSON report in the log.
+
+Jobs that work per user fan out over SHARDS mapped tasks (`--shard I/N`: users split by a
+stable hash, every user in exactly one shard), which Airflow may run on different workers
+against one shared store; jobs on whole tables (optimize) and the other commands run once.
+Exclusivity comes from Airflow: one task per shard, and `max_active_runs=1`, so two runs of a
+DAG never overlap. (On one host under cron, memlife's own file locks do that instead.)
 """
 
 from datetime import datetime, timedelta
@@ -204,8 +227,9 @@ from airflow.operators.bash import BashOperator
 DB = "{}"
 CONFIG = "{}"
 MEMLIFE = f"memlife --db {{DB}} --config {{CONFIG}} --json"
+SHARDS = {}
 "#,
-        s.settings.db, s.settings.config
+        s.settings.db, s.settings.config, s.settings.shards
     );
     let mut groups: Vec<&str> = Vec::new();
     for e in &s.entries {
@@ -216,28 +240,34 @@ MEMLIFE = f"memlife --db {{DB}} --config {{CONFIG}} --json"
     for group in groups {
         let members: Vec<&Entry> = s.entries.iter().filter(|e| e.dag == group).collect();
         let first = members[0];
-        // A DAG polled every minute runs one at a time.
-        let one_at_a_time = matches!(first.cadence, Cadence::EveryMinutes(_));
+        // Runs of one DAG never overlap (hosts may share the store).
         out.push_str(&format!(
             "\nwith DAG(\n    dag_id=\"{group}\",\n    start_date=datetime(2025, 1, 1),\n    \
-             schedule=\"{}\",\n    catchup=False,\n{}    default_args={{\"retries\": 1, \"retry_delay\": timedelta(minutes=10)}},\n    \
+             schedule=\"{}\",\n    catchup=False,\n    max_active_runs=1,\n    \
+             default_args={{\"retries\": 1, \"retry_delay\": timedelta(minutes=10)}},\n    \
              tags=[\"memlife\"],\n):\n",
             cron(&first.cadence),
-            if one_at_a_time {
-                "    max_active_runs=1,\n"
-            } else {
-                ""
-            }
         ));
         let mut tasks = Vec::new();
         for e in &members {
             let task = e.name.replace('-', "_");
-            out.push_str(&format!(
-                "    # {}\n    {task}_task = BashOperator(\n        task_id=\"{task}\",\n        \
-                 bash_command=f\"{{MEMLIFE}} {}\",\n    )\n",
-                e.about,
-                e.run.join(" ")
-            ));
+            if e.per_shard && s.settings.shards > 1 {
+                // One mapped task instance per shard, each with its `--shard I/N`.
+                out.push_str(&format!(
+                    "    # {} (one task per shard)\n    {task}_task = BashOperator.partial(\n        \
+                     task_id=\"{task}\",\n    ).expand(\n        \
+                     bash_command=[f\"{{MEMLIFE}} {} --shard {{i}}/{{SHARDS}}\" for i in range(SHARDS)],\n    )\n",
+                    e.about,
+                    e.run.join(" ")
+                ));
+            } else {
+                out.push_str(&format!(
+                    "    # {}\n    {task}_task = BashOperator(\n        task_id=\"{task}\",\n        \
+                     bash_command=f\"{{MEMLIFE}} {}\",\n    )\n",
+                    e.about,
+                    e.run.join(" ")
+                ));
+            }
             tasks.push(format!("{task}_task"));
         }
         if tasks.len() > 1 {

@@ -71,8 +71,8 @@ fn same(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
 
 pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     let scope = JobScope {
-        user: None,
         dry_run: args.dry_run,
+        ..JobScope::default()
     };
     let ctx = app.job_ctx(&scope, None).await?;
     let store = &ctx.store;

@@ -20,7 +20,7 @@ use crate::logic::cluster::{
 };
 use crate::logic::similarity::{SelfMatch, top_k};
 use crate::model::schema::{CLUSTERS, LINKS, SHARES_ENTITY_PREFIX};
-use crate::store::{batch_from_json, sql_list, sql_string};
+use crate::store::{batch_from_json, sql_list};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClusterMode {
@@ -87,10 +87,7 @@ const LIVE: &str = "state != 'archived' AND archived_at IS NULL AND embedding IS
 
 /// Live embedded memories per user (the user in scope, or every user), in user order.
 async fn live_counts(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, usize>> {
-    let filter = match &ctx.user {
-        Some(user) => format!("user_id = {} AND {LIVE}", sql_string(user)),
-        None => LIVE.to_string(),
-    };
+    let filter = ctx.user_filter_and(LIVE);
     let mut counts = BTreeMap::new();
     for batch in ctx
         .store

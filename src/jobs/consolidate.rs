@@ -35,6 +35,7 @@ use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, ProposedGroup, Reply, Task, TaskInput};
 use crate::llm::{Item, LlmArgs, Mode, Outcome};
 use crate::logic::cluster::signature;
+use crate::logic::shard::UserScope;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, MEMORY_ENTITIES};
 use crate::store::audit::{AuditRow, derived_id};
@@ -161,16 +162,24 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
             .scan_columns(
                 "runs",
                 Some("job = 'cluster' AND status = 'done' AND dry_run = false"),
-                &["run_id", "user_id", "started_at"],
+                &["run_id", "user_id", "started_at", "params"],
             )
             .await?,
     );
-    let mut runs: Vec<(String, Option<String>, String)> = runs
+    // Each run's users: one (`--user`), a shard (`--shard`, in its params), or all.
+    let mut runs: Vec<(String, UserScope, String)> = runs
         .into_iter()
         .map(|r| {
+            let params: Value =
+                serde_json::from_str(r["params"].as_str().unwrap_or("{}")).unwrap_or(Value::Null);
+            let scope = match (r["user_id"].as_str(), params["shard"].as_str()) {
+                (Some(user), _) => UserScope::One(user.to_string()),
+                (None, Some(shard)) => shard.parse().map_or(UserScope::All, UserScope::Shard),
+                (None, None) => UserScope::All,
+            };
             (
                 r["started_at"].as_str().unwrap_or("").to_string(),
-                r["user_id"].as_str().map(str::to_string),
+                scope,
                 r["run_id"].as_str().unwrap_or("").to_string(),
             )
         })
@@ -180,10 +189,7 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
     // Each user's latest run, then one scan of the clusters per run (not per user).
     let mut users_of_run: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for user in super::users_of(ctx, "memories").await? {
-        if let Some((_, _, run_id)) = runs
-            .iter()
-            .find(|(_, scope, _)| scope.as_deref().is_none_or(|s| s == user))
-        {
+        if let Some((_, _, run_id)) = runs.iter().find(|(_, scope, _)| scope.contains(&user)) {
             users_of_run.entry(run_id.clone()).or_default().insert(user);
         }
     }
@@ -1104,7 +1110,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
         let pending: Vec<(Plan, Value, i64)> = unfinished(&ctx.store)
             .await?
             .into_iter()
-            .filter(|(plan, ..)| ctx.user.as_deref().is_none_or(|u| u == plan.user))
+            .filter(|(plan, ..)| ctx.scope.contains(&plan.user))
             .collect();
         add(&mut counts, "resumed", pending.len() as u64);
         for (k, v) in apply(

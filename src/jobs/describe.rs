@@ -26,7 +26,7 @@ use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, MEMORY_ENTITIES};
 use crate::store::audit::AuditRow;
 use crate::store::text_of;
-use crate::store::{batch_from_json, json_rows, sql_list, sql_string};
+use crate::store::{batch_from_json, json_rows, sql_list};
 
 /// Updated descriptions of dirty entities (LLM role `entity.describe`, offline fallback).
 #[derive(clap::Args, Debug, Clone)]
@@ -101,10 +101,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
     let now = ctx.now.timestamp_micros();
     let dim = ctx.store.embedding_dim();
 
-    let mut filter = "is_dirty = true AND archived_at IS NULL".to_string();
-    if let Some(user) = &ctx.user {
-        filter.push_str(&format!(" AND user_id = {}", sql_string(user)));
-    }
+    let filter = ctx.user_filter_and("is_dirty = true AND archived_at IS NULL");
     let mut dirty = json_rows(&ctx.store.scan(ENTITIES.name, Some(&filter)).await?);
     dirty.sort_by_key(|r| text_of(r, "id"));
     counts.insert("dirty".into(), dirty.len() as u64);

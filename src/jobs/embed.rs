@@ -18,7 +18,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, EmbedderArgs};
 use crate::model::schema::{ENTITIES, MEMORIES, TableSpec};
-use crate::store::{sql_list, sql_string};
+use crate::store::sql_list;
 
 /// Fill missing embeddings of memories and entities (resumable; --all recomputes).
 #[derive(clap::Args, Debug, Clone)]
@@ -111,10 +111,7 @@ async fn other_models(
     table: &str,
     current: &str,
 ) -> Result<BTreeMap<String, BTreeSet<String>>> {
-    let mut filter = "embedding IS NOT NULL".to_string();
-    if let Some(user) = &ctx.user {
-        filter = format!("user_id = {} AND {filter}", sql_string(user));
-    }
+    let filter = ctx.user_filter_and("embedding IS NOT NULL");
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for batch in ctx
         .store
@@ -239,8 +236,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
         // Every user of the table in one pass (one scan, commits of `commit_rows` rows
         // across users): a store of many small users pays no scan or commit per user.
         let mut conditions: Vec<String> = Vec::new();
-        if let Some(user) = &ctx.user {
-            conditions.push(format!("user_id = {}", sql_string(user)));
+        if let Some(users) = ctx.user_filter() {
+            conditions.push(users);
         }
         if !args.all {
             conditions.push("embedding IS NULL".into());
@@ -326,7 +323,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
     }
     if !ctx.dry_run && embedded > 0 {
         for spec in [&MEMORIES, &ENTITIES] {
-            ctx.store.compact(spec.name).await?;
+            if !ctx.store.compact(spec.name).await? {
+                report.notes.push(format!(
+                    "{}: compaction left to `memlife optimize` (another writer committed first)",
+                    spec.name
+                ));
+            }
         }
     }
     log.finish(ctx, &mut report).await?;

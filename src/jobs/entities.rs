@@ -117,15 +117,14 @@ fn text_hash(text: &str) -> String {
     format!("{:016x}", fnv1a(&[text]))
 }
 
-/// `user_id = ...` when the run is scoped to one user, joined with `rest`.
+/// The run's users (`JobCtx::user_filter`), joined with `rest`.
 pub(super) fn scope_filter(ctx: &JobCtx<'_>, rest: Option<&str>) -> Option<String> {
-    user_filter(ctx.user.as_deref(), rest)
+    user_filter(ctx.user_filter().as_deref(), rest)
 }
 
-/// `user_id = ...` for one user (none: every user), joined with `rest`.
-fn user_filter(user: Option<&str>, rest: Option<&str>) -> Option<String> {
-    let user = user.map(|u| format!("user_id = {}", sql_string(u)));
-    match (user, rest) {
+/// A predicate on `user_id` (none: every user), joined with `rest`.
+fn user_filter(users: Option<&str>, rest: Option<&str>) -> Option<String> {
+    match (users.map(str::to_string), rest) {
         (Some(u), Some(r)) => Some(format!("{u} AND {r}")),
         (Some(u), None) => Some(u),
         (None, Some(r)) => Some(r.to_string()),
@@ -133,8 +132,8 @@ fn user_filter(user: Option<&str>, rest: Option<&str>) -> Option<String> {
     }
 }
 
-async fn live_memories(store: &Store, user: Option<&str>) -> Result<Vec<Memory>> {
-    let filter = user_filter(user, Some(LIVE));
+async fn live_memories(store: &Store, users: Option<&str>) -> Result<Vec<Memory>> {
+    let filter = user_filter(users, Some(LIVE));
     let mut out = Vec::new();
     for batch in store
         .scan_columns(
@@ -162,8 +161,8 @@ async fn live_memories(store: &Store, user: Option<&str>) -> Result<Vec<Memory>>
 }
 
 /// memory id -> (text hash, extractor) of the last read.
-async fn scans(store: &Store, user: Option<&str>) -> Result<BTreeMap<String, (String, String)>> {
-    let filter = user_filter(user, None);
+async fn scans(store: &Store, users: Option<&str>) -> Result<BTreeMap<String, (String, String)>> {
+    let filter = user_filter(users, None);
     let mut out = BTreeMap::new();
     for batch in store
         .scan_columns(
@@ -190,8 +189,11 @@ async fn scans(store: &Store, user: Option<&str>) -> Result<BTreeMap<String, (St
 }
 
 /// The users' entities (archived ones too: a name seen again brings its entity back).
-async fn known_entities(store: &Store, user: Option<&str>) -> Result<BTreeMap<String, Vec<Known>>> {
-    let filter = user_filter(user, None);
+async fn known_entities(
+    store: &Store,
+    users: Option<&str>,
+) -> Result<BTreeMap<String, Vec<Known>>> {
+    let filter = user_filter(users, None);
     let mut out: BTreeMap<String, Vec<Known>> = BTreeMap::new();
     for batch in store
         .scan_columns(
@@ -229,9 +231,9 @@ async fn known_entities(store: &Store, user: Option<&str>) -> Result<BTreeMap<St
 /// `memory_entities` rows of the users in scope: (memory id, entity id, user id).
 pub(super) async fn memberships(
     store: &Store,
-    user: Option<&str>,
+    users: Option<&str>,
 ) -> Result<Vec<(String, String, String)>> {
-    let filter = user_filter(user, None);
+    let filter = user_filter(users, None);
     let mut out = Vec::new();
     for batch in store
         .scan_columns(
@@ -327,7 +329,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     let log = RunLog::start(ctx, JobName::Entities.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Entities.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let user = ctx.user.as_deref();
+    let users = ctx.user_filter();
+    let user = users.as_deref();
 
     let memories = live_memories(&ctx.store, user).await?;
     let scanned = scans(&ctx.store, user).await?;
@@ -423,7 +426,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     let make_embedder = || Embedder::from_args(&args.embedder, &config.embedder, dim, 64);
     let writer = Writer {
         store: &ctx.store,
-        user,
+        users: user,
         now: ctx.now.timestamp_micros(),
         dry_run: ctx.dry_run,
         links_per_memory: args.links_per_memory,
@@ -489,7 +492,8 @@ fn rules_mentions(
 /// a batch the job submitted.
 struct Writer<'a> {
     store: &'a Store,
-    user: Option<&'a str>,
+    /// The run's users, as a predicate on `user_id` (none: every user).
+    users: Option<&'a str>,
     now: i64,
     dry_run: bool,
     links_per_memory: usize,
@@ -707,7 +711,7 @@ async fn write_readings(
         })
         .collect();
     let mut members: BTreeMap<String, BTreeSet<(i64, String)>> = BTreeMap::new();
-    for (memory, entity, _) in memberships(w.store, w.user).await? {
+    for (memory, entity, _) in memberships(w.store, w.users).await? {
         if changed_ids.contains(memory.as_str()) {
             continue; // replaced by this run's reading
         }
@@ -1060,7 +1064,11 @@ impl Applier for EntitiesApplier {
     ) -> Result<BTreeMap<String, u64>> {
         let now = super::batch_clock(record, items)?;
         let (links_per_memory, name_match) = submitted_options(env.store, &record.run_id).await?;
-        let user = record.user_id.as_deref();
+        let users = record
+            .user_id
+            .as_deref()
+            .map(|u| format!("user_id = {}", sql_string(u)));
+        let user = users.as_deref();
         let memories = live_memories(env.store, user).await?;
         let scanned = scans(env.store, user).await?;
         let known = known_entities(env.store, user).await?;
@@ -1137,7 +1145,7 @@ impl Applier for EntitiesApplier {
         if !changed.is_empty() {
             let writer = Writer {
                 store: env.store,
-                user,
+                users: user,
                 now,
                 dry_run: false,
                 links_per_memory,

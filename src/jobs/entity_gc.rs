@@ -220,7 +220,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
 
     let entities = load_entities(ctx, args.merge_similarity.is_some() && !args.no_merge).await?;
     let memories = load_memories(ctx).await?;
-    let memberships = super::entities::memberships(&ctx.store, ctx.user.as_deref()).await?;
+    let memberships =
+        super::entities::memberships(&ctx.store, ctx.user_filter().as_deref()).await?;
     counts.insert("entities".into(), entities.len() as u64);
 
     // Rows naming a memory that no longer exists.

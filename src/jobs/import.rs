@@ -15,6 +15,7 @@ use arrow::error::ArrowError;
 
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog, Status};
 use crate::formats::{self, Format, FormatError, Intake, Location, RowError, RowSource};
+use crate::logic::shard::UserScope;
 use crate::model::encoding::Cell;
 use crate::model::rows::{DigestMap, RowBuilder};
 use crate::model::schema::{IMPORTABLE_TABLES, TableSpec};
@@ -44,6 +45,10 @@ pub struct ImportArgs {
     /// What to do with invalid rows: abort writes nothing, skip writes the valid rows.
     #[arg(long, value_enum, default_value = "abort")]
     pub on_error: OnError,
+    /// The clock the run computes at (RFC 3339): the `created_at` of rows that give none;
+    /// default the current time.
+    #[arg(long)]
+    pub now: Option<String>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -51,6 +56,10 @@ pub struct ImportArgs {
 impl Job for ImportArgs {
     fn scope(&self) -> &JobScope {
         &self.scope
+    }
+
+    fn clock(&self) -> Option<&str> {
+        self.now.as_deref()
     }
 }
 
@@ -77,7 +86,7 @@ struct Tally {
     rejected: Vec<RowError>,
     input_columns: Vec<String>,
     first_seen: DigestMap<Location>,
-    user: Option<String>,
+    scope: UserScope,
 }
 
 impl Intake for Tally {
@@ -92,11 +101,10 @@ impl Intake for Tally {
             Ok(row) => row,
             Err(e) => return self.rejected.push((location, e).into()),
         };
-        if let Some(user) = &self.user
-            && row
-                .get(builder.spec(), "user_id")
-                .and_then(|v| v.as_str())
-                .is_some_and(|u| u != user)
+        if row
+            .get(builder.spec(), "user_id")
+            .and_then(|v| v.as_str())
+            .is_some_and(|u| !self.scope.contains(u))
         {
             self.skipped_other_user += 1;
             return;
@@ -136,14 +144,14 @@ impl Intake for Tally {
         let spec = builder.spec();
         let mut batch = batch;
         let mut skipped = 0u64;
-        if let Some(user) = &self.user {
+        if self.scope != UserScope::All {
             let Some(users) = batch.column_by_name("user_id") else {
                 return false;
             };
             let keep: arrow::array::BooleanArray = users
                 .as_string::<i32>()
                 .iter()
-                .map(|u| Some(u == Some(user.as_str())))
+                .map(|u| Some(u.is_none_or(|u| self.scope.contains(u))))
                 .collect();
             let Ok(filtered) = arrow::compute::filter_record_batch(&batch, &keep) else {
                 return false;
@@ -349,7 +357,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ImportArgs) -> Result<JobReport> {
         "on_error": args.on_error,
     });
     let tally = Arc::new(Mutex::new(Tally {
-        user: ctx.user.clone(),
+        scope: ctx.scope.clone(),
         ..Tally::default()
     }));
     let fatal = Arc::new(Mutex::new(None));
@@ -394,7 +402,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ImportArgs) -> Result<JobReport> {
     report.count("rows_read", tally.offered);
     report.count("rows_valid", tally.accepted);
     report.count("rows_rejected", tally.rejected.len() as u64);
-    if ctx.user.is_some() {
+    if ctx.scope != UserScope::All {
         report.count("rows_other_users", tally.skipped_other_user);
     }
     if let Some(stats) = written {
@@ -454,7 +462,7 @@ pub fn read_validated(
     spec: &'static TableSpec,
     embedding_dim: usize,
     now_micros: i64,
-    user: Option<String>,
+    scope: UserScope,
 ) -> Result<(Vec<RecordBatch>, Vec<ItemFailure>)> {
     let format = match format {
         Some(f) => f,
@@ -462,7 +470,7 @@ pub fn read_validated(
     };
     let source = formats::open_source(path, format)?;
     let tally = Arc::new(Mutex::new(Tally {
-        user,
+        scope,
         ..Tally::default()
     }));
     let fatal = Arc::new(Mutex::new(None));

@@ -44,6 +44,7 @@ use crate::formats::Format;
 use crate::llm::tasks::{Classification, MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, Llm, LlmArgs, Outcome};
 use crate::logic::integrate::{Answer, Class, Decision, IntegrateParams, decide, union_tags};
+use crate::logic::shard::UserScope;
 use crate::logic::similarity::dot;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, REVIEW_QUEUE};
@@ -666,7 +667,7 @@ async fn open_runs(store: &Store) -> Result<Vec<String>> {
 /// batch logged), else every integrate or review run that did not finish.
 async fn unfinished(
     store: &Store,
-    user: Option<&str>,
+    scope: &UserScope,
     runs: Option<&[String]>,
 ) -> Result<Vec<Plan>> {
     // Only runs that did not finish can have left a decision logged and not applied (a run
@@ -685,18 +686,28 @@ async fn unfinished(
          classification IN ({CLASSIFICATIONS})) OR operation = 'REVIEW')",
         sql_list(&open)
     );
-    if let Some(u) = user {
+    if let UserScope::One(u) = scope {
         filter = format!("{filter} AND user_id = {}", sql_string(u));
     }
-    let heads = json_rows(
+    let heads: Vec<_> = json_rows(
         &store
             .scan_columns(
                 AUDIT_LOG.name,
                 Some(&filter),
-                &["id", "operation", "source_ids", "target_id", "created_at"],
+                &[
+                    "id",
+                    "operation",
+                    "source_ids",
+                    "target_id",
+                    "created_at",
+                    "user_id",
+                ],
             )
             .await?,
-    );
+    )
+    .into_iter()
+    .filter(|h| h["user_id"].as_str().is_none_or(|u| scope.contains(u)))
+    .collect();
     if heads.is_empty() {
         return Ok(Vec::new());
     }
@@ -761,11 +772,11 @@ async fn unfinished(
 pub async fn resume(
     store: &Store,
     embedder: &Embedder,
-    user: Option<&str>,
+    scope: &UserScope,
     now: i64,
     job: &str,
 ) -> Result<u64> {
-    let plans = unfinished(store, user, None).await?;
+    let plans = unfinished(store, scope, None).await?;
     if !plans.is_empty() {
         apply_plans(store, embedder, &plans, &BTreeMap::new(), now, job).await?;
     }
@@ -779,7 +790,7 @@ pub(super) async fn resume_runs(
     runs: &[String],
     now: i64,
 ) -> Result<u64> {
-    let plans = unfinished(store, None, Some(runs)).await?;
+    let plans = unfinished(store, &UserScope::All, Some(runs)).await?;
     if !plans.is_empty() {
         apply_plans(
             store,
@@ -875,7 +886,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
         &MEMORIES,
         dim,
         now,
-        ctx.user.clone(),
+        ctx.scope.clone(),
     )?;
     let llm = ctx.app.llm(&args.llm).await?;
     let log = RunLog::start(
@@ -916,7 +927,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
         let resumed = resume(
             &ctx.store,
             &embedder,
-            ctx.user.as_deref(),
+            &ctx.scope,
             now,
             JobName::Integrate.as_str(),
         )

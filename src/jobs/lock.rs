@@ -52,6 +52,8 @@ pub enum LockError {
 
 fn scope_text(user: &Option<String>) -> String {
     match user {
+        // A shard's lock (`--shard I/N`) is taken under the key "shard I/N".
+        Some(shard) if shard.starts_with("shard ") => format!(" for {shard}"),
         Some(user) => format!(" for user {user}"),
         None => String::new(),
     }

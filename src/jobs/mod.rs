@@ -41,8 +41,14 @@ use crate::model::schema::RUNS;
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct JobScope {
     /// Process one user only (default: every user, each independently).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "shard")]
     pub user: Option<String>,
+
+    /// Process one shard of the users: I/N is the I-th (from 0) of N shards, users split by a
+    /// stable hash of their id, so N runs given 0/N to N-1/N process every user exactly once
+    /// (on one host or many; the Airflow DAG fans them out).
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<crate::logic::shard::Shard>,
 
     /// Compute and report, but write nothing (not even the run log).
     #[arg(long)]
@@ -208,6 +214,9 @@ pub struct JobReport {
     pub status: Status,
     pub dry_run: bool,
     pub user: Option<String>,
+    /// `--shard I/N`, when the run processed one shard of the users.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
     pub counts: BTreeMap<String, u64>,
     pub failures: Vec<ItemFailure>,
     pub notes: Vec<String>,
@@ -237,6 +246,7 @@ impl JobReport {
             status: Status::Done,
             dry_run: ctx.dry_run,
             user: ctx.user.clone(),
+            shard: ctx.shard().map(|s| s.to_string()),
             counts: BTreeMap::new(),
             failures: Vec::new(),
             notes: Vec::new(),
@@ -279,6 +289,9 @@ impl JobReport {
         }
         if let Some(user) = &self.user {
             writeln!(out, "  user        {user}")?;
+        }
+        if let Some(shard) = &self.shard {
+            writeln!(out, "  shard       {shard}")?;
         }
         for (name, value) in &self.counts {
             writeln!(out, "  {name:<20} {value}")?;
@@ -370,7 +383,12 @@ pub async fn users_of(ctx: &JobCtx<'_>, table: &str) -> Result<Vec<String>> {
     let mut users = std::collections::BTreeSet::new();
     for batch in ctx.store.scan_columns(table, None, &["user_id"]).await? {
         let column = batch.column(0).as_string::<i32>();
-        users.extend((0..batch.num_rows()).map(|i| column.value(i).to_string()));
+        users.extend(
+            (0..batch.num_rows())
+                .map(|i| column.value(i))
+                .filter(|u| ctx.scope.contains(u))
+                .map(str::to_string),
+        );
     }
     Ok(users.into_iter().collect())
 }
@@ -400,7 +418,7 @@ impl RunLog {
             Some(lock::acquire(
                 ctx.store.uri(),
                 job,
-                ctx.user.as_deref(),
+                ctx.lock_scope().as_deref(),
                 &run_id,
             )?)
         };
@@ -417,6 +435,9 @@ impl RunLog {
             object
                 .entry("clock")
                 .or_insert_with(|| serde_json::Value::String(ctx.now.to_rfc3339()));
+            if let Some(shard) = ctx.shard() {
+                object.insert("shard".into(), shard.to_string().into());
+            }
         }
         let log = RunLog {
             run_id,
@@ -445,7 +466,8 @@ impl RunLog {
             return Ok(0);
         }
         let run_id = uuid::Uuid::new_v4().to_string();
-        let Ok(lock) = lock::acquire(ctx.store.uri(), job, ctx.user.as_deref(), &run_id) else {
+        let Ok(lock) = lock::acquire(ctx.store.uri(), job, ctx.lock_scope().as_deref(), &run_id)
+        else {
             // Another process runs the job: its runs are alive.
             return Ok(0);
         };
@@ -614,6 +636,10 @@ async fn abandon_killed_runs(
             " AND user_id = {}",
             crate::store::sql_string(user)
         ));
+    }
+    if let Some(shard) = ctx.shard() {
+        // Runs of this shard only (its lock is held); other shards' runs may be alive.
+        predicate.push_str(&format!(" AND params LIKE '%\"shard\":\"{shard}\"%'"));
     }
     if ctx.store.count_rows(RUNS.name, Some(&predicate)).await? == 0 {
         return Ok(0);

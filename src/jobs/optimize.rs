@@ -79,8 +79,10 @@ fn describe(before: &TableStorage, after: &TableStorage) -> String {
 }
 
 pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
-    if ctx.user.is_some() {
-        bail!("optimize works on whole tables: it takes no --user");
+    if ctx.scope != crate::logic::shard::UserScope::All {
+        bail!(
+            "optimize works on whole tables: it takes no --user or --shard (run it once, not per shard)"
+        );
     }
     let days = args
         .keep_versions_days

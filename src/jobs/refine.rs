@@ -425,7 +425,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
     if !ctx.dry_run {
         for (after, at) in unfinished(&ctx.store).await? {
             let user = after["memories"][0]["user_id"].as_str().unwrap_or("");
-            if ctx.user.as_deref().is_some_and(|u| u != user) && !user.is_empty() {
+            if !ctx.scope.contains(user) && !user.is_empty() {
                 continue;
             }
             apply(&ctx.store, Some(&embedder), &after, at).await?;

@@ -302,10 +302,7 @@ async fn inbound_links(ctx: &JobCtx<'_>) -> Result<HashMap<String, u64>> {
 
 /// Drops entity notes whose `expires_at` has passed; returns (entities changed, notes removed).
 async fn clean_notes(ctx: &JobCtx<'_>, now: i64) -> Result<(u64, u64)> {
-    let mut filter = "notes IS NOT NULL".to_string();
-    if let Some(user) = &ctx.user {
-        filter.push_str(&format!(" AND user_id = {}", sql_string(user)));
-    }
+    let filter = ctx.user_filter_and("notes IS NOT NULL");
     let batches = ctx
         .store
         .scan_columns(ENTITIES.name, Some(&filter), &["id", "notes"])
@@ -457,12 +454,9 @@ pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
     let mut report = JobReport::new(JobName::Scores.as_str(), ctx);
     let started = Instant::now();
     let inbound = inbound_links(ctx).await?;
-    let mut filter =
-        "(state != 'archived' OR ttl_policy = 'keep_forever' OR last_accessed_at > archived_at)"
-            .to_string();
-    if let Some(user) = &ctx.user {
-        filter.push_str(&format!(" AND user_id = {}", sql_string(user)));
-    }
+    let filter = ctx.user_filter_and(
+        "(state != 'archived' OR ttl_policy = 'keep_forever' OR last_accessed_at > archived_at)",
+    );
     let mut stream = ctx
         .store
         .stream_columns(MEMORIES.name, Some(&filter), READ_COLUMNS)

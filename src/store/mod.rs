@@ -489,6 +489,20 @@ impl Store {
         Ok(rows)
     }
 
+    /// The distinct `user_id`s of a table, sorted.
+    pub async fn distinct_users(&self, table: &str) -> Result<Vec<String>> {
+        let mut users = std::collections::BTreeSet::new();
+        for batch in self.scan_columns(table, None, &["user_id"]).await? {
+            let column = batch.column(0).as_string::<i32>();
+            users.extend(
+                (0..batch.num_rows())
+                    .filter(|i| column.is_valid(*i))
+                    .map(|i| column.value(i).to_string()),
+            );
+        }
+        Ok(users.into_iter().collect())
+    }
+
     /// Reads some columns of a table (optionally filtered).
     pub async fn scan_columns(
         &self,
@@ -562,16 +576,26 @@ impl Store {
         Ok(())
     }
 
-    /// Merges the small fragments that many small commits leave into larger files.
-    pub async fn compact(&self, table: &str) -> Result<()> {
+    /// Merges the small fragments that many small commits leave into larger files. Returns
+    /// false when a concurrent writer's commit preempted it (another shard's run, say): the
+    /// fragments stay as they are, which only costs read speed until the next compaction
+    /// (`memlife optimize`), so that is not an error.
+    pub async fn compact(&self, table: &str) -> Result<bool> {
         let table = self.table(table).await?;
-        table
+        let outcome = table
             .optimize(lancedb::table::OptimizeAction::Compact {
                 options: Default::default(),
                 remap_options: None,
             })
-            .await?;
-        Ok(())
+            .await;
+        match outcome.map_err(StoreError::from) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_commit_conflict() => {
+                tracing::info!("compaction of {} left for later: {e}", self.uri);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The stream behind `scan`, for tables too large to hold.

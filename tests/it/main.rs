@@ -30,6 +30,7 @@ mod roundtrip;
 mod saved_sql;
 mod schedule;
 mod scores;
+mod shard;
 mod similarity;
 mod store;
 mod summaries;

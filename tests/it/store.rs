@@ -18,6 +18,7 @@ async fn an_in_memory_database_takes_imports_and_sql() {
         table: "memories".to_string(),
         format: None,
         on_error: import::OnError::Abort,
+        now: None,
         scope: JobScope::default(),
     };
     let report = import::run(&ctx, &args).await.unwrap();

@@ -33,7 +33,9 @@ const HEIGHT: f64 = 280.0;
 const LEFT: f64 = 64.0;
 const RIGHT: f64 = 16.0;
 const TOP: f64 = 40.0;
-const BOTTOM: f64 = 48.0;
+const BOTTOM: f64 = 56.0;
+/// About how wide one character of an 11 px label is.
+const LABEL_CHAR_WIDTH: f64 = 6.5;
 
 /// The colour of the `index`-th series.
 pub fn colour(index: usize) -> &'static str {
@@ -174,12 +176,21 @@ fn axes(svg: &mut String, frame: &Frame, x_labels: &[String]) {
         x2 = WIDTH - RIGHT
     );
     let room = (frame.plot_width() / 80.0).floor() as usize;
-    for i in label_positions(x_labels.len(), room) {
+    let shown = label_positions(x_labels.len(), room);
+    // Labels wider than the space between two shown ones alternate between two rows.
+    let widest = shown
+        .iter()
+        .map(|&i| LABEL_CHAR_WIDTH * x_labels[i].chars().count() as f64)
+        .fold(0.0, f64::max);
+    let spacing = frame.plot_width() / shown.len().max(1) as f64;
+    let stagger = widest > spacing * 0.95;
+    for (n, &i) in shown.iter().enumerate() {
+        let row = if stagger && n % 2 == 1 { 12.0 } else { 0.0 };
         let _ = write!(
             svg,
             "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\" fill=\"#555\">{l}</text>",
             x = frame.x(i),
-            y = base + 16.0,
+            y = base + 16.0 + row,
             l = escape(&x_labels[i]),
         );
     }
@@ -198,7 +209,7 @@ fn legend(svg: &mut String, series: &[Series]) {
             tx = x + 14.0,
             n = escape(&s.name),
         );
-        x += 24.0 + 6.5 * s.name.chars().count() as f64;
+        x += 24.0 + LABEL_CHAR_WIDTH * s.name.chars().count() as f64;
     }
 }
 
@@ -355,6 +366,26 @@ mod tests {
         assert_eq!(picked.len(), 8);
         assert_eq!((picked[0], *picked.last().unwrap()), (0, 181));
         assert!(label_positions(0, 8).is_empty());
+    }
+
+    /// The distinct heights of the x labels (text drawn centred under the axis).
+    fn label_rows(svg: &str) -> std::collections::BTreeSet<String> {
+        let marker = "\" text-anchor=\"middle\"";
+        svg.match_indices(marker)
+            .map(|(at, _)| {
+                let before = &svg[..at];
+                before[before.rfind("y=\"").unwrap() + 3..].to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn long_labels_alternate_between_two_rows() {
+        let names: Vec<String> = (0..11).map(|i| format!("memory_entities_{i}")).collect();
+        let svg = stacked_bar_chart("storage", "MB", &names, &[]);
+        assert_eq!(label_rows(&svg).len(), 2, "{svg}");
+        let short = stacked_bar_chart("days", "n", &labels(5), &[]);
+        assert_eq!(label_rows(&short).len(), 1, "{short}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod recall_eval;
 pub mod report;
 pub mod schedule;
 pub mod scores;
+pub mod shard;
 pub mod similarity;
 pub mod summaries;
 pub mod synth;
