@@ -49,6 +49,7 @@ pub struct App {
 
 impl App {
     pub fn new(global: GlobalArgs) -> App {
+        crate::progress::allow(global.json);
         App {
             db: global.db,
             json: global.json,

@@ -25,4 +25,5 @@ pub mod llm;
 /// tests need no database.
 pub use memlife_logic as logic;
 pub mod model;
+pub mod progress;
 pub mod store;

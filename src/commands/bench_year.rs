@@ -210,7 +210,9 @@ pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
         (state % n.max(1) as u64) as usize
     };
     let started = std::time::Instant::now();
+    let bar = crate::progress::bar(bench.days as u64, "days");
     for day in 1..=bench.days {
+        bar.set_position(day as u64 - 1);
         let clock = start + chrono::Duration::days(day as i64);
         let now = clock.to_rfc3339();
         let mut times: BTreeMap<String, f64> = BTreeMap::new();
@@ -318,16 +320,20 @@ pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
                 "storage": storage(&db)?,
             }));
             let record = records.last().expect("just pushed");
-            writeln!(
-                out,
-                "day {day}: {:.0} s elapsed; storage {}; seconds {}",
-                started.elapsed().as_secs_f64(),
-                record["storage"]["total"],
-                record["seconds"]
-            )?;
-            out.flush()?;
+            // The bar steps aside while the line is written (both may be the terminal).
+            bar.suspend(|| {
+                writeln!(
+                    out,
+                    "day {day}: {:.0} s elapsed; storage {}; seconds {}",
+                    started.elapsed().as_secs_f64(),
+                    record["storage"]["total"],
+                    record["seconds"]
+                )?;
+                out.flush()
+            })?;
         }
     }
+    bar.finish_and_clear();
     let fresh = fresh_copy_bytes(&work.path, &db)?;
     let last = records.last().cloned().unwrap_or(Value::Null);
     let bytes = copied_bytes(&last["storage"]);

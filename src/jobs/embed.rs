@@ -6,14 +6,12 @@
 //! `--all` re-embeds everything.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::IsTerminal;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use arrow::array::{
     Array, ArrayRef, AsArray, FixedSizeListBuilder, Float32Builder, RecordBatch, StringBuilder,
 };
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, EmbedderArgs};
@@ -198,19 +196,6 @@ fn with_vectors(
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
-fn progress_bar(total: u64) -> ProgressBar {
-    let bar = ProgressBar::new(total);
-    if std::io::stderr().is_terminal() {
-        bar.set_style(
-            ProgressStyle::with_template("{prefix} {bar:40} {pos}/{len} {per_sec} eta {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-    } else {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar
-}
-
 pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
     let embedder = &ctx
         .app
@@ -262,8 +247,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
         if total == 0 {
             continue;
         }
-        let bar = progress_bar(total);
-        bar.set_prefix(spec.name.to_string());
+        let bar = crate::progress::bar(total, spec.name);
         // Rows are read once up front: a chunk's commit must not shift what is left to read.
         let batches = ctx.store.scan(spec.name, filter.as_deref()).await?;
         for batch in batches {

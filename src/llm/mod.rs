@@ -256,12 +256,25 @@ impl Llm {
             .map(|p| p.config.max_concurrency)
             .sum::<usize>()
             .max(1);
+        // On a terminal, a bar of the items answered (the long wait of a job that judges).
+        let bar = crate::progress::bar(
+            items.len() as u64,
+            items.first().map_or("llm", |i| i.input.task.name()),
+        );
         let mut indexed: Vec<(usize, Outcome)> =
             futures::stream::iter(items.into_iter().enumerate())
-                .map(|(i, item)| async move { (i, self.run_online(item).await) })
+                .map(|(i, item)| {
+                    let bar = &bar;
+                    async move {
+                        let outcome = self.run_online(item).await;
+                        bar.inc(1);
+                        (i, outcome)
+                    }
+                })
                 .buffer_unordered(width)
                 .collect()
                 .await;
+        bar.finish_and_clear();
         indexed.sort_by_key(|(i, _)| *i);
         indexed.into_iter().map(|(_, o)| o).collect()
     }

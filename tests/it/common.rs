@@ -16,6 +16,23 @@ pub fn memlife_command() -> Command {
     without_memlife_environment(Command::new(env!("CARGO_BIN_EXE_memlife")))
 }
 
+/// The real `memlife` binary run on a pseudo-terminal (util-linux `script`), as a person at a
+/// terminal runs it: what it printed there, stdout and stderr together, escapes included.
+pub fn memlife_on_terminal(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let line = std::iter::once(env!("CARGO_BIN_EXE_memlife"))
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut command = Command::new("script");
+    command
+        .args(["-qec", &line, "/dev/null"])
+        .envs(env.iter().copied());
+    without_memlife_environment(command)
+        .output()
+        .expect("script (util-linux) runs")
+}
+
 /// The real `memlife` binary on an emulated CPU: qemu's user-mode emulator
 /// (`qemu-x86_64 -cpu MODEL`), which reports the model's CPUID to the program, so its
 /// run-time dispatch sees that CPU's instruction sets. `scripts/test.sh` installs qemu-user.

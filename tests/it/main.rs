@@ -22,6 +22,7 @@ mod local_model;
 mod loopback;
 mod nightly;
 mod optimize;
+mod progress;
 mod recall;
 mod refine;
 mod report;
