@@ -99,6 +99,10 @@ fn bad_schedules_are_named() {
             ),
             "not a time of day",
         ),
+        (
+            SCHEDULE.replace("logs = \"/unused\"", "logs = \"/unused\"\nshards = 0"),
+            "shards must be at least 1",
+        ),
     ] {
         std::fs::write(&file, text).unwrap();
         let out = db.run(&["run-due", "--file", &file]);
@@ -112,4 +116,32 @@ fn bad_schedules_are_named() {
     std::fs::write(&file, SCHEDULE).unwrap();
     let out = db.run(&["run-due", "--file", &file, "--only", "nope"]);
     assert!(stderr(&out).contains("no entry 'nope'"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_dag_fans_per_user_jobs_out_over_the_shards() {
+    let db = TestDb::new();
+    let file = db.path("schedule.toml");
+    let text = SCHEDULE.replace("logs = \"/unused\"", "logs = \"/unused\"\nshards = 3")
+        + "\n[[job]]\nname = \"optimize\"\nrun = \"optimize\"\ncadence = \"weekly on sun at 07:00\"\ndag = \"weekly\"\nabout = \"optimize\"\n";
+    std::fs::write(&file, text).unwrap();
+    let out = db.run(&["schedule", "dag", "--file", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let dag = stdout(&out);
+    assert!(dag.contains("SHARDS = 3"), "{dag}");
+    // scores works per user: one mapped task per shard.
+    assert!(
+        dag.contains("task_id=\"scores\",\n    ).expand(")
+            && dag.contains("scores --shard {i}/{SHARDS}\" for i in range(SHARDS)]"),
+        "{dag}"
+    );
+    // stats is not a job and optimize works on whole tables: one task each.
+    assert!(dag.contains("bash_command=f\"{MEMLIFE} stats\""), "{dag}");
+    assert!(dag.contains("bash_command=f\"{MEMLIFE} optimize\""), "{dag}");
+    assert_eq!(dag.matches(".expand(").count(), 1, "{dag}");
+    // Runs of a DAG never overlap: every DAG says so.
+    assert_eq!(
+        dag.matches("    max_active_runs=1,\n").count(),
+        dag.matches("with DAG(").count()
+    );
 }
