@@ -169,12 +169,7 @@ impl JobCtx<'_> {
         match &self.scope {
             UserScope::All => None,
             UserScope::One(user) => Some(format!("user_id = {}", crate::store::sql_string(user))),
-            // No user in the shard: a predicate no row meets (user ids are never empty).
-            UserScope::Shard(_) if self.shard_users.is_empty() => Some("user_id = ''".into()),
-            UserScope::Shard(_) => Some(format!(
-                "user_id IN ({})",
-                crate::store::sql_list(&self.shard_users)
-            )),
+            UserScope::Shard(_) => Some(crate::store::users_in(&self.shard_users)),
         }
     }
 

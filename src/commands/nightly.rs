@@ -152,11 +152,7 @@ async fn users_predicate(store: &Store, args: &NightlyArgs) -> Result<Option<Str
         .into_iter()
         .filter(|u| shard.contains(u))
         .collect();
-    Ok(Some(if users.is_empty() {
-        "user_id = ''".to_string()
-    } else {
-        format!("user_id IN ({})", crate::store::sql_list(&users))
-    }))
+    Ok(Some(crate::store::users_in(&users)))
 }
 
 /// The job subcommand's argument ids, to forward only the flags a step takes.

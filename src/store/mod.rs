@@ -629,6 +629,16 @@ pub fn sql_list(values: &[String]) -> String {
 }
 
 /// A UTC timestamp (microseconds) as a SQL timestamp literal.
+/// A predicate on `user_id` selecting exactly `users` (none: a predicate no row meets, since
+/// user ids are never empty).
+pub fn users_in(users: &[String]) -> String {
+    if users.is_empty() {
+        "user_id = ''".to_string()
+    } else {
+        format!("user_id IN ({})", sql_list(users))
+    }
+}
+
 pub fn sql_timestamp(micros: i64) -> String {
     let text = crate::model::encoding::format_timestamp(micros);
     format!("TIMESTAMP '{}'", text.trim_end_matches('Z'))

@@ -137,7 +137,10 @@ fn the_dag_fans_per_user_jobs_out_over_the_shards() {
     );
     // stats is not a job and optimize works on whole tables: one task each.
     assert!(dag.contains("bash_command=f\"{MEMLIFE} stats\""), "{dag}");
-    assert!(dag.contains("bash_command=f\"{MEMLIFE} optimize\""), "{dag}");
+    assert!(
+        dag.contains("bash_command=f\"{MEMLIFE} optimize\""),
+        "{dag}"
+    );
     assert_eq!(dag.matches(".expand(").count(), 1, "{dag}");
     // Runs of a DAG never overlap: every DAG says so.
     assert_eq!(
