@@ -23,16 +23,14 @@ use anyhow::{Result, bail};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::Float64Type;
 use datafusion::prelude::{Expr, col, lit};
-use futures::TryStreamExt;
-use lancedb::query::{ExecutableQuery, QueryBase, Select};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::app::App;
 use crate::exit::ExitStatus;
 use crate::model::schema::{LINKS, SHARES_ENTITY_PREFIX};
-use crate::store::Store;
 use crate::store::audit::AuditRow;
+use crate::store::{Store, TableView};
 
 /// Walk the link graph from one memory, both directions, breadth-first.
 #[derive(clap::Args, Debug, Clone)]
@@ -111,8 +109,8 @@ struct Link {
 /// The walk's reader: the two tables opened once, and, for many walks in one process
 /// (`Walker::cached`), each user's graph held in memory.
 pub struct Walker {
-    memories: lancedb::Table,
-    links: lancedb::Table,
+    memories: TableView,
+    links: TableView,
     cache: Option<tokio::sync::Mutex<GraphCache>>,
 }
 
@@ -170,8 +168,8 @@ impl UserGraph {
 impl Walker {
     pub async fn open(store: &Store) -> Result<Walker> {
         Ok(Walker {
-            memories: store.table("memories").await?,
-            links: store.table(LINKS.name).await?,
+            memories: store.open_view("memories").await?,
+            links: store.open_view(LINKS.name).await?,
             cache: None,
         })
     }
@@ -202,12 +200,7 @@ impl Walker {
         }
         let batches: Vec<RecordBatch> = self
             .memories
-            .query()
-            .only_if_expr(col("id").eq(lit(start)))
-            .select(Select::columns(&["user_id"]))
-            .execute()
-            .await?
-            .try_collect()
+            .scan_where(col("id").eq(lit(start)), &["user_id"])
             .await?;
         let Some(user) = batches
             .iter()
@@ -226,12 +219,7 @@ impl Walker {
         let mine = col("user_id").eq(lit(user));
         let batches: Vec<RecordBatch> = self
             .memories
-            .query()
-            .only_if_expr(mine.clone())
-            .select(Select::columns(&["id", "state", "archived_at", "text"]))
-            .execute()
-            .await?
-            .try_collect()
+            .scan_where(mine.clone(), &["id", "state", "archived_at", "text"])
             .await?;
         let mut memories = HashMap::new();
         for batch in &batches {
@@ -250,17 +238,7 @@ impl Walker {
         }
         let batches: Vec<RecordBatch> = self
             .links
-            .query()
-            .only_if_expr(mine)
-            .select(Select::columns(&[
-                "source_id",
-                "target_id",
-                "link_type",
-                "confidence",
-            ]))
-            .execute()
-            .await?
-            .try_collect()
+            .scan_where(mine, &["source_id", "target_id", "link_type", "confidence"])
             .await?;
         let mut links = Vec::new();
         let mut touching: HashMap<String, Vec<u32>> = HashMap::new();
@@ -295,8 +273,8 @@ impl Walker {
     /// Opens the tables again and forgets the cached graphs: after a write (a heal) the next
     /// walk reads the tables as they are now, not as this walker first opened them.
     pub async fn reopen(&mut self, store: &Store) -> Result<()> {
-        self.memories = store.table("memories").await?;
-        self.links = store.table(LINKS.name).await?;
+        self.memories = store.open_view("memories").await?;
+        self.links = store.open_view(LINKS.name).await?;
         if let Some(cache) = &self.cache {
             *cache.lock().await = GraphCache::default();
         }
@@ -344,17 +322,10 @@ impl Walker {
             }
             let batches: Vec<RecordBatch> = self
                 .links
-                .query()
-                .only_if_expr(condition)
-                .select(Select::columns(&[
-                    "source_id",
-                    "target_id",
-                    "link_type",
-                    "confidence",
-                ]))
-                .execute()
-                .await?
-                .try_collect()
+                .scan_where(
+                    condition,
+                    &["source_id", "target_id", "link_type", "confidence"],
+                )
                 .await?;
             for batch in &batches {
                 let sources = batch.column(0).as_string::<i32>();
@@ -390,17 +361,10 @@ impl Walker {
         for chunk in sources.chunks(1000) {
             let batches: Vec<RecordBatch> = self
                 .links
-                .query()
-                .only_if_expr(id_in("source_id", chunk))
-                .select(Select::columns(&[
-                    "source_id",
-                    "target_id",
-                    "link_type",
-                    "user_id",
-                ]))
-                .execute()
-                .await?
-                .try_collect()
+                .scan_where(
+                    id_in("source_id", chunk),
+                    &["source_id", "target_id", "link_type", "user_id"],
+                )
                 .await?;
             for batch in &batches {
                 let sources = batch.column(0).as_string::<i32>();
@@ -428,12 +392,10 @@ impl Walker {
         for chunk in ids.chunks(1000) {
             let batches: Vec<RecordBatch> = self
                 .memories
-                .query()
-                .only_if_expr(id_in("id", chunk))
-                .select(Select::columns(&["id", "state", "archived_at", "user_id"]))
-                .execute()
-                .await?
-                .try_collect()
+                .scan_where(
+                    id_in("id", chunk),
+                    &["id", "state", "archived_at", "user_id"],
+                )
                 .await?;
             for batch in &batches {
                 let ids = batch.column(0).as_string::<i32>();
@@ -459,12 +421,7 @@ impl Walker {
         for chunk in ids.chunks(1000) {
             let batches: Vec<RecordBatch> = self
                 .memories
-                .query()
-                .only_if_expr(id_in("id", chunk))
-                .select(Select::columns(&["id", "text"]))
-                .execute()
-                .await?
-                .try_collect()
+                .scan_where(id_in("id", chunk), &["id", "text"])
                 .await?;
             for batch in &batches {
                 let ids = batch.column(0).as_string::<i32>();

@@ -160,10 +160,8 @@ async fn common_columns(
 ) -> Result<Vec<&'static str>> {
     let mut cols = columns(spec);
     for &v in versions {
-        let table = store.table(spec.name).await?;
-        table.checkout(v).await?;
-        let schema = table.schema().await?;
-        cols.retain(|c| schema.field_with_name(c).is_ok());
+        let present = store.columns_at(spec.name, v).await?;
+        cols.retain(|c| present.iter().any(|p| p == c));
     }
     Ok(cols)
 }
@@ -376,7 +374,7 @@ pub async fn undo(
     let mut plans = Vec::new();
     for spec in changed_tables {
         let (b, a) = (versions.before[spec.name], after[spec.name]);
-        let latest = store.table(spec.name).await?.version().await?;
+        let latest = store.version_of(spec.name).await?;
         let cols = common_columns(store, spec, &[b, a, latest]).await?;
         let old = read_hashes(store, spec, Some(b), None, &cols).await?;
         let new = read_hashes(store, spec, Some(a), None, &cols).await?;

@@ -244,8 +244,8 @@ impl Store {
         Ok(self.connection.table_names().execute().await?)
     }
 
-    /// A handle on one table, for callers that query it many times (traversal).
-    pub async fn table(&self, name: &str) -> Result<Table> {
+    /// A handle on one table (inside `store/` only: callers outside use `open_view`).
+    pub(crate) async fn table(&self, name: &str) -> Result<Table> {
         match self.connection.open_table(name).execute().await {
             Ok(t) => Ok(t),
             Err(lancedb::Error::TableNotFound { .. }) => Err(StoreError::UnknownTable {
@@ -433,6 +433,31 @@ impl Store {
         out
     }
 
+    /// One table opened once and read many times at the version it was opened at (a walk's
+    /// reads), with typed filter expressions (DataFusion `Expr`, which Lance pushes down to its
+    /// indexes like SQL text).
+    pub async fn open_view(&self, name: &str) -> Result<TableView> {
+        Ok(TableView(self.table(name).await?))
+    }
+
+    /// The current version of a table.
+    pub async fn version_of(&self, name: &str) -> Result<u64> {
+        Ok(self.table(name).await?.version().await?)
+    }
+
+    /// The column names a table had at `version`.
+    pub async fn columns_at(&self, name: &str, version: u64) -> Result<Vec<String>> {
+        let table = self.table(name).await?;
+        table.checkout(version).await?;
+        Ok(table
+            .schema()
+            .await?
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect())
+    }
+
     /// Reads `columns` of a table as it was at `version` (optionally filtered); columns the
     /// version did not have yet are left out.
     pub async fn scan_at(
@@ -611,6 +636,32 @@ impl Store {
             query = query.only_if(filter);
         }
         Ok((schema, query.execute().await?))
+    }
+}
+
+/// A table as it was when `Store::open_view` opened it.
+pub struct TableView(Table);
+
+impl TableView {
+    pub async fn version(&self) -> Result<u64> {
+        Ok(self.0.version().await?)
+    }
+
+    /// `columns` of the rows matching `filter`.
+    pub async fn scan_where(
+        &self,
+        filter: datafusion::logical_expr::Expr,
+        columns: &[&str],
+    ) -> Result<Vec<RecordBatch>> {
+        Ok(self
+            .0
+            .query()
+            .only_if_expr(filter)
+            .select(Select::columns(columns))
+            .execute()
+            .await?
+            .try_collect()
+            .await?)
     }
 }
 

@@ -134,6 +134,47 @@ fn the_rule_catches_a_pure_module_that_opens_a_file() {
     assert!(FORBIDDEN_IN_PURE_CORE.iter().any(|w| line.contains(w)));
 }
 
+/// Names of the database crates: only `src/store/` may write them.
+const DATABASE_CRATES: &[&str] = &["lancedb::", "lance::", "use lancedb", "use lance;"];
+
+/// The lines outside `src/store/` that name a database crate.
+fn database_names_outside_store(files: &[(PathBuf, String)]) -> Vec<String> {
+    let store = root().join("src/store");
+    let mut found = Vec::new();
+    for (path, text) in files {
+        if path.starts_with(&store) {
+            continue;
+        }
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if DATABASE_CRATES.iter().any(|w| code.contains(w)) {
+                found.push(format!(
+                    "{}:{}: {}",
+                    path.strip_prefix(root()).unwrap_or(path).display(),
+                    number + 1,
+                    code.trim()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn only_the_store_names_the_database() {
+    let found = database_names_outside_store(&sources("src"));
+    assert!(
+        found.is_empty(),
+        "lancedb or lance named outside src/store/ (add a Store method instead): {found:#?}"
+    );
+    // The scan sees what it is meant to see.
+    let planted = [(
+        root().join("src/commands/example.rs"),
+        "    memories: lancedb::Table,\n".to_string(),
+    )];
+    assert_eq!(database_names_outside_store(&planted).len(), 1);
+}
+
 /// How a schedule file calls memlife: `memlife ` in the crontab, `{MEMLIFE} ` in the DAG.
 fn marker(file: &str) -> &'static str {
     if file == "crontab" {
