@@ -245,7 +245,7 @@ impl Store {
     }
 
     /// A handle on one table (inside `store/` only: callers outside use `open_view`).
-    pub(crate) async fn table(&self, name: &str) -> Result<Table> {
+    async fn table(&self, name: &str) -> Result<Table> {
         match self.connection.open_table(name).execute().await {
             Ok(t) => Ok(t),
             Err(lancedb::Error::TableNotFound { .. }) => Err(StoreError::UnknownTable {
