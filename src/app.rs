@@ -111,17 +111,10 @@ impl App {
         let store = self.store().await?.clone();
         let (user_scope, shard_users) = match (&scope.user, scope.shard) {
             (Some(user), _) => (UserScope::One(user.clone()), Vec::new()),
-            (None, Some(shard)) => {
-                let mut users = std::collections::BTreeSet::new();
-                for table in ["memories", "entities"] {
-                    for user in store.distinct_users(table).await? {
-                        if shard.contains(&user) {
-                            users.insert(user);
-                        }
-                    }
-                }
-                (UserScope::Shard(shard), users.into_iter().collect())
-            }
+            (None, Some(shard)) => (
+                UserScope::Shard(shard),
+                users_in_shard(&store, shard).await?,
+            ),
             (None, None) => (UserScope::All, Vec::new()),
         };
         Ok(JobCtx {
@@ -134,6 +127,21 @@ impl App {
             now,
         })
     }
+}
+
+/// The users of a shard among those the store holds memories or entities of, sorted.
+pub async fn users_in_shard(store: &Store, shard: Shard) -> Result<Vec<String>> {
+    let mut users = std::collections::BTreeSet::new();
+    for table in ["memories", "entities"] {
+        users.extend(
+            store
+                .distinct_users(table)
+                .await?
+                .into_iter()
+                .filter(|u| shard.contains(u)),
+        );
+    }
+    Ok(users.into_iter().collect())
 }
 
 /// Parses a `--now` clock reading (RFC 3339 or a date).

@@ -146,12 +146,7 @@ async fn users_predicate(store: &Store, args: &NightlyArgs) -> Result<Option<Str
     let Some(shard) = args.shard else {
         return Ok(None);
     };
-    let users: Vec<String> = store
-        .distinct_users("memories")
-        .await?
-        .into_iter()
-        .filter(|u| shard.contains(u))
-        .collect();
+    let users = crate::app::users_in_shard(store, shard).await?;
     Ok(Some(crate::store::users_in(&users)))
 }
 

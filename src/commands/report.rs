@@ -69,13 +69,7 @@ pub async fn run(app: &App, args: &ReportArgs, out: &mut dyn Write) -> Result<Ex
     let facts: Vec<RunFacts> = runs.iter().map(|r| r.facts.clone()).collect();
     let history = daily(&facts, args.days as usize);
     let snapshots = version_counts(store, &runs, &history.days).await?;
-    let storage = {
-        let mut tables = Vec::new();
-        for spec in crate::model::schema::ALL_TABLES {
-            tables.push(store.table_storage(spec.name).await?);
-        }
-        tables
-    };
+    let storage = store.storage_of_all_tables().await?;
     let page = page(
         store.uri(),
         &history,

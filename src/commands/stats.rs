@@ -148,7 +148,7 @@ pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
         let mut report: serde_json::Map<String, Value> = serde_json::from_slice(&buffer)?;
         report.insert(
             "storage".into(),
-            serde_json::to_value(storage(store).await?)?,
+            serde_json::to_value(store.storage_of_all_tables().await?)?,
         );
         serde_json::to_writer_pretty(&mut *out, &report)?;
         writeln!(out)?;
@@ -164,7 +164,7 @@ pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
         "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11}",
         "table", "rows", "versions", "fragments", "data files", "bytes"
     )?;
-    for t in storage(store).await? {
+    for t in store.storage_of_all_tables().await? {
         writeln!(
             out,
             "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11}",
@@ -177,15 +177,6 @@ pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
         )?;
     }
     Ok(())
-}
-
-/// Versions, fragments, files and bytes of every table.
-async fn storage(store: &Store) -> Result<Vec<crate::store::maintain::TableStorage>> {
-    let mut out = Vec::new();
-    for spec in crate::model::schema::ALL_TABLES {
-        out.push(store.table_storage(spec.name).await?);
-    }
-    Ok(out)
 }
 
 async fn sections(

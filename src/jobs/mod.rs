@@ -376,21 +376,12 @@ pub fn most_used<M: AsRef<str> + Ord>(counts: &BTreeMap<M, usize>) -> String {
 
 /// Distinct users of a table (or the one in scope), sorted.
 pub async fn users_of(ctx: &JobCtx<'_>, table: &str) -> Result<Vec<String>> {
-    use arrow::array::AsArray;
     if let Some(user) = &ctx.user {
         return Ok(vec![user.clone()]);
     }
-    let mut users = std::collections::BTreeSet::new();
-    for batch in ctx.store.scan_columns(table, None, &["user_id"]).await? {
-        let column = batch.column(0).as_string::<i32>();
-        users.extend(
-            (0..batch.num_rows())
-                .map(|i| column.value(i))
-                .filter(|u| ctx.scope.contains(u))
-                .map(str::to_string),
-        );
-    }
-    Ok(users.into_iter().collect())
+    let mut users = ctx.store.distinct_users(table).await?;
+    users.retain(|u| ctx.scope.contains(u));
+    Ok(users)
 }
 
 /// The `runs` row of one execution: written as `running` when the job starts and replaced

@@ -107,6 +107,15 @@ impl Store {
         })
     }
 
+    /// `table_storage` of every table, in schema order.
+    pub async fn storage_of_all_tables(&self) -> Result<Vec<TableStorage>> {
+        let mut out = Vec::new();
+        for spec in crate::model::schema::ALL_TABLES {
+            out.push(self.table_storage(spec.name).await?);
+        }
+        Ok(out)
+    }
+
     /// Whether `version` of a table can still be read (`optimize` removes old ones).
     pub async fn has_version(&self, name: &str, version: u64) -> Result<bool> {
         let table = self.table(name).await?;
