@@ -186,18 +186,49 @@ fn default_max_tokens() -> u32 {
 }
 
 /// `[retention]`: table versions older than `keep_versions_days` are removed by `memlife
-/// optimize`; `undo` of a run whose versions are gone refuses, naming the window.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+/// optimize`; `undo` of a run whose versions are gone refuses, naming the window. The other
+/// keys say when compaction rewrites a fragment: every rewrite of a large fragment leaves a
+/// full copy of it on disk for the window, so large fragments are rewritten only when their
+/// deleted rows have grown to be worth it.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionSection {
     pub keep_versions_days: f64,
+    /// A fragment is rewritten whole once more than this fraction of its rows were deleted
+    /// (an update that rewrites whole rows deletes the old ones).
+    pub compact_deleted_fraction: f64,
+    /// Fragments holding at least this fraction of the table's rows (and at least 1024) are
+    /// left as they are; smaller neighbours are merged up to that size.
+    pub compact_fragment_fraction: f64,
 }
 
 impl Default for RetentionSection {
     fn default() -> Self {
         RetentionSection {
             keep_versions_days: 14.0,
+            compact_deleted_fraction: 0.2,
+            compact_fragment_fraction: 0.125,
         }
+    }
+}
+
+impl RetentionSection {
+    fn validate(&self) -> Result<()> {
+        if !(self.keep_versions_days.is_finite() && self.keep_versions_days >= 0.0) {
+            bail!(
+                "retention.keep_versions_days = {}: expected a number of days, 0 or more",
+                self.keep_versions_days
+            );
+        }
+        for (key, value) in [
+            ("compact_deleted_fraction", self.compact_deleted_fraction),
+            ("compact_fragment_fraction", self.compact_fragment_fraction),
+        ] {
+            if !(value > 0.0 && value <= 1.0) {
+                bail!("retention.{key} = {value}: expected a fraction above 0 and at most 1");
+            }
+        }
+        Ok(())
     }
 }
 
@@ -353,6 +384,7 @@ impl Config {
         self.cluster.validate().map_err(anyhow::Error::msg)?;
         self.summaries.validate().map_err(anyhow::Error::msg)?;
         self.recall.validate().map_err(anyhow::Error::msg)?;
+        self.retention.validate()?;
         for (model, t) in &self.thresholds {
             for (key, value) in [
                 ("link", t.link),
@@ -563,5 +595,7 @@ mod example_file {
         let config = super::Config::parse(text).unwrap();
         assert_eq!(config.chain_of("consolidate.propose").unwrap().len(), 3);
         assert_eq!(config.llm.judge, "providers");
+        // The example spells out the defaults of [retention].
+        assert_eq!(config.retention, super::RetentionSection::default());
     }
 }

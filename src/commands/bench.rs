@@ -143,7 +143,9 @@ pub async fn run(app: &App, args: &BenchArgs, out: &mut dyn Write) -> Result<Exi
         BenchCommand::Graph(bench) => super::bench_graph::run(bench, out).await?,
         BenchCommand::Recall(bench) => super::bench_recall::run(bench, out).await?,
         BenchCommand::Integrate(bench) => super::bench_integrate::run(bench, out)?,
-        BenchCommand::Year(bench) => super::bench_year::run(bench, out)?,
+        BenchCommand::Year(bench) => {
+            super::bench_year::run(bench, &app.config().await?.retention, out)?
+        }
         BenchCommand::Embed(bench) => {
             let embedder = app
                 .embedder(&bench.embedder, bench.dim, bench.batch_size)

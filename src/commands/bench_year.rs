@@ -20,6 +20,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::bench_consolidate::{Workdir, cpu_name, memlife};
+use crate::config::RetentionSection;
 
 #[derive(clap::Args, Debug)]
 pub struct YearBench {
@@ -132,7 +133,7 @@ fn fresh_copy_bytes(work: &std::path::Path, db: &str) -> Result<Value> {
     storage(&copy_db)
 }
 
-pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
+pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write) -> Result<()> {
     if bench.days == 0 || bench.memories == 0 {
         bail!("--days and --memories must be at least 1");
     }
@@ -182,13 +183,21 @@ pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
         "--now",
         "2026-01-01T00:00:00Z",
     ])?;
-    // Every command of the year reads this configuration (the retention window).
+    // Every command of the year reads this configuration: the caller's `[retention]` (compaction policy included), with --keep-versions-days.
     let config = p("memlife.toml");
+    let mut retention = retention.clone();
+    if let Some(days) = bench.keep_versions_days {
+        retention.keep_versions_days = days;
+    }
     std::fs::write(
         &config,
-        bench.keep_versions_days.map_or(String::new(), |d| {
-            format!("[retention]\nkeep_versions_days = {d:?}\n")
-        }),
+        format!(
+            "[retention]\nkeep_versions_days = {:?}\n\
+             compact_deleted_fraction = {:?}\ncompact_fragment_fraction = {:?}\n",
+            retention.keep_versions_days,
+            retention.compact_deleted_fraction,
+            retention.compact_fragment_fraction
+        ),
     )?;
     let with_config = |args: &[&str]| {
         let mut all = vec!["--config", config.as_str()];
@@ -358,7 +367,7 @@ pub fn run(bench: &YearBench, out: &mut dyn Write) -> Result<()> {
         "recalls_per_day": bench.recalls_per_day,
         "optimize": !bench.no_optimize,
         "embedder": bench.embedder,
-        "keep_versions_days": bench.keep_versions_days.unwrap_or(14.0),
+        "retention": retention,
         "wall_seconds": started.elapsed().as_secs_f64().round(),
         "samples": records,
         "fresh_copy": fresh,

@@ -306,8 +306,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
         ));
     }
     if !ctx.dry_run && embedded > 0 {
+        let policy = super::optimize::compaction_policy(&ctx.app.config().await?.retention);
         for spec in [&MEMORIES, &ENTITIES] {
-            if !ctx.store.compact(spec.name).await? {
+            if !ctx.store.compact(spec.name, &policy).await? {
                 report.notes.push(format!(
                     "{}: compaction left to `memlife optimize` (another writer committed first)",
                     spec.name

@@ -17,9 +17,10 @@ use anyhow::{Result, bail};
 use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::config::RetentionSection;
 use crate::model::schema::ALL_TABLES;
 use crate::store::audit::AuditRow;
-use crate::store::maintain::TableStorage;
+use crate::store::maintain::{CompactionPolicy, TableStorage};
 
 /// Compacts small fragments, updates indexes and removes versions older than the retention
 /// window, table by table.
@@ -46,6 +47,14 @@ impl Job for OptimizeArgs {
 
     fn clock(&self) -> Option<&str> {
         self.now.as_deref()
+    }
+}
+
+/// The compaction policy of a configuration's `[retention]` section.
+pub fn compaction_policy(retention: &RetentionSection) -> CompactionPolicy {
+    CompactionPolicy {
+        deleted_fraction: retention.compact_deleted_fraction,
+        fragment_fraction: retention.compact_fragment_fraction,
     }
 }
 
@@ -84,9 +93,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             "optimize works on whole tables: it takes no --user or --shard (run it once, not per shard)"
         );
     }
+    let retention = &ctx.app.config().await?.retention;
+    let policy = compaction_policy(retention);
     let days = args
         .keep_versions_days
-        .unwrap_or(ctx.app.config().await?.retention.keep_versions_days);
+        .unwrap_or(retention.keep_versions_days);
     if !(days.is_finite() && days >= 0.0) {
         bail!("--keep-versions-days must be a number of days, 0 or more (got {days})");
     }
@@ -111,6 +122,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     let written_before = wall_time_of(ctx, cutoff, window).await?;
     let params = json!({
         "keep_versions_days": days,
+        "compaction": {
+            "deleted_fraction": policy.deleted_fraction,
+            "fragment_fraction": policy.fragment_fraction,
+        },
         "tables": tables,
         "now": ctx.now.to_rfc3339(),
         "cutoff": cutoff.to_rfc3339(),
@@ -182,7 +197,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         }
         crate::crash::point("optimize.after-audit");
         for (table, before, old) in &plan {
-            let (removed, added) = ctx.store.compact_table(table).await?;
+            let (removed, added) = ctx.store.compact_table(table, &policy).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             crate::crash::point("optimize.after-compact");

@@ -74,6 +74,36 @@ fn walk(dir: &std::path::Path) -> (usize, u64, usize) {
     (files, bytes, data_files)
 }
 
+/// When compaction rewrites a fragment (`[retention]` in the configuration). Rewriting a
+/// large fragment copies every column of it, embeddings included, and the old copy stays on
+/// disk while versions in the retention window use it: a store compacted whole every week
+/// holds about two extra copies of itself. So large fragments are left alone until their
+/// deleted rows are worth a rewrite, and only small ones merge. (Column updates, such as
+/// `scores` writes, replace the columns' files of a fragment, not the fragment.)
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CompactionPolicy {
+    /// A fragment is rewritten whole once more than this fraction of its rows were deleted.
+    pub deleted_fraction: f64,
+    /// Fragments of at least this fraction of the table's rows (and 1024) are not merged.
+    pub fragment_fraction: f64,
+}
+
+impl CompactionPolicy {
+    /// The rows a fragment needs to be left alone, for a table of `rows` rows.
+    pub fn fragment_rows(&self, rows: usize) -> usize {
+        ((rows as f64 * self.fragment_fraction) as usize).clamp(1024, 1 << 20)
+    }
+
+    pub(super) fn options(&self, rows: usize) -> lancedb::table::CompactionOptions {
+        lancedb::table::CompactionOptions {
+            target_rows_per_fragment: self.fragment_rows(rows),
+            materialize_deletions: true,
+            materialize_deletions_threshold: self.deleted_fraction as f32,
+            ..Default::default()
+        }
+    }
+}
+
 impl Store {
     /// The local folder of a table, when the database is a local folder.
     fn table_dir(&self, table: &str) -> Option<std::path::PathBuf> {
@@ -137,19 +167,19 @@ impl Store {
             .collect())
     }
 
-    /// Merges small fragments (and rewrites fragments with many deleted rows) into larger
-    /// files, in one commit; nothing when there is at most one small fragment and no
-    /// deletions.
-    pub async fn compact_table(&self, name: &str) -> Result<(usize, usize)> {
+    /// Compacts a table by `policy`, in one commit (none when nothing qualifies): small
+    /// fragments are merged with their neighbours, and a fragment with too many deleted rows
+    /// is rewritten whole. Returns the fragments removed and added.
+    pub async fn compact_table(
+        &self,
+        name: &str,
+        policy: &CompactionPolicy,
+    ) -> Result<(usize, usize)> {
         let table = self.table(name).await?;
-        let stats = table.stats().await?;
-        if stats.fragment_stats.num_small_fragments < 2 && stats.num_deleted_rows.unwrap_or(0) == 0
-        {
-            return Ok((0, 0));
-        }
+        let rows = table.count_rows(None).await?;
         let done = table
             .optimize(lancedb::table::OptimizeAction::Compact {
-                options: Default::default(),
+                options: policy.options(rows),
                 remap_options: None,
             })
             .await?;

@@ -601,15 +601,17 @@ impl Store {
         Ok(())
     }
 
-    /// Merges the small fragments that many small commits leave into larger files. Returns
+    /// Merges the small fragments that many small commits leave into larger files, by
+    /// `policy` (see `compact_table`). Returns
     /// false when a concurrent writer's commit preempted it (another shard's run, say): the
     /// fragments stay as they are, which only costs read speed until the next compaction
     /// (`memlife optimize`), so that is not an error.
-    pub async fn compact(&self, table: &str) -> Result<bool> {
+    pub async fn compact(&self, table: &str, policy: &maintain::CompactionPolicy) -> Result<bool> {
         let table = self.table(table).await?;
+        let rows = table.count_rows(None).await?;
         let outcome = table
             .optimize(lancedb::table::OptimizeAction::Compact {
-                options: Default::default(),
+                options: policy.options(rows),
                 remap_options: None,
             })
             .await;

@@ -106,6 +106,117 @@ fn optimize_compacts_and_removes_old_versions_keeping_every_row() {
     );
 }
 
+/// Memories `from..to` as JSON lines, one user per ten.
+fn memory_lines(from: usize, to: usize) -> String {
+    (from..to)
+        .map(|i| {
+            format!(
+                r#"{{"id":"m{i:05}","user_id":"u{}","text":"Memory number {i} about topic {}","salience":0.5,"created_at":"2025-01-01T00:00:00Z"}}"#,
+                i % 10,
+                i % 7
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn fragments(db: &TestDb) -> u64 {
+    storage(db, "memories")["fragments"]
+        .as_u64()
+        .expect("fragments")
+}
+
+#[test]
+fn compaction_merges_small_fragments_and_leaves_a_large_one_until_its_updates_pile_up() {
+    // One large fragment (2000 rows, one import) and three small ones (5 rows each).
+    let db = TestDb::new();
+    let file = db.path("m.jsonl");
+    std::fs::write(&file, memory_lines(0, 2000)).unwrap();
+    let out = db.run(&["import", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for k in 0..3 {
+        std::fs::write(&file, memory_lines(2000 + 5 * k, 2005 + 5 * k)).unwrap();
+        let out = db.run(&["import", &file]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    assert_eq!(fragments(&db), 4);
+    let rows_before = db.rows("SELECT id, text, salience FROM memories ORDER BY id");
+    let large_bytes = storage(&db, "memories")["live_bytes"].as_u64().unwrap();
+
+    // The small ones merge into one; the large one is not copied.
+    let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
+    assert_eq!(report["counts"]["fragments_compacted"], 3, "{report}");
+    assert_eq!(report["counts"]["fragments_written"], 1, "{report}");
+    assert_eq!(fragments(&db), 2);
+    let after = storage(&db, "memories");
+    assert!(
+        after["bytes"].as_u64().unwrap() < large_bytes * 3 / 2,
+        "no second copy of the large fragment: {after} (live {large_bytes})"
+    );
+
+    // Column updates (scores, every day) replace the columns' files, not the fragment:
+    // compaction leaves the large fragment alone, and every value reads as scores left it.
+    for now in [
+        "2025-03-01T00:00:00Z",
+        "2025-03-02T00:00:00Z",
+        "2025-03-03T00:00:00Z",
+    ] {
+        let out = db.run(&["scores", "--now", now]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let scored = db.rows("SELECT id, salience, tier, retention FROM memories ORDER BY id");
+    let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
+    assert_eq!(report["counts"]["fragments_compacted"], 0, "{report}");
+    assert_eq!(
+        db.rows("SELECT id, salience, tier, retention FROM memories ORDER BY id"),
+        scored
+    );
+
+    // Whole rows written again (a quarter of the large fragment's) delete the old copies;
+    // past `compact_deleted_fraction` (0.2) the fragment is rewritten without them.
+    std::fs::write(
+        &file,
+        memory_lines(0, 500).replace("Memory number", "Rewritten memory number"),
+    )
+    .unwrap();
+    let out = db.run(&["import", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let config = db.path("memlife.toml");
+    std::fs::write(&config, "[retention]\ncompact_deleted_fraction = 0.3\n").unwrap();
+    let report = json(&db.run(&[
+        "--config", &config, "--json", "optimize", "--tables", "memories",
+    ]));
+    assert_eq!(
+        report["counts"]["fragments_compacted"], 2,
+        "the two small fragments merge; the large one, 25% deleted, is under 0.3: {report}"
+    );
+    assert_eq!(fragments(&db), 2);
+    let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
+    assert_eq!(
+        report["counts"]["fragments_compacted"], 2,
+        "25% deleted is over 0.2: the large one is rewritten too: {report}"
+    );
+    assert_eq!(fragments(&db), 1);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM memories WHERE text LIKE 'Rewritten%'"),
+        "500"
+    );
+    assert_eq!(
+        db.rows("SELECT id FROM memories ORDER BY id").len(),
+        rows_before.len()
+    );
+
+    // A fraction outside (0, 1] is named.
+    std::fs::write(&config, "[retention]\ncompact_fragment_fraction = 0\n").unwrap();
+    let out = db.run(&["--config", &config, "optimize"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("retention.compact_fragment_fraction"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn optimize_names_bad_input() {
     let db = TestDb::new();
