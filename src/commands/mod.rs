@@ -7,17 +7,8 @@
 
 pub mod batches;
 pub mod bench;
-pub mod bench_consolidate;
-pub mod bench_graph;
-pub mod bench_integrate;
-pub mod bench_recall;
-pub mod bench_year;
 pub mod check;
 pub mod eval;
-pub mod eval_entities;
-pub mod eval_integrate;
-pub mod eval_recall;
-pub mod eval_temporal;
 pub mod export;
 pub mod history;
 pub mod index;

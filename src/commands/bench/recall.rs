@@ -19,8 +19,8 @@ use anyhow::{Result, anyhow};
 use arrow::array::RecordBatchIterator;
 use serde_json::json;
 
-use super::bench_graph::{BenchDir, next, percentile};
-use super::recall::{RecallArgs, recall};
+use super::graph::{BenchDir, next, percentile};
+use crate::commands::recall::{RecallArgs, recall};
 use crate::logic::recall::Mode;
 use crate::model::schema::MEMORIES;
 use crate::store::index::VectorIndex;
@@ -182,7 +182,7 @@ async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
     if reuse {
         let indexed = timed(&store, bench, &queries, &texts, false).await?;
         return Ok(json!({
-            "cpu": super::bench_consolidate::cpu_name(),
+            "cpu": super::harness::cpu_name(),
             "memories": bench.memories,
             "k": bench.k,
             "mode": "standard",
@@ -217,7 +217,7 @@ async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
     )
     .await?;
     Ok(json!({
-        "cpu": super::bench_consolidate::cpu_name(),
+        "cpu": super::harness::cpu_name(),
         "memories": bench.memories,
         "k": bench.k,
         "mode": "standard",

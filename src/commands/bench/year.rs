@@ -9,8 +9,10 @@
 //! Recorded on day 1, every `--sample-every` days and the last day: each job's time and each
 //! table's versions, data files and bytes. At the end the store is compared with a freshly
 //! written copy of the same rows (each table `import` writes, exported to Parquet and imported
-//! into a new store): bytes of those tables against the copy's. Targets (issue 35): with optimize, bytes within 2x
-//! of the fresh copy, and each job's time on the last day within 1.25x of day 1.
+//! into a new store, then given the same indexes, `memlife index --scalar`, as the jobs give a
+//! store of that size): bytes of those tables against the copy's, with its indexes and (also
+//! reported) without. Targets (issue 35): with optimize, bytes within 2x of the fresh copy,
+//! and each job's time on the last day within 1.25x of day 1.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -19,7 +21,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::bench_consolidate::{Workdir, cpu_name, memlife};
+use super::harness::{Workdir, cpu_name, memlife};
 use crate::config::RetentionSection;
 
 #[derive(clap::Args, Debug)]
@@ -111,8 +113,9 @@ fn copied_bytes(storage: &Value) -> f64 {
         .sum()
 }
 
-/// Bytes of a freshly written copy of the `COPIED` tables' rows.
-fn fresh_copy_bytes(work: &std::path::Path, db: &str) -> Result<Value> {
+/// Storage of a freshly written copy of the `COPIED` tables' rows: as imported, and with the
+/// indexes the store has (the recall and lookup indexes every store of that size gets).
+fn fresh_copy_bytes(work: &std::path::Path, db: &str) -> Result<(Value, Value)> {
     let copy = work.join("fresh");
     let copy_db = copy.to_string_lossy().into_owned();
     memlife(&["--db", &copy_db, "init"])?;
@@ -130,7 +133,9 @@ fn fresh_copy_bytes(work: &std::path::Path, db: &str) -> Result<Value> {
             bail!("fresh copy of {table}: rows rejected: {report}");
         }
     }
-    storage(&copy_db)
+    let rows_only = storage(&copy_db)?;
+    memlife(&["--db", &copy_db, "--json", "index", "--scalar"])?;
+    Ok((rows_only, storage(&copy_db)?))
 }
 
 pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write) -> Result<()> {
@@ -343,10 +348,17 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
         }
     }
     bar.finish_and_clear();
-    let fresh = fresh_copy_bytes(&work.path, &db)?;
+    let (fresh_rows, fresh) = fresh_copy_bytes(&work.path, &db)?;
     let last = records.last().cloned().unwrap_or(Value::Null);
     let bytes = copied_bytes(&last["storage"]);
     let fresh_bytes = copied_bytes(&fresh);
+    let ratio = |of: f64| {
+        if of > 0.0 {
+            (bytes / of * 100.0).round() / 100.0
+        } else {
+            0.0
+        }
+    };
     // Each job's time on the last day against day 1 (jobs that ran on both).
     let first = records.first().cloned().unwrap_or(Value::Null);
     let mut ratios = serde_json::Map::new();
@@ -371,7 +383,9 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
         "wall_seconds": started.elapsed().as_secs_f64().round(),
         "samples": records,
         "fresh_copy": fresh,
-        "bytes_over_fresh_copy": if fresh_bytes > 0.0 { (bytes / fresh_bytes * 100.0).round() / 100.0 } else { 0.0 },
+        "fresh_copy_without_indexes": fresh_rows,
+        "bytes_over_fresh_copy": ratio(fresh_bytes),
+        "bytes_over_fresh_rows": ratio(copied_bytes(&fresh_rows)),
         "last_day_over_day_1": ratios,
     });
     serde_json::to_writer_pretty(&mut *out, &report)?;

@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use super::bench_consolidate::{MockServer, Workdir, count, cpu_name, memlife, spawn_mock};
+use super::harness::{MockServer, Workdir, count, cpu_name, memlife, spawn_mock};
 
 #[derive(clap::Args, Debug)]
 pub struct IntegrateBench {

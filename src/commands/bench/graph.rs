@@ -12,7 +12,7 @@ use anyhow::{Result, anyhow};
 use arrow::array::RecordBatchIterator;
 use serde_json::json;
 
-use super::traverse::{TraverseArgs, Walker};
+use crate::commands::traverse::{TraverseArgs, Walker};
 use crate::model::schema::{LINKS, MEMORIES};
 use crate::store::{Store, batch_from_json};
 
@@ -217,7 +217,7 @@ async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
     times.sort_by(f64::total_cmp);
     let n = bench.starts.max(1) as f64;
     Ok(json!({
-        "cpu": super::bench_consolidate::cpu_name(),
+        "cpu": super::harness::cpu_name(),
         "memories": bench.memories,
         "links": written,
         "users": bench.users,

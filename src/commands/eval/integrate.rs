@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::bench_consolidate::{Workdir, cpu_name, memlife, spawn_mock};
+use crate::commands::bench::harness::{Workdir, cpu_name, memlife, spawn_mock};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct IntegrateEvalArgs {

@@ -21,6 +21,11 @@
 //! or `a`, is the later). Cases are split into a dev half and a held-out half by a hash of their
 //! texts (`logic::eval::Split`); both are reported.
 
+pub mod entities;
+pub mod integrate;
+pub mod recall;
+pub mod temporal;
+
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
@@ -53,17 +58,17 @@ pub enum EvalCommand {
     /// precision and recall, destructive errors, and the embedding similarity of each class.
     Judge(JudgeEvalArgs),
     /// Precision and recall of the offline entity extractor on synth truth or hand labels.
-    Entities(super::eval_entities::EntitiesEvalArgs),
+    Entities(entities::EntitiesEvalArgs),
     /// `memlife integrate` end to end (candidate retrieval plus judge) on labelled pairs:
     /// the confusion matrix of the operations it wrote, destructive errors listed.
-    Integrate(super::eval_integrate::IntegrateEvalArgs),
+    Integrate(integrate::IntegrateEvalArgs),
     /// Relative-date resolution on LoCoMo's temporal questions: accuracy, coverage, and
     /// every failure listed.
-    Temporal(super::eval_temporal::TemporalEvalArgs),
+    Temporal(temporal::TemporalEvalArgs),
     /// What recall returns on LoCoMo conversations (observations as memories): hit@k,
     /// evidence recall@k and MRR for `recall` and plain cosine, overall and per category;
     /// `--maintain` runs the nightly jobs and scores again.
-    Recall(super::eval_recall::RecallEvalArgs),
+    Recall(recall::RecallEvalArgs),
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -472,12 +477,12 @@ struct EvalReport {
 pub async fn run(app: &App, args: &EvalArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     match &args.command {
         EvalCommand::Judge(args) => judge(app, args, out).await,
-        EvalCommand::Entities(args) => super::eval_entities::run(args, app.json, out),
+        EvalCommand::Entities(args) => entities::run(args, app.json, out),
         EvalCommand::Integrate(args) => {
-            super::eval_integrate::run(args, app.json, out).map(|()| ExitStatus::Success)
+            integrate::run(args, app.json, out).map(|()| ExitStatus::Success)
         }
-        EvalCommand::Temporal(args) => super::eval_temporal::run(args, app.json, out),
-        EvalCommand::Recall(args) => super::eval_recall::run(app, args, out).await,
+        EvalCommand::Temporal(args) => temporal::run(args, app.json, out),
+        EvalCommand::Recall(args) => recall::run(app, args, out).await,
     }
 }
 

@@ -25,9 +25,9 @@ use chrono::{NaiveDate, NaiveDateTime};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::bench_consolidate::{Workdir, memlife};
-use super::recall::{RecallArgs, recall};
 use crate::app::App;
+use crate::commands::bench::harness::{Workdir, memlife};
+use crate::commands::recall::{RecallArgs, recall};
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::exit::ExitStatus;
 use crate::logic::recall::Mode;

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::eval::text_field;
+use super::text_field;
 use crate::exit::ExitStatus;
 use crate::logic::entities::{normalise, read_user};
 

@@ -2,7 +2,15 @@
 //! `similarity`: top-k neighbours of every vector of one user-sized set with the blocked,
 //! parallel kernel, and the single-threaded naive loop on a sample (its time extrapolated).
 //! `embed`: sentences per second of an embedder on synthetic memory texts. `consolidate` and
-//! `graph` build a store of their own (`bench_consolidate`, `bench_graph`).
+//! `graph` build a store of their own (`consolidate`, `graph`); the harness they and the
+//! evals share (work folders, this binary as a child process, the mock server) is `harness`.
+
+pub mod consolidate;
+pub mod graph;
+pub(crate) mod harness;
+pub mod integrate;
+pub mod recall;
+pub mod year;
 
 use std::io::Write;
 use std::time::Instant;
@@ -36,18 +44,18 @@ pub enum BenchCommand {
     Embed(EmbedBench),
     /// The whole consolidation (cluster, both passes, apply) over a synthetic store against
     /// `memlife mock-llm`, online or as Batch API rounds.
-    Consolidate(super::bench_consolidate::ConsolidateBench),
+    Consolidate(consolidate::ConsolidateBench),
     /// Link traversal from random starts on a synthetic graph (indexed, read only).
-    Graph(super::bench_graph::GraphBench),
+    Graph(graph::GraphBench),
     /// New facts integrated into a synthetic store against `memlife mock-llm` at a fixed
     /// latency per call (facts per second, LLM calls per fact, our own time per fact).
-    Integrate(super::bench_integrate::IntegrateBench),
+    Integrate(integrate::IntegrateBench),
     /// Recall latency for one user with many memories (exact and indexed search, p50 and
     /// p95) and recalls per second in one process.
-    Recall(super::bench_recall::RecallBench),
+    Recall(recall::RecallBench),
     /// A synthetic store lives D days (new facts, recalls, the nightly pipeline at each day's
     /// clock): each job's time and each table's versions, files and bytes over the year.
-    Year(super::bench_year::YearBench),
+    Year(year::YearBench),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,13 +147,11 @@ pub async fn run(app: &App, args: &BenchArgs, out: &mut dyn Write) -> Result<Exi
             )
             .await?
         }
-        BenchCommand::Consolidate(bench) => super::bench_consolidate::run(bench, out)?,
-        BenchCommand::Graph(bench) => super::bench_graph::run(bench, out).await?,
-        BenchCommand::Recall(bench) => super::bench_recall::run(bench, out).await?,
-        BenchCommand::Integrate(bench) => super::bench_integrate::run(bench, out)?,
-        BenchCommand::Year(bench) => {
-            super::bench_year::run(bench, &app.config().await?.retention, out)?
-        }
+        BenchCommand::Consolidate(bench) => consolidate::run(bench, out)?,
+        BenchCommand::Graph(bench) => graph::run(bench, out).await?,
+        BenchCommand::Recall(bench) => recall::run(bench, out).await?,
+        BenchCommand::Integrate(bench) => integrate::run(bench, out)?,
+        BenchCommand::Year(bench) => year::run(bench, &app.config().await?.retention, out)?,
         BenchCommand::Embed(bench) => {
             let embedder = app
                 .embedder(&bench.embedder, bench.dim, bench.batch_size)
