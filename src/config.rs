@@ -54,7 +54,7 @@ pub struct Config {
     pub cluster: crate::logic::cluster::ClusterParams,
     /// Which memories `memlife refine` splits or trims.
     #[serde(default)]
-    pub refine: crate::jobs::refine::RefineParams,
+    pub refine: RefineSection,
     /// Candidates, confidence and operations of `memlife integrate`.
     #[serde(default)]
     pub integrate: crate::logic::integrate::IntegrateParams,
@@ -183,6 +183,31 @@ fn default_true() -> bool {
 }
 fn default_max_tokens() -> u32 {
     1024
+}
+
+/// Which memories `memlife refine` looks at (`[refine]` in memlife.toml).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RefineSection {
+    pub verbose_threshold_chars: usize,
+    pub min_age_days: i64,
+    pub min_access_count: i64,
+    pub cooldown_days: i64,
+    pub max_rejections: i64,
+    pub max_candidates: usize,
+}
+
+impl Default for RefineSection {
+    fn default() -> Self {
+        RefineSection {
+            verbose_threshold_chars: 200,
+            min_age_days: 7,
+            min_access_count: 5,
+            cooldown_days: 30,
+            max_rejections: 3,
+            max_candidates: 100,
+        }
+    }
 }
 
 /// `[retention]`: table versions older than `keep_versions_days` are removed by `memlife

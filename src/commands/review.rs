@@ -18,17 +18,16 @@ use anyhow::{Result, anyhow, bail};
 use serde_json::{Map, Value, json};
 
 use crate::app::App;
-use crate::embedders::{Embedder, EmbedderArgs};
+use crate::embedders::EmbedderArgs;
 use crate::exit::ExitStatus;
-use crate::jobs::integrate::{plan, resume, write_plans};
-use crate::jobs::{ItemFailure, JobCtx, JobReport, JobScope, RunLog};
+use crate::jobs::integrate::resume;
+use crate::jobs::review_queue::{Verdict, items, settle};
+use crate::jobs::{ItemFailure, JobReport, JobScope, RunLog};
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, LlmArgs};
-use crate::logic::integrate::{Class, Decision};
 use crate::model::encoding::{format_timestamp, parse_timestamp};
-use crate::model::schema::{MEMORIES, REVIEW_QUEUE};
 use crate::store::text_of;
-use crate::store::{Store, json_rows, sql_list, sql_string, sql_timestamp};
+use crate::store::{sql_list, sql_string, sql_timestamp};
 
 const JOB: &str = "review";
 
@@ -75,174 +74,6 @@ pub enum ReviewCommand {
         #[command(flatten)]
         embedder: EmbedderArgs,
     },
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Verdict {
-    Approve,
-    Reject,
-    Expire,
-}
-
-impl Verdict {
-    fn status(self) -> &'static str {
-        match self {
-            Verdict::Approve => "approved",
-            Verdict::Reject => "rejected",
-            Verdict::Expire => "expired",
-        }
-    }
-}
-
-async fn items(store: &Store, filter: &str) -> Result<Vec<Map<String, Value>>> {
-    Ok(json_rows(
-        &store.scan(REVIEW_QUEUE.name, Some(filter)).await?,
-    ))
-}
-
-/// Decides review items: one audit row each (written before anything is applied), the
-/// plans applied, the items' status set. `merged` holds the merge texts of approved MERGEs.
-#[allow(clippy::too_many_arguments)]
-async fn settle(
-    ctx: &JobCtx<'_>,
-    embedder: &Embedder,
-    run_id: &str,
-    items: &[Map<String, Value>],
-    verdict: Verdict,
-    merged: &BTreeMap<String, String>,
-    now: i64,
-    job: &str,
-    failures: &mut Vec<ItemFailure>,
-) -> Result<u64> {
-    let config = ctx.app.config().await?;
-    let p = &config.integrate;
-    let candidate_ids: Vec<String> = items.iter().map(|i| text_of(i, "candidate_id")).collect();
-    let current: BTreeMap<String, Map<String, Value>> = ctx
-        .store
-        .rows_with_ids(
-            "memories",
-            &candidate_ids,
-            Some(&format!(
-                "archived_at IS NULL AND state <> 'archived' AND superseded_by IS NULL \
-                 AND (valid_until IS NULL OR valid_until > {})",
-                sql_timestamp(now)
-            )),
-            &MEMORIES.columns_except("embedding"),
-        )
-        .await?
-        .into_iter()
-        .map(|r| (text_of(&r, "id"), r))
-        .collect();
-    let fact_ids: Vec<String> = items.iter().map(|i| text_of(i, "fact_id")).collect();
-    let settlement = crate::jobs::integrate::settlement_ids(&ctx.store, &fact_ids).await?;
-    let mut plans = Vec::new();
-    let mut settled = Vec::new();
-    for (item, settlement_id) in items.iter().zip(&settlement) {
-        let id = text_of(item, "id");
-        let fact: Map<String, Value> = serde_json::from_str(&text_of(item, "fact"))
-            .map_err(|e| anyhow!("review item {id}: its fact is not a JSON object: {e}"))?;
-        let candidate = current
-            .get(&text_of(item, "candidate_id"))
-            .filter(|c| c["text"] == item["candidate_text"]);
-        let confidence = item["confidence"].as_f64().unwrap_or(0.0);
-        let decision = match verdict {
-            Verdict::Approve => {
-                let Some(class) = Class::parse(&text_of(item, "classification")) else {
-                    bail!(
-                        "review item {id}: unknown classification {}",
-                        item["classification"]
-                    );
-                };
-                if candidate.is_none() {
-                    failures.push(ItemFailure {
-                        item: id.clone(),
-                        reason: "the memory it was compared with changed, was superseded or \
-                                 archived since: not applied (reject it to keep the fact)"
-                            .into(),
-                    });
-                    continue;
-                }
-                if class == Class::Merge && !merged.contains_key(&id) {
-                    failures.push(ItemFailure {
-                        item: id.clone(),
-                        reason: "integrate.merge gave no text: not applied".into(),
-                    });
-                    continue;
-                }
-                Decision::Apply {
-                    class,
-                    candidate: 0,
-                    confidence,
-                    reasoning: format!("approved in review: {}", text_of(item, "reasoning")),
-                }
-            }
-            Verdict::Reject | Verdict::Expire => Decision::Coexist {
-                related: candidate.map(|_| 0),
-                confidence,
-                reasoning: if verdict == Verdict::Reject {
-                    "rejected in review: kept beside the memory".into()
-                } else {
-                    "the review expired: kept beside the memory".into()
-                },
-            },
-        };
-        let plan = plan(
-            run_id,
-            settlement_id,
-            &fact,
-            &decision,
-            candidate,
-            merged.get(&id).map(String::as_str),
-            p,
-            now,
-        );
-        plans.push(plan);
-        settled.push(id);
-    }
-    if settled.is_empty() {
-        return Ok(0);
-    }
-    write_plans(&ctx.store, embedder, &plans, &BTreeMap::new(), now, job).await?;
-    ctx.store
-        .update_where(
-            REVIEW_QUEUE.name,
-            &format!("id IN ({}) AND status = 'pending'", sql_list(&settled)),
-            &[
-                ("status", sql_string(verdict.status())),
-                ("decided_at", sql_timestamp(now)),
-                ("decided_by_run", sql_string(run_id)),
-            ],
-        )
-        .await?;
-    Ok(settled.len() as u64)
-}
-
-/// Rejects pending items past their expiry (integrate calls it at the start of every run).
-pub async fn expire(ctx: &JobCtx<'_>, embedder: &Embedder, run_id: &str, now: i64) -> Result<u64> {
-    let mut filter = format!(
-        "status = 'pending' AND expires_at <= {}",
-        sql_timestamp(now)
-    );
-    if let Some(u) = &ctx.user {
-        filter = format!("{filter} AND user_id = {}", sql_string(u));
-    }
-    let due = items(&ctx.store, &filter).await?;
-    if due.is_empty() {
-        return Ok(0);
-    }
-    let mut failures = Vec::new();
-    settle(
-        ctx,
-        embedder,
-        run_id,
-        &due,
-        Verdict::Expire,
-        &BTreeMap::new(),
-        now,
-        "integrate",
-        &mut failures,
-    )
-    .await
 }
 
 fn print_list(rows: &[Map<String, Value>], json: bool, out: &mut dyn Write) -> Result<()> {

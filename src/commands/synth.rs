@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::embedders::hash::{HASH_MODEL_NAME, hash_embed};
 use crate::exit::ExitStatus;
 use crate::formats::{BatchWriter, Format, open_output};
+use crate::logic::hash_embedding::{HASH_MODEL_NAME, hash_embed};
 use crate::logic::synth::{SynthConfig, SynthMemory, generate_each_user, placeholder_embedding};
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;

@@ -3,7 +3,6 @@
 //! different models are never compared or mixed within a user.
 
 mod bert;
-pub mod hash;
 pub mod local;
 pub mod openai;
 
@@ -15,7 +14,7 @@ use anyhow::{Result, bail};
 
 use crate::config::EmbedderSection;
 
-use hash::{HASH_MODEL_NAME, hash_embed};
+use crate::logic::hash_embedding::{HASH_MODEL_NAME, hash_embed};
 use local::{LOCAL_MODEL_NAME, LocalEmbedder};
 use openai::{OpenAiEmbedder, OpenAiSettings};
 

@@ -935,7 +935,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
         if resumed > 0 {
             add(&mut counts, "resumed", resumed);
         }
-        let expired = crate::commands::review::expire(ctx, &embedder, &run_id, now).await?;
+        let expired = super::review_queue::expire(ctx, &embedder, &run_id, now).await?;
         if expired > 0 {
             add(&mut counts, "reviews_expired", expired);
         }

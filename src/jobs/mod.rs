@@ -19,6 +19,7 @@ pub mod link;
 pub mod lock;
 pub mod optimize;
 pub mod refine;
+pub mod review_queue;
 pub mod scores;
 
 use std::collections::BTreeMap;

@@ -18,10 +18,10 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Result, anyhow, bail};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use crate::config::RefineSection;
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, RefineAction, Reply, Task, TaskInput};
@@ -30,31 +30,6 @@ use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES};
 use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
-
-/// Which memories `memlife refine` looks at (`[refine]` in memlife.toml).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct RefineParams {
-    pub verbose_threshold_chars: usize,
-    pub min_age_days: i64,
-    pub min_access_count: i64,
-    pub cooldown_days: i64,
-    pub max_rejections: i64,
-    pub max_candidates: usize,
-}
-
-impl Default for RefineParams {
-    fn default() -> Self {
-        RefineParams {
-            verbose_threshold_chars: 200,
-            min_age_days: 7,
-            min_access_count: 5,
-            cooldown_days: 30,
-            max_rejections: 3,
-            max_candidates: 100,
-        }
-    }
-}
 
 /// Splits verbose memories into focused ones, or trims them, through the LLM layer
 /// (`refine`); refused ones are not asked again after `max_rejections` refusals.
@@ -89,7 +64,7 @@ impl Job for RefineArgs {
 async fn candidates(
     ctx: &JobCtx<'_>,
     user: &str,
-    p: &RefineParams,
+    p: &RefineSection,
 ) -> Result<Vec<serde_json::Map<String, Value>>> {
     let now = ctx.now.timestamp_micros();
     let day = 86_400_000_000i64;

@@ -30,9 +30,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
-use crate::embedders::hash::hash_embed;
 use crate::llm::offline;
 use crate::llm::tasks::TaskInput;
+use crate::logic::hash_embedding::hash_embed;
 use crate::logic::synth::Rng;
 use crate::model::schema::DEFAULT_EMBEDDING_DIM;
 

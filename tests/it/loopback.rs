@@ -54,7 +54,7 @@ pub fn serve_embeddings(dim: usize, fail_first: usize, fail_status: u16) -> Loop
                             .iter()
                             .enumerate()
                             .map(|(i, text)| {
-                                let vector = memlife::embedders::hash::hash_embed(text.as_str().unwrap(), dim);
+                                let vector = memlife::logic::hash_embedding::hash_embed(text.as_str().unwrap(), dim);
                                 serde_json::json!({"index": i, "object": "embedding", "embedding": vector})
                             })
                             .collect();

@@ -175,6 +175,79 @@ fn only_the_store_names_the_database() {
     assert_eq!(database_names_outside_store(&planted).len(), 1);
 }
 
+/// The layers, each with the layers above it that it must not name: commands use jobs,
+/// jobs use the LLM layer, embedders and the store, and none of those reach back up.
+const LAYERS_ABOVE: &[(&str, &[&str])] = &[
+    ("src/jobs", &["crate::commands", "crate::cli"]),
+    ("src/llm", &["crate::commands", "crate::jobs", "crate::cli"]),
+    (
+        "src/embedders",
+        &["crate::commands", "crate::jobs", "crate::llm", "crate::cli"],
+    ),
+    (
+        "src/store",
+        &[
+            "crate::commands",
+            "crate::jobs",
+            "crate::llm",
+            "crate::embedders",
+            "crate::cli",
+        ],
+    ),
+    (
+        "src/model",
+        &[
+            "crate::commands",
+            "crate::jobs",
+            "crate::llm",
+            "crate::embedders",
+            "crate::store",
+            "crate::cli",
+        ],
+    ),
+    (
+        "src/config.rs",
+        &["crate::commands", "crate::jobs", "crate::cli"],
+    ),
+];
+
+fn names_of_layers_above(files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (path, text) in files {
+        let Some((_, above)) = LAYERS_ABOVE
+            .iter()
+            .find(|(layer, _)| path.starts_with(root().join(layer)))
+        else {
+            continue;
+        };
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if let Some(name) = above.iter().find(|a| code.contains(*a)) {
+                found.push(format!(
+                    "{}:{}: names {name}",
+                    path.strip_prefix(root()).unwrap_or(path).display(),
+                    number + 1
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_layer_reaches_up() {
+    let found = names_of_layers_above(&sources("src"));
+    assert!(
+        found.is_empty(),
+        "a module names a layer above it (move what both need down): {found:#?}"
+    );
+    let planted = [(
+        root().join("src/jobs/example.rs"),
+        "    let n = crate::commands::review::expire(ctx).await?;\n".to_string(),
+    )];
+    assert_eq!(names_of_layers_above(&planted).len(), 1);
+}
+
 /// How a schedule file calls memlife: `memlife ` in the crontab, `{MEMLIFE} ` in the DAG.
 fn marker(file: &str) -> &'static str {
     if file == "crontab" {

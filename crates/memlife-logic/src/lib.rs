@@ -10,6 +10,7 @@ pub mod entities;
 pub mod entity_gc;
 pub mod eval;
 pub mod hash;
+pub mod hash_embedding;
 pub mod integrate;
 pub mod reading;
 pub mod recall;

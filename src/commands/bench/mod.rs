@@ -20,9 +20,9 @@ use anyhow::{Result, bail};
 use rayon::prelude::*;
 
 use crate::app::App;
-use crate::embedders::hash::hash_embed;
 use crate::embedders::{Embedder, EmbedderArgs};
 use crate::exit::ExitStatus;
+use crate::logic::hash_embedding::hash_embed;
 use crate::logic::similarity::{AllPairs, SelfMatch, all_pairs_top_k, int8, top_k_naive};
 use crate::logic::synth::{SynthConfig, generate, placeholder_embedding};
 

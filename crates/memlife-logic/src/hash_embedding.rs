@@ -2,10 +2,11 @@
 //! unigrams, word bigrams and character trigrams into signed buckets, L2-normalised. It finds
 //! shared words, not shared meaning ("dark mode" ~ "dark theme", but not "dog" ~ "puppy").
 //!
-//! Pure: no model files, no network.
+//! Pure: no model files, no network. The `hash` embedder serves it, and so does the mock
+//! server's embeddings endpoint.
 
-use crate::logic::hash::fnv1a;
-use crate::logic::similarity::normalise;
+use crate::hash::fnv1a;
+use crate::similarity::normalise;
 
 /// The name recorded beside vectors this embedder makes.
 pub const HASH_MODEL_NAME: &str = "hash-lexical-v1";
@@ -46,7 +47,7 @@ pub fn hash_embed(text: &str, dim: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logic::similarity::dot;
+    use crate::similarity::dot;
 
     #[test]
     fn deterministic_unit_vectors() {
