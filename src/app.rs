@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use tokio::sync::OnceCell;
 
@@ -15,7 +15,7 @@ use crate::embedders::{Embedder, EmbedderArgs};
 use crate::jobs::JobScope;
 use crate::llm::{Llm, LlmArgs};
 use crate::logic::shard::{Shard, UserScope};
-use crate::model::encoding::parse_timestamp;
+use crate::model::clock::Clock;
 use crate::store::Store;
 
 /// The global flags every command shares.
@@ -103,11 +103,8 @@ impl App {
     }
 
     /// The context of one job run: the store, the user scope, dry-run and the clock.
-    pub async fn job_ctx(&self, scope: &JobScope, now: Option<&str>) -> Result<JobCtx<'_>> {
-        let now = match now {
-            None => Utc::now(),
-            Some(text) => parse_clock(text)?,
-        };
+    pub async fn job_ctx(&self, scope: &JobScope, now: Option<Clock>) -> Result<JobCtx<'_>> {
+        let now = Clock::or_now(now).time();
         let store = self.store().await?.clone();
         let (user_scope, shard_users) = match (&scope.user, scope.shard) {
             (Some(user), _) => (UserScope::One(user.clone()), Vec::new()),
@@ -142,15 +139,6 @@ pub async fn users_in_shard(store: &Store, shard: Shard) -> Result<Vec<String>> 
         );
     }
     Ok(users.into_iter().collect())
-}
-
-/// Parses a `--now` clock reading (RFC 3339 or a date).
-pub fn parse_clock(text: &str) -> Result<DateTime<Utc>> {
-    let micros = parse_timestamp(text).with_context(|| {
-        format!("--now {text:?} is not a timestamp (e.g. 2026-01-31T00:00:00Z)")
-    })?;
-    DateTime::from_timestamp_micros(micros)
-        .with_context(|| format!("--now {text:?} is out of range"))
 }
 
 /// What every job gets: built once by `App::job_ctx`, read-only afterwards.

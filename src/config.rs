@@ -222,7 +222,7 @@ pub struct RetentionSection {
     /// A fragment is rewritten whole once more than this fraction of its rows were deleted
     /// (an update that rewrites whole rows deletes the old ones).
     pub compact_deleted_fraction: f64,
-    /// Fragments holding at least this fraction of the table's rows (and at least 1024) are
+    /// Fragments holding at least this fraction of the table's rows (and at least 256) are
     /// left as they are; smaller neighbours are merged up to that size.
     pub compact_fragment_fraction: f64,
 }

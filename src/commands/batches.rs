@@ -13,7 +13,7 @@ use crate::embedders::{Embedder, EmbedderArgs};
 use crate::exit::ExitStatus;
 use crate::jobs::{ItemFailure, JobName, JobReport, JobScope, RunLog};
 use crate::llm::batch::{self, Applier, ApplyEnv, PollOptions};
-use crate::llm::{JudgeKind, Llm, LlmArgs, Mode};
+use crate::llm::{CallMode, JudgeKind, Llm, LlmArgs};
 
 /// OpenAI Batch API submissions: apply finished ones, resubmit failed ones, clean up.
 #[derive(clap::Args, Debug)]
@@ -64,7 +64,7 @@ fn providers(config: &Config) -> Result<Llm> {
         config,
         &LlmArgs {
             judge: Some(JudgeKind::Providers),
-            mode: Some(Mode::Online),
+            mode: Some(CallMode::Online),
         },
     )
 }

@@ -252,7 +252,9 @@ pub async fn check(store: &Store, examples: usize) -> Result<CheckReport> {
     report.violations.extend(violation(name, orphans, examples));
 
     // A memory `scores` archived has its archival in the audit log (logged before it
-    // happened). Scores archive at the run's clock, recorded in the run's params.
+    // happened). Scores archive at the run's clock, recorded in the run's params. Jobs of the
+    // same night share that clock: a memory consolidate (or refine, or integrate) archived
+    // is named in the source ids of that job's audit row instead.
     let name = "memories: every archival by a job is audited";
     report.invariants_checked.push(name.into());
     let clocks = scores_clocks(&context).await?;
@@ -262,7 +264,11 @@ pub async fn check(store: &Store, examples: usize) -> Result<CheckReport> {
             "SELECT m.id, m.archived_at FROM memories m \
              LEFT JOIN (SELECT target_id, created_at FROM audit_log WHERE operation = 'ARCHIVE') a \
                ON a.target_id = m.id AND a.created_at = m.archived_at \
-             WHERE m.state = 'archived' AND m.archived_at IN ({}) AND a.target_id IS NULL",
+             LEFT JOIN (SELECT unnest(source_ids) AS member, created_at FROM audit_log \
+               WHERE operation IN ('CONSOLIDATE', 'SPLIT', 'MERGE', 'SUPERSEDE')) c \
+               ON c.member = m.id AND c.created_at = m.archived_at \
+             WHERE m.state = 'archived' AND m.archived_at IN ({}) AND a.target_id IS NULL \
+               AND c.member IS NULL",
             list.join(", ")
         );
         let (_, batches) = query(&context, &sql, &[]).await?;

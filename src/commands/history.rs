@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use crate::app::App;
 use crate::exit::ExitStatus;
 use crate::logic::integrate::{chain_order, valid_at};
-use crate::model::encoding::parse_timestamp;
+use crate::model::clock::Clock;
 use crate::store::{json_rows, sql_string};
 use crate::store::{text_of, time_of};
 
@@ -22,7 +22,7 @@ pub struct HistoryArgs {
     pub id: String,
     /// Only the version true at this time (RFC 3339).
     #[arg(long)]
-    pub as_of: Option<String>,
+    pub as_of: Option<Clock>,
 }
 
 const COLUMNS: &[&str] = &[
@@ -38,12 +38,7 @@ const COLUMNS: &[&str] = &[
 ];
 
 pub async fn run(app: &App, args: &HistoryArgs, out: &mut dyn Write) -> Result<ExitStatus> {
-    let as_of = match &args.as_of {
-        Some(t) => {
-            Some(parse_timestamp(t).ok_or_else(|| anyhow!("--as-of: not an RFC 3339 time: {t}"))?)
-        }
-        None => None,
-    };
+    let as_of = args.as_of.map(Clock::micros);
     let store = app.store().await?;
     let found = json_rows(
         &store
@@ -113,7 +108,7 @@ pub async fn run(app: &App, args: &HistoryArgs, out: &mut dyn Write) -> Result<E
             serde_json::to_string_pretty(&json!({
                 "id": args.id,
                 "chain": memory.get("supersession_chain_id"),
-                "as_of": args.as_of,
+                "as_of": args.as_of.map(|c| c.to_string()),
                 "versions": rows,
             }))?
         )?;
@@ -124,7 +119,7 @@ pub async fn run(app: &App, args: &HistoryArgs, out: &mut dyn Write) -> Result<E
             out,
             "nothing in the chain of {} was true at {}",
             args.id,
-            args.as_of.as_deref().unwrap_or("")
+            args.as_of.map(|c| c.to_string()).unwrap_or_default()
         )?;
         return Ok(ExitStatus::Success);
     }

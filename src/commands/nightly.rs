@@ -25,6 +25,7 @@ use crate::embedders::EmbedderKind;
 use crate::exit::ExitStatus;
 use crate::jobs::{JobCommand, JobReport, Status};
 use crate::llm::JudgeKind;
+use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::store::Store;
 
@@ -51,7 +52,7 @@ pub struct NightlyArgs {
     pub steps: Vec<String>,
     /// The clock every step runs at (RFC 3339); default the time the pipeline starts.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     /// One user only.
     #[arg(long, conflicts_with = "shard")]
     pub user: Option<String>,
@@ -235,10 +236,7 @@ pub async fn run(app: &App, args: &NightlyArgs, out: &mut dyn Write) -> Result<E
     if !(args.optimize_every_days.is_finite() && args.optimize_every_days >= 0.0) {
         bail!("--optimize-every-days must be 0 or more");
     }
-    let now = match &args.now {
-        Some(text) => crate::app::parse_clock(text)?,
-        None => chrono::Utc::now(),
-    };
+    let now = Clock::or_now(args.now).time();
     let clock = format_timestamp(now.timestamp_micros());
     let store = app.store().await?.clone();
     let users = users_predicate(&store, args).await?;

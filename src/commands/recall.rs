@@ -22,8 +22,9 @@ use serde_json::{Map, Value, json};
 use crate::app::App;
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::exit::ExitStatus;
-use crate::logic::recall::{Candidate, Mode, Signals, parts, rank, rank_score};
+use crate::logic::recall::{Mode, RecallCandidate, Signals, parts, rank, rank_score};
 use crate::logic::scores::{ScoreInput, State, Ttl, on_access, score};
+use crate::model::clock::Clock;
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::MEMORIES;
 use crate::store::audit::{AuditRow, derived_id};
@@ -45,7 +46,7 @@ pub struct RecallArgs {
     pub k: usize,
     /// What was true at this time (RFC 3339): versions valid then, written by then.
     #[arg(long)]
-    pub as_of: Option<String>,
+    pub as_of: Option<Clock>,
     /// Superseded versions too.
     #[arg(long)]
     pub history: bool,
@@ -63,7 +64,7 @@ pub struct RecallArgs {
     pub judge: Option<crate::llm::JudgeKind>,
     /// The recall's clock (RFC 3339); default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     /// Show each signal's part in each result's score (similarity, lexical, entity, time,
     /// salience, recency: weight x signal, summing to the score).
     #[arg(long)]
@@ -541,7 +542,7 @@ pub async fn relevance(
         .iter()
         .zip(crowding)
         .map(|(f, crowding)| {
-            let c = Candidate {
+            let c = RecallCandidate {
                 similarity: f.similarity,
                 focused: f.focused,
                 lexical: f.lexical,
@@ -755,10 +756,7 @@ async fn apply(store: &Store, changes: &[Map<String, Value>], now: i64) -> Resul
 pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     let store = app.store().await?;
     let config = app.config().await?;
-    let now = match &args.now {
-        Some(t) => parse_timestamp(t).ok_or_else(|| anyhow!("--now {t:?} is not RFC 3339"))?,
-        None => chrono::Utc::now().timestamp_micros(),
-    };
+    let now = Clock::or_now(args.now).micros();
     if args.k == 0 {
         bail!("--k must be at least 1");
     }
@@ -775,7 +773,7 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
         config,
         &crate::llm::LlmArgs {
             judge: args.judge,
-            mode: Some(crate::llm::Mode::Online),
+            mode: Some(crate::llm::CallMode::Online),
         },
     )?;
     let mut report = recall(store, config, args, &model, vector, Some(&embedder), now).await?;
@@ -800,12 +798,7 @@ pub async fn recall(
 ) -> Result<Report> {
     let params = &config.recall;
     let scores = &config.scores;
-    let as_of = match &args.as_of {
-        Some(t) => {
-            Some(parse_timestamp(t).ok_or_else(|| anyhow!("--as-of {t:?} is not RFC 3339"))?)
-        }
-        None => None,
-    };
+    let as_of = args.as_of.map(Clock::micros);
     let today = chrono::DateTime::from_timestamp_micros(now)
         .map(|d| d.date_naive())
         .unwrap_or_default();
@@ -935,10 +928,10 @@ pub async fn recall(
     }
     let ranking = std::time::Instant::now();
     let crowding = crowding(&found, params);
-    let mut ranked: Vec<Candidate> = found
+    let mut ranked: Vec<RecallCandidate> = found
         .iter()
         .zip(&crowding)
-        .map(|(f, &crowding)| Candidate {
+        .map(|(f, &crowding)| RecallCandidate {
             similarity: f.similarity,
             focused: f.focused,
             lexical: f.lexical,

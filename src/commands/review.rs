@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, bail};
 use serde_json::{Map, Value, json};
 
 use crate::app::App;
@@ -25,7 +25,8 @@ use crate::jobs::review_queue::{Verdict, items, settle};
 use crate::jobs::{ItemFailure, JobReport, JobScope, RunLog};
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, LlmArgs};
-use crate::model::encoding::{format_timestamp, parse_timestamp};
+use crate::model::clock::Clock;
+use crate::model::encoding::format_timestamp;
 use crate::store::text_of;
 use crate::store::{sql_list, sql_string, sql_timestamp};
 
@@ -52,7 +53,7 @@ pub enum ReviewCommand {
         #[arg(required = true)]
         ids: Vec<String>,
         #[arg(long)]
-        now: Option<String>,
+        now: Option<Clock>,
         #[command(flatten)]
         llm: LlmArgs,
         #[command(flatten)]
@@ -63,14 +64,14 @@ pub enum ReviewCommand {
         #[arg(required = true)]
         ids: Vec<String>,
         #[arg(long)]
-        now: Option<String>,
+        now: Option<Clock>,
         #[command(flatten)]
         embedder: EmbedderArgs,
     },
     /// Reject every pending item past its expiry.
     Expire {
         #[arg(long)]
-        now: Option<String>,
+        now: Option<Clock>,
         #[command(flatten)]
         embedder: EmbedderArgs,
     },
@@ -106,13 +107,6 @@ fn print_list(rows: &[Map<String, Value>], json: bool, out: &mut dyn Write) -> R
     Ok(())
 }
 
-fn clock(now: Option<&String>) -> Result<i64> {
-    match now {
-        Some(t) => parse_timestamp(t).ok_or_else(|| anyhow!("--now: not an RFC 3339 time: {t}")),
-        None => Ok(chrono::Utc::now().timestamp_micros()),
-    }
-}
-
 pub async fn run(app: &App, args: &ReviewArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     match &args.which {
         ReviewCommand::List { user, status } => {
@@ -143,40 +137,28 @@ pub async fn run(app: &App, args: &ReviewArgs, out: &mut dyn Write) -> Result<Ex
             now,
             llm,
             embedder,
-        } => {
-            decide(
-                app,
-                ids,
-                now.as_ref(),
-                Verdict::Approve,
-                Some(llm),
-                embedder,
-                out,
-            )
-            .await
-        }
+        } => apply_verdict(app, ids, *now, Verdict::Approve, Some(llm), embedder, out).await,
         ReviewCommand::Reject { ids, now, embedder } => {
-            decide(app, ids, now.as_ref(), Verdict::Reject, None, embedder, out).await
+            apply_verdict(app, ids, *now, Verdict::Reject, None, embedder, out).await
         }
         ReviewCommand::Expire { now, embedder } => {
-            decide(app, &[], now.as_ref(), Verdict::Expire, None, embedder, out).await
+            apply_verdict(app, &[], *now, Verdict::Expire, None, embedder, out).await
         }
     }
 }
 
-async fn decide(
+async fn apply_verdict(
     app: &App,
     ids: &[String],
-    now: Option<&String>,
+    now: Option<Clock>,
     verdict: Verdict,
     llm_args: Option<&LlmArgs>,
     embedder_args: &EmbedderArgs,
     out: &mut dyn Write,
 ) -> Result<ExitStatus> {
-    let now_micros = clock(now)?;
-    let ctx = app
-        .job_ctx(&JobScope::default(), Some(&format_timestamp(now_micros)))
-        .await?;
+    let now = Clock::or_now(now);
+    let now_micros = now.micros();
+    let ctx = app.job_ctx(&JobScope::default(), Some(now)).await?;
     let log = RunLog::start(
         &ctx,
         JOB,

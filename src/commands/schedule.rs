@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::app::App;
 use crate::exit::ExitStatus;
 use crate::logic::schedule::{Cadence, cron, is_due, parse_cadence};
+use crate::model::clock::Clock;
 
 pub const DEFAULT_FILE: &str = "jobs/schedule.toml";
 
@@ -318,7 +319,7 @@ pub struct RunDueArgs {
     pub file: PathBuf,
     /// The clock (RFC 3339); default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     /// Say what is due; run nothing, record nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -375,10 +376,7 @@ pub async fn run_due(app: &App, args: &RunDueArgs, out: &mut dyn Write) -> Resul
             args.file.display()
         );
     }
-    let now = match &args.now {
-        Some(text) => crate::app::parse_clock(text)?,
-        None => Utc::now(),
-    };
+    let now = Clock::or_now(args.now).time();
     let store = app.store().await?.clone();
     let _lock = if args.dry_run {
         None

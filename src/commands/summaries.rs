@@ -22,7 +22,8 @@ use serde_json::Value;
 use crate::app::App;
 use crate::embedders::{Embedded, EmbedderArgs};
 use crate::exit::ExitStatus;
-use crate::logic::summaries::{self, Candidate, Prioritize, SummaryParams};
+use crate::logic::summaries::{self, Prioritize, SummaryCandidate, SummaryParams};
+use crate::model::clock::Clock;
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::store::{json_rows, sql_string, sql_timestamp, text_of};
 
@@ -69,7 +70,7 @@ pub struct InjectArgs {
     pub files: Vec<String>,
     /// The clock (RFC 3339); default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     /// Embeds the session's description when --project or --file is given.
     #[command(flatten)]
     pub embedder: EmbedderArgs,
@@ -138,10 +139,7 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
         prioritize: args.prioritize.unwrap_or(config.summaries.prioritize),
     };
     params.validate().map_err(|e| anyhow!(e))?;
-    let now = match &args.now {
-        Some(t) => parse_timestamp(t).ok_or_else(|| anyhow!("--now {t:?} is not RFC 3339"))?,
-        None => chrono::Utc::now().timestamp_micros(),
-    };
+    let now = Clock::or_now(args.now).micros();
     // Read the file first: a damaged one stops the run before any work.
     let before = match &args.context {
         Some(path) => read_context(path)?,
@@ -163,12 +161,12 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
     );
     let rows = json_rows(&store.scan_columns("memories", Some(&live), COLUMNS).await?);
     let relevance = relevance(app, args, store, &live, rows.len()).await?;
-    let candidates: Vec<Candidate> = rows
+    let candidates: Vec<SummaryCandidate> = rows
         .iter()
         .map(|r| {
             let id = text_of(r, "id");
             let time = |f: &str| r.get(f).and_then(Value::as_str).and_then(parse_timestamp);
-            Candidate {
+            SummaryCandidate {
                 relevance: relevance
                     .as_ref()
                     .map(|m| m.get(&id).copied().unwrap_or(0.0)),
@@ -194,7 +192,7 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
         &tokens,
     )
     .map_err(|e| anyhow!("--budget {}: {e}", params.token_budget))?;
-    let chosen: Vec<&Candidate> = selection.chosen.iter().map(|&i| &candidates[i]).collect();
+    let chosen: Vec<&SummaryCandidate> = selection.chosen.iter().map(|&i| &candidates[i]).collect();
     let version = summaries::version(&args.user, &chosen);
 
     // The same selection as the file's one block: leave the file exactly as it is.

@@ -11,6 +11,7 @@ use crate::exit::ExitStatus;
 use crate::formats::{BatchWriter, Format, open_output};
 use crate::logic::hash_embedding::{HASH_MODEL_NAME, hash_embed};
 use crate::logic::synth::{SynthConfig, SynthMemory, generate_each_user, placeholder_embedding};
+use crate::model::clock::Clock;
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
 use crate::model::schema::MEMORIES;
@@ -121,7 +122,7 @@ pub struct SynthArgs {
     pub vectors: SynthVectors,
     /// First day memories may be created on (UTC).
     #[arg(long, default_value = "2025-01-01")]
-    pub start: String,
+    pub start: Clock,
     /// Number of days memories are spread over.
     #[arg(long, default_value_t = 365)]
     pub days: i64,
@@ -129,8 +130,7 @@ pub struct SynthArgs {
 
 /// `memlife synth`: generates the file and prints what it holds.
 pub fn command(json: bool, args: &SynthArgs, out: &mut dyn Write) -> Result<ExitStatus> {
-    let start_micros = crate::model::encoding::parse_timestamp(&args.start)
-        .with_context(|| format!("--start '{}' is not a date (YYYY-MM-DD)", args.start))?;
+    let start_micros = args.start.micros();
     let config = SynthConfig {
         users: args.users,
         memories: args.memories,

@@ -209,7 +209,7 @@ fn key_text(k: &Key) -> String {
 
 /// What undo found for one table: the diff and, per touched key, whether it is still as the
 /// run left it, already back as it was, or changed since.
-struct Plan {
+struct UndoPlan {
     spec: &'static TableSpec,
     before: u64,
     diff: TableDiff,
@@ -404,7 +404,7 @@ pub async fn undo(
             .collect();
         let current = read_hashes(store, spec, None, None, &cols).await?;
         let (as_before, as_after) = (&old, &new);
-        let mut plan = Plan {
+        let mut plan = UndoPlan {
             spec,
             before: b,
             diff: TableDiff::default(),
@@ -526,7 +526,7 @@ pub async fn undo(
 }
 
 /// The diff's size, for the UNDO row (what the run did, beside what undo reverts).
-fn store_version_hint(p: &Plan) -> Value {
+fn store_version_hint(p: &UndoPlan) -> Value {
     json!({
         "run_added": p.diff.added.len(),
         "run_changed": p.diff.changed.len(),

@@ -23,7 +23,7 @@ pub enum HiddenAct {
 
 /// The fields of a Hugging Face BERT `config.json` the encoder needs (others are ignored).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Config {
+pub struct BertConfig {
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub num_hidden_layers: usize,
@@ -45,7 +45,7 @@ struct Embeddings {
 }
 
 impl Embeddings {
-    fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
+    fn load(vb: VarBuilder, config: &BertConfig) -> Result<Self> {
         let hidden = config.hidden_size;
         Ok(Self {
             word: candle_nn::embedding(config.vocab_size, hidden, vb.pp("word_embeddings"))?,
@@ -90,7 +90,7 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
+    fn load(vb: VarBuilder, config: &BertConfig) -> Result<Self> {
         let hidden = config.hidden_size;
         let heads = config.num_attention_heads;
         let head_size = hidden / heads;
@@ -166,7 +166,7 @@ pub struct BertModel {
 impl BertModel {
     /// Loads the weights, whether they are named `embeddings.*` / `encoder.*` (the
     /// sentence-transformers export), `bert.*` or `{model_type}.*`.
-    pub fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
+    pub fn load(vb: VarBuilder, config: &BertConfig) -> Result<Self> {
         let mut prefixes = vec![String::new(), "bert".to_string()];
         if let Some(model_type) = &config.model_type {
             prefixes.push(model_type.clone());
@@ -188,7 +188,7 @@ impl BertModel {
         Err(first_error.expect("at least one prefix was tried"))
     }
 
-    fn load_at(vb: VarBuilder, config: &Config) -> Result<Self> {
+    fn load_at(vb: VarBuilder, config: &BertConfig) -> Result<Self> {
         let embeddings = Embeddings::load(vb.pp("embeddings"), config)?;
         let encoder = vb.pp("encoder");
         let layers = (0..config.num_hidden_layers)
@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn reads_a_sentence_transformers_bert_config_and_ignores_the_rest() {
-        let config: Config = serde_json::from_str(
+        let config: BertConfig = serde_json::from_str(
             r#"{"_name_or_path": "x", "architectures": ["BertModel"], "attention_probs_dropout_prob": 0.1,
                 "hidden_act": "gelu", "hidden_size": 384, "intermediate_size": 1536,
                 "layer_norm_eps": 1e-12, "max_position_embeddings": 512, "model_type": "bert",
@@ -234,6 +234,6 @@ mod tests {
         .unwrap();
         assert_eq!(config.hidden_act, HiddenAct::Gelu);
         assert_eq!(config.hidden_size / config.num_attention_heads, 32);
-        assert!(serde_json::from_str::<Config>(r#"{"hidden_act": "swish"}"#).is_err());
+        assert!(serde_json::from_str::<BertConfig>(r#"{"hidden_act": "swish"}"#).is_err());
     }
 }

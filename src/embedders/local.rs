@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::bert::{BertModel, Config};
+use super::bert::{BertConfig, BertModel};
 use anyhow::{Context, Result, bail};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -39,7 +39,7 @@ impl LocalEmbedder {
             }
         }
         let config_text = std::fs::read_to_string(folder.join("config.json"))?;
-        let config: Config = serde_json::from_str(&config_text)
+        let config: BertConfig = serde_json::from_str(&config_text)
             .with_context(|| format!("{}/config.json is not a BERT config", folder.display()))?;
         let dim: usize = serde_json::from_str::<serde_json::Value>(&config_text)?["hidden_size"]
             .as_u64()

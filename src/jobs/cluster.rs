@@ -15,10 +15,11 @@ use rayon::prelude::*;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::cluster::{
-    Cluster, ClusterParams, Member, PairSignals, assign, connected_hubs, describe, hubs, layered,
-    never_recalled, scored_pairs, shared_names, signature, specific_terms,
+    Cluster, ClusterParams, Member, PairSignals, assign, connected_hubs, describe_clusters, hubs,
+    layered, never_recalled, scored_pairs, shared_names, signature, specific_terms,
 };
 use crate::logic::similarity::{SelfMatch, top_k};
+use crate::model::clock::Clock;
 use crate::model::schema::{CLUSTERS, LINKS, SHARES_ENTITY_PREFIX};
 use crate::store::{batch_from_json, sql_list};
 
@@ -54,7 +55,7 @@ pub struct ClusterArgs {
     /// The clock the run computes at (RFC 3339): the clusters' `created_at`; default the current
     /// time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -64,8 +65,8 @@ impl Job for ClusterArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 }
 
@@ -297,7 +298,7 @@ fn cluster_user(
             (0, groups)
         }
     };
-    let clusters = describe(groups, &memories.vectors, dim);
+    let clusters = describe_clusters(groups, &memories.vectors, dim);
     (hub_count, clusters)
 }
 

@@ -33,9 +33,10 @@ use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, ProposedGroup, Reply, Task, TaskInput};
-use crate::llm::{Item, LlmArgs, Mode, Outcome};
+use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::logic::cluster::signature;
 use crate::logic::shard::UserScope;
+use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, MEMORY_ENTITIES};
 use crate::store::audit::{AuditRow, derived_id};
@@ -48,7 +49,7 @@ pub struct ConsolidateArgs {
     /// The clock the run computes at (RFC 3339): the consolidated memory's `updated_at` and
     /// the members' `archived_at`; default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
     #[command(flatten)]
@@ -67,8 +68,8 @@ impl Job for ConsolidateArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 
     fn applier() -> Option<Box<dyn Applier>> {
@@ -141,7 +142,7 @@ fn pack(clusters: Vec<(ClusterRow, Vec<Value>)>, per_call: usize) -> Vec<(Cluste
 }
 
 /// One approved group, ready to apply.
-struct Plan {
+struct ConsolidationPlan {
     /// Its audit row's key (`{origin}|{custom id}`).
     key: String,
     user: String,
@@ -298,7 +299,7 @@ fn is_live(row: &Value) -> bool {
 }
 
 /// The consolidated memory's row (without its embedding) from the members' rows.
-fn new_memory(plan: &Plan, members: &[&Value], now: &str) -> Value {
+fn new_memory(plan: &ConsolidationPlan, members: &[&Value], now: &str) -> Value {
     let mut importance: Vec<f64> = members
         .iter()
         .filter_map(|m| m["importance"].as_f64())
@@ -391,7 +392,7 @@ fn new_memory(plan: &Plan, members: &[&Value], now: &str) -> Value {
 async fn apply(
     store: &Store,
     embedder: Option<&Embedder>,
-    plans: &[(Plan, Value, i64)],
+    plans: &[(ConsolidationPlan, Value, i64)],
     now: i64,
     phases: &mut BTreeMap<String, u64>,
 ) -> Result<BTreeMap<&'static str, u64>> {
@@ -414,7 +415,7 @@ async fn apply(
     .into_iter()
     .filter_map(|r| r["id"].as_str().map(str::to_string))
     .collect();
-    let missing: Vec<&(Plan, Value, i64)> = plans
+    let missing: Vec<&(ConsolidationPlan, Value, i64)> = plans
         .iter()
         .filter(|(p, ..)| !existing.contains(&p.new_id))
         .collect();
@@ -582,7 +583,7 @@ fn string_list(value: &Value) -> Vec<String> {
 
 /// Approved consolidations whose members are not all archived yet (a killed run's). Reads
 /// only the ids and members of past consolidations, then the full log rows of unfinished ones.
-async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
+async fn unfinished(store: &Store) -> Result<Vec<(ConsolidationPlan, Value, i64)>> {
     // Approvals of runs `memlife undo` reverted stay reverted.
     let approved = &crate::store::without_undone(
         store,
@@ -621,7 +622,7 @@ async fn unfinished(store: &Store) -> Result<Vec<(Plan, Value, i64)>> {
             .and_then(crate::model::encoding::parse_timestamp)
             .ok_or_else(|| anyhow!("audit row {} lacks after_state.archived_at", row["id"]))?;
         out.push((
-            Plan {
+            ConsolidationPlan {
                 key: String::new(),
                 texts: BTreeMap::new(),
                 user: row["user_id"].as_str().unwrap_or("").to_string(),
@@ -843,7 +844,7 @@ fn read_verdict(
     outcome: &Outcome,
     counts: &mut BTreeMap<String, u64>,
     failures: &mut Vec<ItemFailure>,
-) -> std::result::Result<Plan, Box<AuditRow>> {
+) -> std::result::Result<ConsolidationPlan, Box<AuditRow>> {
     let signature = signature_of(&item.custom_id).to_string();
     let text = item.input.proposal.clone().unwrap_or_default();
     let first = proposal.reasoning.get(&text).cloned().unwrap_or_default();
@@ -875,7 +876,7 @@ fn read_verdict(
     add(counts, "groups_approved", 1);
     let mut members: Vec<String> = item.input.memories.iter().map(|m| m.id.clone()).collect();
     members.sort();
-    Ok(Plan {
+    Ok(ConsolidationPlan {
         key: format!("{}|{}", origin.key, item.custom_id),
         user: origin.user.to_string(),
         new_id: derived_id(&format!("consolidated|{}|{text}", members.join("|"))),
@@ -902,7 +903,7 @@ async fn commit(
     store: &Store,
     embedder: Option<&Embedder>,
     run_id: &str,
-    plans: Vec<Plan>,
+    plans: Vec<ConsolidationPlan>,
     mut rows: Vec<AuditRow>,
     now_micros: i64,
     counts: &mut BTreeMap<String, u64>,
@@ -917,7 +918,7 @@ async fn commit(
         .collect();
     let logged = store.audit_ids_present(&keys).await?;
     rows.retain(|r| !logged.contains(&r.id));
-    let (done, plans): (Vec<Plan>, Vec<Plan>) = plans
+    let (done, plans): (Vec<ConsolidationPlan>, Vec<ConsolidationPlan>) = plans
         .into_iter()
         .partition(|p| logged.contains(&item_key_id(run_id, &p.key)));
     let users: BTreeSet<&str> = plans.iter().map(|p| p.user.as_str()).collect();
@@ -1092,7 +1093,7 @@ async fn candidates(
 
 pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> {
     let llm = ctx.app.llm(&args.llm).await?;
-    let batch = llm.mode == Mode::Batch;
+    let batch = llm.mode == CallMode::Batch;
     let params = json!({"mode": if batch { "batch" } else { "online" }, "now": now_param(ctx)});
     let log = RunLog::start(ctx, JobName::Consolidate.as_str(), &params).await?;
     let run_id = log.run_id().to_string();
@@ -1107,7 +1108,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
 
     // A killed run's approved consolidations are finished first.
     if !ctx.dry_run {
-        let pending: Vec<(Plan, Value, i64)> = unfinished(&ctx.store)
+        let pending: Vec<(ConsolidationPlan, Value, i64)> = unfinished(&ctx.store)
             .await?
             .into_iter()
             .filter(|(plan, ..)| ctx.scope.contains(&plan.user))

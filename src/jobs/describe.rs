@@ -21,7 +21,8 @@ use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, EmbedderArgs};
 use crate::llm::offline::{describe as offline_describe, entity_view_text};
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
-use crate::llm::{Item, LlmArgs, Mode};
+use crate::llm::{CallMode, Item, LlmArgs};
+use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, MEMORY_ENTITIES};
 use crate::store::audit::AuditRow;
@@ -40,7 +41,7 @@ pub struct DescribeArgs {
     pub embedder: EmbedderArgs,
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -50,8 +51,8 @@ impl Job for DescribeArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 }
 
@@ -88,7 +89,7 @@ fn embedding_text(name: &str, description: &str, notes: &[(String, String)]) -> 
 
 pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
     let llm = ctx.app.llm(&args.llm).await?;
-    if llm.mode == Mode::Batch {
+    if llm.mode == CallMode::Batch {
         bail!(
             "describe runs online only (--mode online): a night's descriptions are few and short"
         );

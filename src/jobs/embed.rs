@@ -15,6 +15,7 @@ use arrow::array::{
 
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, EmbedderArgs};
+use crate::model::clock::Clock;
 use crate::model::schema::{ENTITIES, MEMORIES, TableSpec};
 use crate::store::sql_list;
 
@@ -35,7 +36,7 @@ pub struct EmbedArgs {
     pub table: String,
     /// The clock the run computes at (RFC 3339): its recorded clock; default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
     #[command(flatten)]
@@ -47,8 +48,8 @@ impl Job for EmbedArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 }
 

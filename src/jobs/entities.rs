@@ -27,10 +27,11 @@ use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{EXTRACT_BATCH, ExtractedMemory, MemoryView, Reply, Task, TaskInput};
-use crate::llm::{Item, LlmArgs, Mode, Outcome};
-use crate::logic::entities::{Mention, believed_names, extract, normalise, vote};
+use crate::llm::{CallMode, Item, LlmArgs, Outcome};
+use crate::logic::entities::{Mention, believed_names, extract, normalise_name, vote};
 use crate::logic::hash::fnv1a;
 use crate::logic::similarity::dot;
+use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{
     ENTITIES, ENTITY_SCANS, ENTITY_TYPES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX,
@@ -62,7 +63,7 @@ pub struct EntitiesArgs {
     /// The clock the run computes at (RFC 3339): the new entities' and links' timestamps; default
     /// the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -79,8 +80,8 @@ impl Job for EntitiesArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 
     fn applier() -> Option<Box<dyn Applier>> {
@@ -209,11 +210,11 @@ async fn known_entities(
         let types = batch.column(3).as_string::<i32>();
         let aliases = batch.column(4).as_list::<i32>();
         for row in 0..batch.num_rows() {
-            let mut keys = vec![normalise(names.value(row))];
+            let mut keys = vec![normalise_name(names.value(row))];
             if aliases.is_valid(row) {
                 let list = aliases.value(row);
                 let list = list.as_string::<i32>();
-                keys.extend((0..list.len()).map(|i| normalise(list.value(i))));
+                keys.extend((0..list.len()).map(|i| normalise_name(list.value(i))));
             }
             out.entry(users.value(row).to_string())
                 .or_default()
@@ -325,7 +326,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         Extractor::Rules => None,
         Extractor::Llm => Some(ctx.app.llm(&args.llm).await?),
     };
-    let batch = llm.as_ref().is_some_and(|l| l.mode == Mode::Batch);
+    let batch = llm.as_ref().is_some_and(|l| l.mode == CallMode::Batch);
     let log = RunLog::start(ctx, JobName::Entities.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Entities.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -540,7 +541,7 @@ async fn write_readings(
     for (&i, found) in changed.iter().zip(mentions) {
         for mention in found {
             groups
-                .entry((memories[i].user.clone(), normalise(&mention.name)))
+                .entry((memories[i].user.clone(), normalise_name(&mention.name)))
                 .or_default()
                 .push(mention);
         }
@@ -567,7 +568,7 @@ async fn write_readings(
             Some(k) => {
                 let changed_type = k.entity_type == "other" && voted != "other";
                 let mut aliases = BTreeSet::new();
-                if normalise(&k.name) != *key {
+                if normalise_name(&k.name) != *key {
                     aliases.insert(name.clone());
                 }
                 *counts.entry("entities_matched_by_name".into()).or_default() += 1;
@@ -693,7 +694,7 @@ async fn write_readings(
     for (&i, found) in changed.iter().zip(mentions) {
         let m = &memories[i];
         for mention in found {
-            let r = by_key[&(m.user.clone(), normalise(&mention.name))];
+            let r = by_key[&(m.user.clone(), normalise_name(&mention.name))];
             pairs.insert((m.id.clone(), resolved[r].id.clone(), m.user.clone()));
         }
     }
@@ -828,7 +829,10 @@ async fn write_readings(
                     .unwrap_or_default();
                 let before = list.len();
                 for alias in aliases {
-                    if !list.iter().any(|a| normalise(a) == normalise(&alias)) {
+                    if !list
+                        .iter()
+                        .any(|a| normalise_name(a) == normalise_name(&alias))
+                    {
                         list.push(alias);
                     }
                 }
@@ -1010,7 +1014,7 @@ fn take_reply(
         mentions[k] = found
             .entities
             .iter()
-            .filter(|e| seen.insert(normalise(e.name.trim())))
+            .filter(|e| seen.insert(normalise_name(e.name.trim())))
             .map(|e| Mention {
                 name: e.name.trim().to_string(),
                 entity_type: ENTITY_TYPES

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::entity_gc::{GcEntity, chain, plan_merges};
+use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX};
 use crate::store::audit::AuditRow;
@@ -47,7 +48,7 @@ pub struct EntityGcArgs {
     pub links_per_memory: usize,
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -57,8 +58,8 @@ impl Job for EntityGcArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 }
 

@@ -16,6 +16,7 @@ use arrow::error::ArrowError;
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog, Status};
 use crate::formats::{self, Format, FormatError, Intake, Location, RowError, RowSource};
 use crate::logic::shard::UserScope;
+use crate::model::clock::Clock;
 use crate::model::encoding::Cell;
 use crate::model::rows::{DigestMap, RowBuilder};
 use crate::model::schema::{IMPORTABLE_TABLES, TableSpec};
@@ -48,7 +49,7 @@ pub struct ImportArgs {
     /// The clock the run computes at (RFC 3339): the `created_at` of rows that give none;
     /// default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -58,8 +59,8 @@ impl Job for ImportArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 }
 

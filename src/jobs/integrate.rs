@@ -46,6 +46,7 @@ use crate::llm::{Item, Llm, LlmArgs, Outcome};
 use crate::logic::integrate::{Answer, Class, Decision, IntegrateParams, decide, union_tags};
 use crate::logic::shard::UserScope;
 use crate::logic::similarity::dot;
+use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, REVIEW_QUEUE};
 use crate::store::audit::{AuditRow, derived_id};
@@ -68,7 +69,7 @@ pub struct IntegrateArgs {
     pub on_error: OnError,
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     /// Candidates judged per fact (default `[integrate] top_k`, 5).
     #[arg(long)]
     pub top_k: Option<usize>,
@@ -96,8 +97,8 @@ impl Job for IntegrateArgs {
         Some(Box::new(super::integrate_batch::IntegrateApplier))
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 }
 
@@ -310,7 +311,7 @@ pub(super) fn fact_view(fact: &Map<String, Value>) -> MemoryView {
 
 /// One decision, ready to log and apply: its audit rows (the decision's own last) and what
 /// applying it writes.
-pub struct Plan {
+pub struct FactPlan {
     pub audit: Vec<AuditRow>,
     /// Memory rows (JSON, no embedding) to upsert; `vectors` holds embeddings known already.
     pub memories: Vec<Value>,
@@ -360,7 +361,7 @@ pub fn plan(
     merged: Option<&str>,
     p: &IntegrateParams,
     now: i64,
-) -> Plan {
+) -> FactPlan {
     let now_text = format_timestamp(now);
     let fact_id = text_of(fact, "id");
     let user = text_of(fact, "user_id");
@@ -538,7 +539,7 @@ pub fn plan(
     row.before_state = before;
     row.after_state = Some(after_state(fact, &memories, &links, review.as_ref()));
     audit.push(row);
-    Plan {
+    FactPlan {
         audit,
         memories,
         links,
@@ -553,7 +554,7 @@ pub fn plan(
 pub async fn write_plans(
     store: &Store,
     embedder: &Embedder,
-    plans: &[Plan],
+    plans: &[FactPlan],
     vectors: &BTreeMap<String, Vec<f32>>,
     now: i64,
     job: &str,
@@ -571,7 +572,7 @@ pub async fn write_plans(
 async fn apply_plans(
     store: &Store,
     embedder: &Embedder,
-    plans: &[Plan],
+    plans: &[FactPlan],
     vectors: &BTreeMap<String, Vec<f32>>,
     now: i64,
     job: &str,
@@ -669,7 +670,7 @@ async fn unfinished(
     store: &Store,
     scope: &UserScope,
     runs: Option<&[String]>,
-) -> Result<Vec<Plan>> {
+) -> Result<Vec<FactPlan>> {
     // Only runs that did not finish can have left a decision logged and not applied (a run
     // applies every plan before it finishes), so the log of finished runs is never reread.
     // A batch is applied after its submitting run finished: its applier names that run.
@@ -757,7 +758,7 @@ async fn unfinished(
         let filter = format!("id IN ({})", sql_list(chunk));
         for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
             let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
-            plans.push(Plan {
+            plans.push(FactPlan {
                 audit: Vec::new(),
                 memories: after["memories"].as_array().cloned().unwrap_or_default(),
                 links: after["links"].as_array().cloned().unwrap_or_default(),
@@ -1014,7 +1015,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
             .or_default()
             .push(i);
     }
-    if llm.mode == crate::llm::Mode::Batch {
+    if llm.mode == crate::llm::CallMode::Batch {
         let prepared = super::integrate_batch::Prepared {
             facts: &facts,
             by_user: &by_user,

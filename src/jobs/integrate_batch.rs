@@ -636,7 +636,7 @@ async fn apply_classify(
 /// Logs and applies the decisions of one application (their rows are embedded here).
 async fn write_decided(
     env: &ApplyEnv<'_>,
-    plans: &[super::integrate::Plan],
+    plans: &[super::integrate::FactPlan],
     now: i64,
 ) -> Result<()> {
     if plans.is_empty() {

@@ -18,7 +18,8 @@ use serde_json::Value;
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{LinkType, MemoryView, Reply, Task, TaskInput};
-use crate::llm::{Item, LlmArgs, Mode, Outcome};
+use crate::llm::{CallMode, Item, LlmArgs, Outcome};
+use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS};
 use crate::store::audit::AuditRow;
@@ -39,7 +40,7 @@ pub struct LinkArgs {
     /// The clock the run computes at (RFC 3339): the new links' timestamps and the superseded
     /// memories' `valid_until`; default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
     #[command(flatten)]
@@ -51,8 +52,8 @@ impl Job for LinkArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 
     fn applier() -> Option<Box<dyn Applier>> {
@@ -434,11 +435,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
         let items = candidate_items(&memories, dim, args, min_score, &judged, &now);
         *counts.entry("users".into()).or_default() += 1;
         *counts.entry("pairs_to_judge".into()).or_default() += items.len() as u64;
-        if items.is_empty() || (ctx.dry_run && llm.mode == Mode::Batch) {
+        if items.is_empty() || (ctx.dry_run && llm.mode == CallMode::Batch) {
             continue;
         }
         match llm.mode {
-            Mode::Online => {
+            CallMode::Online => {
                 let outcomes = llm.run(items.clone()).await;
                 for o in outcomes.iter().filter(|o| o.failure.is_some()) {
                     report.failures.push(super::ItemFailure {
@@ -463,7 +464,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
                 }
                 all_outcomes.extend(outcomes);
             }
-            Mode::Batch => {
+            CallMode::Batch => {
                 log.submit_batches(
                     ctx,
                     llm,
@@ -477,7 +478,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
         }
     }
     report.counts = counts;
-    if llm.mode == Mode::Online {
+    if llm.mode == CallMode::Online {
         report.llm = Some(llm.usage(&all_outcomes));
     }
     log.finish(ctx, &mut report).await?;

@@ -61,7 +61,7 @@ pub trait Job {
     /// The shared `--user` / `--dry-run` flags.
     fn scope(&self) -> &JobScope;
     /// The clock the run computes at, for jobs that take `--now`; default the current time.
-    fn clock(&self) -> Option<&str> {
+    fn clock(&self) -> Option<crate::model::clock::Clock> {
         None
     }
     /// What applies this job's Batch API results in `batches poll`, if it submits any.

@@ -1,6 +1,7 @@
 //! `memlife optimize`: keeps the tables small and fast as nightly runs pile up commits. For
-//! every table, in turn: small fragments are merged into larger files (one commit), indexes
-//! take in the rows written since they were built (one commit), and versions written before
+//! every table, in turn: indexes take in the rows written since they were built (one commit),
+//! fragments are compacted by the `[retention]` policy (small ones merged, a large one only
+//! rewritten once it holds many deleted rows; one commit), and versions written before
 //! the retention window (`[retention] keep_versions_days`, default 14, measured on the run's
 //! clock) are removed with the files only they referred to. The latest version is never
 //! removed, and every table stays readable after each step.
@@ -18,6 +19,7 @@ use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::config::RetentionSection;
+use crate::model::clock::Clock;
 use crate::model::schema::ALL_TABLES;
 use crate::store::audit::AuditRow;
 use crate::store::maintain::{CompactionPolicy, TableStorage};
@@ -35,7 +37,7 @@ pub struct OptimizeArgs {
     pub tables: Vec<String>,
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -45,8 +47,8 @@ impl Job for OptimizeArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 }
 
@@ -197,11 +199,18 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         }
         crate::crash::point("optimize.after-audit");
         for (table, before, old) in &plan {
+            // Indexes first: Lance merges only fragments that the same indexes cover, so the
+            // week's new fragments, not yet indexed, would otherwise stay apart from the
+            // indexed ones for good (one more fragment a week). Compaction remaps the indexes
+            // onto what it writes; a second update covers anything it could not remap.
+            let indexes = ctx.store.update_indexes(table).await?;
             let (removed, added) = ctx.store.compact_table(table, &policy).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             crate::crash::point("optimize.after-compact");
-            let indexes = ctx.store.update_indexes(table).await?;
+            if added > 0 {
+                ctx.store.update_indexes(table).await?;
+            }
             add(&mut counts, "indexes_updated", indexes as u64);
             if !old.is_empty() {
                 crate::crash::point("optimize.before-prune");

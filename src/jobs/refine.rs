@@ -25,7 +25,8 @@ use crate::config::RefineSection;
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, RefineAction, Reply, Task, TaskInput};
-use crate::llm::{Item, LlmArgs, Mode, Outcome};
+use crate::llm::{CallMode, Item, LlmArgs, Outcome};
+use crate::model::clock::Clock;
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES};
 use crate::store::audit::{AuditRow, derived_id};
@@ -37,7 +38,7 @@ use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_
 pub struct RefineArgs {
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
     #[command(flatten)]
@@ -51,8 +52,8 @@ impl Job for RefineArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 
     fn applier() -> Option<Box<dyn Applier>> {
@@ -218,7 +219,7 @@ fn row_id(memory_id: &str, origin: &str) -> String {
 /// written; NOOP with KEEP (a refusal), FAILED (asked again later) or STALE (the memory
 /// changed or was archived since the judge read it).
 #[allow(clippy::too_many_arguments)]
-fn decide(
+fn audit_row_of_answer(
     run_id: &str,
     origin: &str,
     memory: Option<&serde_json::Map<String, Value>>,
@@ -364,7 +365,7 @@ async fn record_and_apply(
 
 pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
     let llm = ctx.app.llm(&args.llm).await?;
-    let batch = llm.mode == Mode::Batch;
+    let batch = llm.mode == CallMode::Batch;
     let config = ctx.app.config().await?;
     let p = &config.refine;
     let now = ctx.now.timestamp_micros();
@@ -449,7 +450,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
     let mut rows = Vec::new();
     let mut kept = Vec::new();
     for ((memory, item), outcome) in memories.iter().zip(&items).zip(&outcomes) {
-        let row = decide(
+        let row = audit_row_of_answer(
             &run_id,
             &now_text,
             Some(memory),
@@ -512,7 +513,7 @@ impl Applier for RefineApplier {
             let Some(view) = item.input.memories.first() else {
                 continue;
             };
-            let row = decide(
+            let row = audit_row_of_answer(
                 &record.run_id,
                 &record.batch_key,
                 current.get(&item.custom_id),

@@ -27,6 +27,7 @@ use rayon::prelude::*;
 
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::scores::{ScoreInput, ScoreOutput, ScoreParams, State, Transition, Ttl, score};
+use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, MEMORIES, timestamp_type};
 use crate::store::audit::AuditRow;
@@ -38,7 +39,7 @@ use crate::store::sql_string;
 pub struct ScoresArgs {
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
-    pub now: Option<String>,
+    pub now: Option<Clock>,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -48,8 +49,8 @@ impl Job for ScoresArgs {
         &self.scope
     }
 
-    fn clock(&self) -> Option<&str> {
-        self.now.as_deref()
+    fn clock(&self) -> Option<Clock> {
+        self.now
     }
 }
 

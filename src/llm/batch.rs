@@ -21,7 +21,7 @@ use async_openai::types::files::{CreateFileRequest, FileInput, FilePurpose};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
-use super::provider::{Provider, cost, describe};
+use super::provider::{Provider, cost, describe_error};
 use super::tasks::{Task, parse_reply};
 use super::{Item, Llm, LlmUsage, Outcome, ProviderUsage};
 use crate::model::encoding::{format_timestamp, parse_timestamp};
@@ -278,7 +278,7 @@ async fn send(llm: &Llm, record: &mut BatchRecord, items: &[Item]) -> Result<()>
             anyhow!(
                 "provider {}: uploading the batch file: {}",
                 provider.name,
-                describe(&e)
+                describe_error(&e)
             )
         })?;
     let mut metadata = std::collections::HashMap::new();
@@ -301,7 +301,7 @@ async fn send(llm: &Llm, record: &mut BatchRecord, items: &[Item]) -> Result<()>
             anyhow!(
                 "provider {}: creating the batch: {}",
                 provider.name,
-                describe(&e)
+                describe_error(&e)
             )
         })?;
     record.provider = provider.name.clone();
@@ -589,9 +589,11 @@ async fn poll_round(
         let batch = match provider.client().batches().retrieve(&remote).await {
             Ok(b) => b,
             Err(e) => {
-                report
-                    .errors
-                    .push(format!("batch {}: {}", record.batch_key, describe(&e)));
+                report.errors.push(format!(
+                    "batch {}: {}",
+                    record.batch_key,
+                    describe_error(&e)
+                ));
                 continue;
             }
         };
@@ -675,7 +677,7 @@ async fn download(provider: &Provider, key: &str, id: Option<&str>) -> Result<St
             .content(id)
             .await
             .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .map_err(|e| anyhow!("batch {key}: downloading file {id}: {}", describe(&e))),
+            .map_err(|e| anyhow!("batch {key}: downloading file {id}: {}", describe_error(&e))),
     }
 }
 

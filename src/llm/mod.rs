@@ -39,7 +39,7 @@ pub enum JudgeKind {
 /// How requests are sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub enum CallMode {
     Online,
     Batch,
 }
@@ -53,7 +53,7 @@ pub struct LlmArgs {
     pub judge: Option<JudgeKind>,
     /// online: call now; batch: submit to the Batch API and exit (`batches poll` applies).
     #[arg(long, value_enum)]
-    pub mode: Option<Mode>,
+    pub mode: Option<CallMode>,
 }
 
 /// One request: an id the caller knows it by, and the input.
@@ -159,7 +159,7 @@ impl LlmUsage {
 /// The layer, configured once per run.
 pub struct Llm {
     pub judge: JudgeKind,
-    pub mode: Mode,
+    pub mode: CallMode,
     config: Config,
     /// Providers by name: every provider some role names, built at start, so a missing API
     /// key variable fails the run before any call.
@@ -174,11 +174,11 @@ impl Llm {
             JudgeKind::Offline
         });
         let mode = args.mode.unwrap_or(if config.llm.mode == "batch" {
-            Mode::Batch
+            CallMode::Batch
         } else {
-            Mode::Online
+            CallMode::Online
         });
-        if judge == JudgeKind::Offline && mode == Mode::Batch {
+        if judge == JudgeKind::Offline && mode == CallMode::Batch {
             anyhow::bail!("--mode batch needs --llm providers (the offline judge answers at once)");
         }
         let mut providers = BTreeMap::new();
@@ -362,8 +362,8 @@ impl Llm {
                 JudgeKind::Providers => "providers".into(),
             },
             mode: match self.mode {
-                Mode::Online => "online".into(),
-                Mode::Batch => "batch".into(),
+                CallMode::Online => "online".into(),
+                CallMode::Batch => "batch".into(),
             },
             items: outcomes.len() as u64,
             failed_items: outcomes.iter().filter(|o| o.failure.is_some()).count() as u64,

@@ -1297,7 +1297,7 @@ pub fn describe(items: &[MemoryView]) -> DescribeReply {
     let entity = items.first().map(|m| m.text.as_str()).unwrap_or("");
     // "Dr. Okafor" is named "Okafor" in most sentences.
     let name =
-        crate::logic::entities::normalise(entity.rsplit_once(" (").map_or(entity, |(n, _)| n));
+        crate::logic::entities::normalise_name(entity.rsplit_once(" (").map_or(entity, |(n, _)| n));
     let newest = |kind: &str| {
         let mut list: Vec<&MemoryView> = items.iter().filter(|m| m.kind == kind).collect();
         list.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));

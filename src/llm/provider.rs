@@ -229,7 +229,7 @@ impl Provider {
             Err(error) => {
                 self.record(false);
                 self.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
-                Err(self.error(describe(&error)))
+                Err(self.error(describe_error(&error)))
             }
         }
     }
@@ -274,7 +274,7 @@ pub fn cost(config: &ProviderConfig, input: u64, output: u64, batch: bool) -> f6
 }
 
 /// A short description of an error: status and message, never the request.
-pub fn describe(error: &OpenAIError) -> String {
+pub fn describe_error(error: &OpenAIError) -> String {
     match error {
         OpenAIError::ApiError(e) => format!("HTTP {}: {}", e.status_code, e.api_error.message),
         OpenAIError::Reqwest(e) if e.is_timeout() => "timed out".to_string(),

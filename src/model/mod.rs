@@ -2,6 +2,7 @@
 //! kind both ways (`encoding`), and validated row building into Arrow batches (`rows`).
 //! **Pure (arrow only)**: no Lance, no files; `store` and `formats` build on it.
 
+pub mod clock;
 pub mod encoding;
 pub mod rows;
 pub mod schema;

@@ -84,14 +84,14 @@ fn walk(dir: &std::path::Path) -> (usize, u64, usize) {
 pub struct CompactionPolicy {
     /// A fragment is rewritten whole once more than this fraction of its rows were deleted.
     pub deleted_fraction: f64,
-    /// Fragments of at least this fraction of the table's rows (and 1024) are not merged.
+    /// Fragments of at least this fraction of the table's rows (and 256) are not merged.
     pub fragment_fraction: f64,
 }
 
 impl CompactionPolicy {
     /// The rows a fragment needs to be left alone, for a table of `rows` rows.
     pub fn fragment_rows(&self, rows: usize) -> usize {
-        ((rows as f64 * self.fragment_fraction) as usize).clamp(1024, 1 << 20)
+        ((rows as f64 * self.fragment_fraction) as usize).clamp(256, 1 << 20)
     }
 
     pub(super) fn options(&self, rows: usize) -> lancedb::table::CompactionOptions {

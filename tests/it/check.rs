@@ -152,3 +152,39 @@ fn duplicate_keys_and_unaudited_archivals_are_listed() {
     let text = stdout(&db.run(&["check"]));
     assert!(text.contains("\"id\":\"new\""), "{text}");
 }
+
+#[test]
+fn an_archival_by_another_job_of_the_same_night_is_audited_by_that_jobs_row() {
+    // The nightly runs scores and consolidate at one clock: a memory consolidate folded is
+    // archived at the scores clock, and named in the CONSOLIDATE row's source ids.
+    let db = TestDb::new();
+    db.skip_final_check();
+    import(
+        &db,
+        "memories",
+        r#"{"id":"folded","user_id":"u","text":"User likes green tea.","state":"archived","archived_at":"2025-07-01T00:00:00Z","created_at":"2025-06-01T00:00:00Z"}
+{"id":"lost","user_id":"u","text":"User likes black tea.","state":"archived","archived_at":"2025-07-01T00:00:00Z","created_at":"2025-06-01T00:00:00Z"}
+{"id":"merged","user_id":"u","text":"User likes tea.","created_at":"2025-07-01T00:00:00Z"}"#,
+    );
+    import(
+        &db,
+        "audit_log",
+        r#"{"run_id":"night","operation":"CONSOLIDATE","target_id":"merged","source_ids":["folded"],"created_at":"2025-07-01T00:00:00Z"}"#,
+    );
+    let out = db.run(&["scores", "--now", "2025-07-01T00:00:00Z"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (code, report) = check(&db);
+    assert_eq!(code, Some(1), "{report}");
+    let archival: Vec<&Value> = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["invariant"] == "memories: every archival by a job is audited")
+        .collect();
+    assert_eq!(archival.len(), 1, "{report}");
+    let listed = archival[0].to_string();
+    assert!(
+        listed.contains("lost") && !listed.contains("folded"),
+        "{listed}"
+    );
+}

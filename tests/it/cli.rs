@@ -279,3 +279,35 @@ fn the_demo_never_deletes_a_folder_it_did_not_make() {
     assert!(!folder("demo.db/leftover").exists());
     assert!(folder("demo.db/.memlife-demo").exists());
 }
+
+#[test]
+fn every_clock_flag_is_read_one_way_with_one_message() {
+    let db = TestDb::new();
+    for (flag, args) in [
+        ("--now", vec!["scores", "--now", "yesterday"]),
+        ("--now", vec!["nightly", "--now", "yesterday"]),
+        (
+            "--now",
+            vec!["recall", "a question", "--user", "u1", "--now", "yesterday"],
+        ),
+        ("--as-of", vec!["history", "m1", "--as-of", "yesterday"]),
+        (
+            "--start",
+            vec!["synth", "--start", "yesterday", "-o", "x.jsonl"],
+        ),
+    ] {
+        let out = db.run(&args);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        let message = stderr(&out);
+        assert!(
+            message.contains(flag)
+                && message.contains("\"yesterday\" is not a time: expected RFC 3339"),
+            "{args:?}: {message}"
+        );
+    }
+    // A clock in another offset or as a bare date reads as the same instant everywhere.
+    let out = db.run(&["--json", "scores", "--now", "2026-01-31T03:00:00+01:00"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let params = db.scalar("SELECT params FROM runs WHERE job = 'scores'");
+    assert!(params.contains("2026-01-31T02:00:00"), "{params}");
+}

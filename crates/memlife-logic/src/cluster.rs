@@ -292,7 +292,7 @@ pub fn shared_names(
             .map(|found| {
                 found
                     .iter()
-                    .map(|m| crate::entities::normalise(&m.name))
+                    .map(|m| crate::entities::normalise_name(&m.name))
                     .filter(|n| !n.is_empty())
                     .collect()
             })
@@ -455,7 +455,7 @@ pub fn agglomerate(rows: usize, pairs: &[(f32, u32, u32)], max_size: usize) -> V
 }
 
 /// Pairwise similarities and confidence of each cluster (in parallel across clusters).
-pub fn describe(clusters: Vec<Vec<usize>>, vectors: &[f32], dim: usize) -> Vec<Cluster> {
+pub fn describe_clusters(clusters: Vec<Vec<usize>>, vectors: &[f32], dim: usize) -> Vec<Cluster> {
     clusters
         .into_par_iter()
         .map(|members| {
@@ -716,7 +716,7 @@ mod tests {
     #[test]
     fn confidence_is_the_mean_pairwise_similarity() {
         let vectors = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0];
-        let described = describe(vec![vec![0, 1, 2]], &vectors, 2);
+        let described = describe_clusters(vec![vec![0, 1, 2]], &vectors, 2);
         assert_eq!(described[0].pairwise, [1.0, 0.0, 0.0]);
         assert!((described[0].confidence - 1.0 / 3.0).abs() < 1e-6);
     }

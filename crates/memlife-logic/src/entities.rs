@@ -486,7 +486,7 @@ pub fn names_mid_sentence(text: &str) -> BTreeSet<String> {
     for words in sentences(text) {
         for (start, end) in spans(&words) {
             if start > 0 {
-                names.insert(normalise(&join(&words[start..end])));
+                names.insert(normalise_name(&join(&words[start..end])));
             }
         }
     }
@@ -516,7 +516,7 @@ pub fn extract(text: &str, known: &BTreeSet<String>) -> Vec<Mention> {
         for (start, end) in spans(&words) {
             let name = join(&words[start..end]);
             let (entity_type, strong) = cue_type(&words, start, end);
-            let key = normalise(&name);
+            let key = normalise_name(&name);
             if key.is_empty() {
                 continue;
             }
@@ -529,7 +529,7 @@ pub fn extract(text: &str, known: &BTreeSet<String>) -> Vec<Mention> {
             if !believed {
                 continue;
             }
-            match out.iter_mut().find(|m| normalise(&m.name) == key) {
+            match out.iter_mut().find(|m| normalise_name(&m.name) == key) {
                 Some(seen) => {
                     if (strong && !seen.strong)
                         || (seen.entity_type == "other" && entity_type != "other")
@@ -551,7 +551,7 @@ pub fn extract(text: &str, known: &BTreeSet<String>) -> Vec<Mention> {
 
 /// The key names are matched by: lowercase, honorifics and punctuation dropped, spaces
 /// collapsed ("Dr. Okafor" and "okafor" match).
-pub fn normalise(name: &str) -> String {
+pub fn normalise_name(name: &str) -> String {
     let lower = name.to_lowercase();
     let words: Vec<&str> = lower
         .split(|c: char| !c.is_alphanumeric())
@@ -601,7 +601,11 @@ pub fn believed_names(texts: &[&str], known: &BTreeSet<String>) -> BTreeSet<Stri
     }
     let mut more = BTreeSet::new();
     for text in texts {
-        more.extend(extract(text, &believed).iter().map(|m| normalise(&m.name)));
+        more.extend(
+            extract(text, &believed)
+                .iter()
+                .map(|m| normalise_name(&m.name)),
+        );
     }
     believed.extend(more);
     believed
@@ -616,14 +620,14 @@ pub fn read_user(texts: &[&str], known: &BTreeSet<String>) -> Vec<Vec<Mention>> 
     let mut groups: BTreeMap<String, Vec<Mention>> = BTreeMap::new();
     for m in found.iter().flatten() {
         groups
-            .entry(normalise(&m.name))
+            .entry(normalise_name(&m.name))
             .or_default()
             .push(m.clone());
     }
     let voted: BTreeMap<String, &'static str> =
         groups.iter().map(|(k, ms)| (k.clone(), vote(ms))).collect();
     for m in found.iter_mut().flatten() {
-        m.entity_type = voted[&normalise(&m.name)];
+        m.entity_type = voted[&normalise_name(&m.name)];
     }
     found
 }
@@ -719,11 +723,11 @@ mod tests {
 
     #[test]
     fn names_are_normalised_for_matching() {
-        assert_eq!(normalise("Dr. Okafor"), "okafor");
-        assert_eq!(normalise("  VS   Code "), "vs code");
-        assert_eq!(normalise("Dr"), "dr");
-        assert_eq!(normalise("the Coast Trail"), "coast trail");
-        assert_eq!(normalise("St. Kilda"), "st kilda");
+        assert_eq!(normalise_name("Dr. Okafor"), "okafor");
+        assert_eq!(normalise_name("  VS   Code "), "vs code");
+        assert_eq!(normalise_name("Dr"), "dr");
+        assert_eq!(normalise_name("the Coast Trail"), "coast trail");
+        assert_eq!(normalise_name("St. Kilda"), "st kilda");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! Merge rules, each between two entities of one user whose types agree (equal, or one of them
 //! `other`); when a rule is unsure, nothing is merged:
 //! - `same-name`: a normalised name or alias is shared ("Dr. Smith" / "Smith", "The Louvre" /
-//!   "Louvre": honorifics and leading articles are dropped by `normalise`).
+//!   "Louvre": honorifics and leading articles are dropped by `normalise_name`).
 //! - `surname`: a one-word person name is the last word of exactly one longer person name of
 //!   the user ("Smith" / "Alice Smith"). First names are never merged this way: "John" and
 //!   "John Lennon" are as likely two people as one.
@@ -26,7 +26,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::entities::normalise;
+use super::entities::normalise_name;
 use super::similarity::dot;
 
 /// What the rules need of one entity.
@@ -51,7 +51,7 @@ pub struct Merge {
 fn keys(e: &GcEntity) -> BTreeSet<String> {
     std::iter::once(&e.name)
         .chain(&e.aliases)
-        .map(|n| normalise(n))
+        .map(|n| normalise_name(n))
         .filter(|k| !k.is_empty())
         .collect()
 }

@@ -127,7 +127,7 @@ pub struct Scores {
 }
 
 /// Scores (gold, judged) label pairs of `task` over `labels`.
-pub fn score(task: &str, labels: &[&str], outcomes: &[(&str, &str)]) -> Scores {
+pub fn score_answers(task: &str, labels: &[&str], outcomes: &[(&str, &str)]) -> Scores {
     let mut confusion: BTreeMap<String, BTreeMap<String, usize>> = labels
         .iter()
         .map(|g| {
@@ -260,7 +260,7 @@ mod tests {
             ("COEXIST", "MERGE"),
             ("COEXIST", "COEXIST"),
         ];
-        let s = score("integrate.classify", INTEGRATE_LABELS, &outcomes);
+        let s = score_answers("integrate.classify", INTEGRATE_LABELS, &outcomes);
         assert_eq!((s.pairs, s.correct, s.destructive_errors), (4, 2, 1));
         assert_eq!(s.confusion["DUPLICATE"]["COEXIST"], 1);
         assert_eq!(s.confusion["SUPERSEDE"]["SUPERSEDE"], 0);

@@ -247,7 +247,7 @@ impl Signals {
 
 /// A candidate as ranking reads it.
 #[derive(Clone, Debug)]
-pub struct Candidate {
+pub struct RecallCandidate {
     pub similarity: f64,
     /// The cosine of the focused query (`focused_query`) and the memory; the cosine itself
     /// when the query has no common name.
@@ -273,7 +273,7 @@ pub struct Candidate {
 }
 
 /// Each signal's part in the candidate's score (weight x signal); their sum is the score.
-pub fn parts(p: &RecallParams, mode: Mode, c: &Candidate) -> Signals {
+pub fn parts(p: &RecallParams, mode: Mode, c: &RecallCandidate) -> Signals {
     let m = RecallParams::mode_index(mode);
     let recency = (-c.age_days.max(0.0) / p.recency_days).exp();
     Signals {
@@ -289,7 +289,7 @@ pub fn parts(p: &RecallParams, mode: Mode, c: &Candidate) -> Signals {
     }
 }
 
-pub fn rank_score(p: &RecallParams, mode: Mode, c: &Candidate) -> f64 {
+pub fn rank_score(p: &RecallParams, mode: Mode, c: &RecallCandidate) -> f64 {
     parts(p, mode, c).sum()
 }
 
@@ -319,7 +319,7 @@ pub fn crowding_of(vectors: &[&[f32]], neighbours: usize) -> Vec<f64> {
 
 /// Fills each candidate's `episode`: the best score, episodes left out, among the
 /// `episode_top` best other candidates of its session (0 without a session or a mate there).
-pub fn fill_episodes(p: &RecallParams, mode: Mode, candidates: &mut [Candidate]) {
+pub fn fill_episodes(p: &RecallParams, mode: Mode, candidates: &mut [RecallCandidate]) {
     for c in candidates.iter_mut() {
         c.episode = 0.0;
     }
@@ -436,7 +436,7 @@ pub fn focused_query(query: &str, texts: &[&str], share: f64) -> Option<String> 
 }
 
 /// The indexes of the `k` best candidates, best first.
-pub fn rank(p: &RecallParams, mode: Mode, candidates: &[Candidate], k: usize) -> Vec<usize> {
+pub fn rank(p: &RecallParams, mode: Mode, candidates: &[RecallCandidate], k: usize) -> Vec<usize> {
     let scores: Vec<f64> = candidates.iter().map(|c| rank_score(p, mode, c)).collect();
     let mut order: Vec<usize> = (0..candidates.len()).collect();
     order.sort_by(|&a, &b| {
@@ -595,8 +595,8 @@ pub fn answer_offline(
 mod tests {
     use super::*;
 
-    fn c(id: &str, similarity: f64, salience: f64, age_days: f64) -> Candidate {
-        Candidate {
+    fn c(id: &str, similarity: f64, salience: f64, age_days: f64) -> RecallCandidate {
+        RecallCandidate {
             similarity,
             focused: similarity,
             lexical: 0.0,

@@ -80,7 +80,7 @@ impl BenchEmbedder {
 /// when all its members are in one duplicate or merge group (anything else is a false
 /// merge); a truth group counts as found when at least two of its members were folded
 /// together by one right consolidation.
-pub fn score(truth: &Value, consolidations: &[Vec<String>]) -> Value {
+pub fn score_consolidations(truth: &Value, consolidations: &[Vec<String>]) -> Value {
     let mut group_of: std::collections::HashMap<&str, (usize, &str)> = Default::default();
     let mut sizes: Vec<&str> = Vec::new();
     for kind in ["duplicate_groups", "merge_groups"] {
@@ -232,7 +232,7 @@ pub fn run(bench: &ConsolidateBench, out: &mut dyn Write) -> Result<()> {
     let truth: Value = serde_json::from_str(&std::fs::read_to_string(&truth)?)?;
     merge(
         &mut report,
-        json!({ "truth": score(&truth, &consolidations) }),
+        json!({ "truth": score_consolidations(&truth, &consolidations) }),
     );
     serde_json::to_writer_pretty(&mut *out, &report)?;
     writeln!(out)?;
@@ -394,7 +394,7 @@ mod tests {
             "merge_groups": [{"memory_ids": ["m", "n"]}],
         });
         let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let scored = score(
+        let scored = score_consolidations(
             &truth,
             &[
                 ids(&["a", "b"]),

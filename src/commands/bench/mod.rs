@@ -317,7 +317,7 @@ pub async fn llm(
 ) -> Result<()> {
     use crate::config::Config;
     use crate::llm::tasks::{MemoryView, Task, TaskInput};
-    use crate::llm::{Item, JudgeKind, Llm, LlmArgs, Mode};
+    use crate::llm::{CallMode, Item, JudgeKind, Llm, LlmArgs};
 
     let mut config = Config::parse(&format!(
         "[providers.bench]\nbase_url = {url:?}\nmodel = \"mock\"\nmax_concurrency = {concurrency}\ntimeout_secs = 60\n\n[roles]\nfast = [\"bench\"]\nreasoning = [\"bench\"]\n"
@@ -329,7 +329,7 @@ pub async fn llm(
         &config,
         &LlmArgs {
             judge: Some(JudgeKind::Providers),
-            mode: Some(Mode::Online),
+            mode: Some(CallMode::Online),
         },
     )?;
     let (memories, _) = generate(&SynthConfig {

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::text_field;
 use crate::exit::ExitStatus;
-use crate::logic::entities::{normalise, read_user};
+use crate::logic::entities::{normalise_name, read_user};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct EntitiesEvalArgs {
@@ -100,7 +100,7 @@ fn synth(memories: &PathBuf, truth: &PathBuf) -> Result<(Vec<Text>, Gold)> {
         let row = e
             .as_object()
             .ok_or_else(|| anyhow!("{at}: not an object"))?;
-        let name = normalise(&text_field(row, "name", &at)?);
+        let name = normalise_name(&text_field(row, "name", &at)?);
         let kind = text_field(row, "entity_type", &at)?;
         for id in row
             .get("memory_ids")
@@ -147,7 +147,7 @@ fn labelled(path: &PathBuf) -> Result<(Vec<Text>, Gold)> {
                 );
             }
             gold.insert(
-                (key.clone(), normalise(&text_field(e, "name", &at)?)),
+                (key.clone(), normalise_name(&text_field(e, "name", &at)?)),
                 kind.to_string(),
             );
         }
@@ -166,7 +166,7 @@ fn score(source: String, texts: &[Text], gold: &Gold, errors: bool) -> Scores {
         for (t, mentions) in list.iter().zip(read_user(&strs, &BTreeSet::new())) {
             for m in mentions {
                 found.insert(
-                    (t.key.clone(), normalise(&m.name)),
+                    (t.key.clone(), normalise_name(&m.name)),
                     m.entity_type.to_string(),
                 );
             }

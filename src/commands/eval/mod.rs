@@ -38,7 +38,7 @@ use crate::exit::ExitStatus;
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, LlmArgs, Outcome};
 use crate::logic::eval::{
-    EVAL_TASKS, Scores, SimilarityRow, Split, THRESHOLDS, is_destructive, labels_of, score,
+    EVAL_TASKS, Scores, SimilarityRow, Split, THRESHOLDS, is_destructive, labels_of, score_answers,
     similarity_table,
 };
 use crate::logic::similarity::dot;
@@ -649,7 +649,7 @@ async fn judge(app: &App, args: &JudgeEvalArgs, out: &mut dyn Write) -> Result<E
                 .filter(|(i, _)| split.is_none_or(|s| cases[*i].split == s))
                 .map(|(i, j)| (cases[*i].label.as_str(), j.label.as_str()))
                 .collect();
-            score(task, labels, &outcomes)
+            score_answers(task, labels, &outcomes)
         };
         let mut errors: Vec<CaseError> = judged
             .iter()

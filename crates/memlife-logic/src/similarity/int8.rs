@@ -32,7 +32,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use super::partition::{Partition, Plan};
+use super::partition::{Partition, ProbePlan};
 use super::{Neighbour, dot, sort_best_first};
 
 /// Positions per chunk of a list: a chunk pair reads 2 x 384 x 384 bytes, well inside L2. A
@@ -269,17 +269,17 @@ impl Table {
 /// The `k` nearest other rows of every row of `vectors` (L2-normalised, `dim` wide), best
 /// first, with exact scores. `candidates` (at least `k`) rows per row are kept from the int8
 /// pass and re-ranked exactly. With `partition`, sets of at least `PARTITION_MIN_ROWS` rows
-/// first try a partition (`partition::plan`) that scores only pairs of nearby lists; the plan
+/// first try a partition (`partition::plan_probes`) that scores only pairs of nearby lists; the plan
 /// is returned when one was tried, chosen or not. Panics if the CPU lacks the instruction
 /// set: check `isa()`.
-pub fn all_pairs_top_k(
+pub fn all_pairs_top_k_int8(
     vectors: &[f32],
     dim: usize,
     k: usize,
     candidates: usize,
     isa: Isa,
     partition: bool,
-) -> (Vec<Vec<Neighbour>>, Option<Plan>) {
+) -> (Vec<Vec<Neighbour>>, Option<ProbePlan>) {
     assert!(
         self::isa() == Some(isa) || (isa == Isa::Avx2 && avx2_available()),
         "the int8 kernel needs {isa:?}"
@@ -304,7 +304,7 @@ fn search(
     candidates: usize,
     isa: Isa,
     partition_from: usize,
-) -> (Vec<Vec<Neighbour>>, Option<Plan>) {
+) -> (Vec<Vec<Neighbour>>, Option<ProbePlan>) {
     let rows = vectors.len() / dim;
     if rows == 0 || k == 0 {
         return (vec![Vec::new(); rows], None);
@@ -313,7 +313,7 @@ fn search(
     let dot = dot_f32();
     let dot4 = dot4_f32();
     let (lists, plan) = if rows >= partition_from {
-        let (found, plan) = super::partition::plan(vectors, dim, k, dot, dot4);
+        let (found, plan) = super::partition::plan_probes(vectors, dim, k, dot, dot4);
         (found, Some(plan))
     } else {
         (None, None)
@@ -948,7 +948,7 @@ mod tests {
         // Sizes that are not multiples of the block, panel or word widths.
         for (rows, dim, k) in [(3, 4, 5), (37, 5, 3), (600, 384, 10), (1100, 70, 4)] {
             let data = clustered(rows, dim, rows as u64);
-            let (fast, _) = all_pairs_top_k(&data, dim, k, candidates_for(isa, k), isa, false);
+            let (fast, _) = all_pairs_top_k_int8(&data, dim, k, candidates_for(isa, k), isa, false);
             let exact = top_k_naive(&data, &data, dim, k, SelfMatch::SameRows);
             assert_eq!(fast.len(), rows);
             let mut hits = 0usize;
@@ -1044,7 +1044,7 @@ mod tests {
             let mut data = clustered(700, dim, 11);
             let copy = data[10 * dim..11 * dim].to_vec();
             data[650 * dim..651 * dim].copy_from_slice(&copy);
-            let (found, _) = all_pairs_top_k(&data, dim, 1, 8, isa, false);
+            let (found, _) = all_pairs_top_k_int8(&data, dim, 1, 8, isa, false);
             assert_eq!(found[10][0].index, 650, "{isa:?}");
             assert_eq!(found[650][0].index, 10, "{isa:?}");
             assert!((found[10][0].score - 1.0).abs() < 1e-5);

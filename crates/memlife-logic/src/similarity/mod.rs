@@ -236,7 +236,7 @@ impl Default for AllPairs {
 pub struct AllPairsRun {
     pub kernel: Kernel,
     /// The partition planned (chosen or not), when one was tried.
-    pub partition: Option<partition::Plan>,
+    pub partition: Option<partition::ProbePlan>,
 }
 
 /// The `k` nearest other rows of every row of one set (all pairs), best first, with exact
@@ -255,7 +255,7 @@ pub fn all_pairs_top_k(
         && vectors.len() / dim >= INT8_MIN_ROWS
         && let Some(isa) = how.isa.or_else(int8::isa)
     {
-        let (found, plan) = int8::all_pairs_top_k(
+        let (found, plan) = int8::all_pairs_top_k_int8(
             vectors,
             dim,
             k,

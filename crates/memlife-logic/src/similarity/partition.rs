@@ -61,7 +61,7 @@ pub struct Partition {
 
 /// What the planner measured and chose, for reports.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct Plan {
+pub struct ProbePlan {
     pub lists: usize,
     /// The chosen probe count; `None` when no count reached the coverage within the work
     /// limit (then every pair is scored).
@@ -82,13 +82,13 @@ pub struct Plan {
 /// The partition for these rows, or `None` (with what was measured) when scoring every pair
 /// is needed to keep the sample's neighbours. `dot` and `dot4` are the f32 dot products to
 /// use (`int8::dot_f32`, `int8::dot4_f32`).
-pub fn plan(
+pub fn plan_probes(
     vectors: &[f32],
     dim: usize,
     k: usize,
     dot: fn(&[f32], &[f32]) -> f32,
     dot4: super::int8::Dot4,
-) -> (Option<Partition>, Plan) {
+) -> (Option<Partition>, ProbePlan) {
     let started = Instant::now();
     let rows = vectors.len() / dim;
     let row = |i: usize| &vectors[i * dim..(i + 1) * dim];
@@ -135,7 +135,7 @@ pub fn plan(
         }
         candidates.push((probes, paired, work));
     }
-    let mut plan = Plan {
+    let mut plan = ProbePlan {
         lists,
         probes: None,
         sample_queries: 0,
@@ -520,7 +520,7 @@ pub(crate) mod tests {
     fn structured_rows_get_a_partition_that_holds_the_sample_neighbours() {
         let dim = 32;
         let data = topical(20_000, dim, 3);
-        let (partition, plan) = plan(&data, dim, 10, dot, dot4_f32());
+        let (partition, plan) = plan_probes(&data, dim, 10, dot, dot4_f32());
         let partition =
             partition.unwrap_or_else(|| panic!("grouped rows are partitioned: {plan:?}"));
         assert!(plan.miss_bound.unwrap() <= MAX_MISS, "{plan:?}");
@@ -539,7 +539,7 @@ pub(crate) mod tests {
         pairs.dedup();
         assert_eq!(pairs.len(), partition.pairs.len());
         // The same rows give the same partition.
-        let (again, _) = super::plan(&data, dim, 10, dot, dot4_f32());
+        let (again, _) = super::plan_probes(&data, dim, 10, dot, dot4_f32());
         let again = again.unwrap();
         assert_eq!(again.lists, partition.lists);
         assert_eq!(again.pairs, partition.pairs);
@@ -549,7 +549,7 @@ pub(crate) mod tests {
     fn rows_without_structure_get_no_partition() {
         let dim = 64;
         let data = random_unit_rows(20_000, dim, 5);
-        let (partition, plan) = plan(&data, dim, 10, dot, dot4_f32());
+        let (partition, plan) = plan_probes(&data, dim, 10, dot, dot4_f32());
         assert!(partition.is_none(), "{plan:?}");
         assert_eq!(plan.probes, None);
         assert!(plan.miss_bound.unwrap() > MAX_MISS, "{plan:?}");
