@@ -94,7 +94,7 @@ impl CompactionPolicy {
         ((rows as f64 * self.fragment_fraction) as usize).clamp(256, 1 << 20)
     }
 
-    pub(super) fn options(&self, rows: usize) -> lancedb::table::CompactionOptions {
+    fn options(&self, rows: usize) -> lancedb::table::CompactionOptions {
         lancedb::table::CompactionOptions {
             target_rows_per_fragment: self.fragment_rows(rows),
             materialize_deletions: true,

@@ -607,15 +607,7 @@ impl Store {
     /// fragments stay as they are, which only costs read speed until the next compaction
     /// (`memlife optimize`), so that is not an error.
     pub async fn compact(&self, table: &str, policy: &maintain::CompactionPolicy) -> Result<bool> {
-        let table = self.table(table).await?;
-        let rows = table.count_rows(None).await?;
-        let outcome = table
-            .optimize(lancedb::table::OptimizeAction::Compact {
-                options: policy.options(rows),
-                remap_options: None,
-            })
-            .await;
-        match outcome.map_err(StoreError::from) {
+        match self.compact_table(table, policy).await {
             Ok(_) => Ok(true),
             Err(e) if e.is_commit_conflict() => {
                 tracing::info!("compaction of {} left for later: {e}", self.uri);
