@@ -201,7 +201,7 @@ impl Store {
                 continue;
             }
             let indices = table.list_indices().await?;
-            let mut stale = false;
+            let mut stale = Vec::new();
             for (_, column, kind) in all.iter().filter(|(t, _, _)| *t == name) {
                 match indices.iter().find(|i| i.columns == [column.to_string()]) {
                     None => {
@@ -224,7 +224,7 @@ impl Store {
                             .await?
                             .map_or(0, |s| s.num_unindexed_rows);
                         if unindexed >= min_rows.max(1) {
-                            stale = true;
+                            stale.push(index.name.clone());
                             changes.push(ScalarIndexChange {
                                 table: name.to_string(),
                                 column: column.to_string(),
@@ -235,11 +235,14 @@ impl Store {
                     }
                 }
             }
-            if stale {
+            if !stale.is_empty() {
+                // Only the stale ones: Lance rewrites every index it optimizes, so folding a
+                // day's few new rows into the others too (all of `memories`' indexes, each
+                // time `scores` left `tier` and `state` unindexed) kept a copy of each per
+                // day in the version window: 22 copies of the full-text index by day 365.
+                let options = lancedb::table::OptimizeOptions::new().index_names(stale);
                 table
-                    .optimize(lancedb::table::OptimizeAction::Index(
-                        lancedb::table::OptimizeOptions::default(),
-                    ))
+                    .optimize(lancedb::table::OptimizeAction::Index(options))
                     .await?;
             }
         }
