@@ -15,7 +15,7 @@ use crate::app::App;
 use crate::exit::ExitStatus;
 use crate::jobs::{JobName, lock};
 use crate::llm::batch;
-use crate::model::encoding::{json_value, parse_timestamp};
+use crate::model::encoding::parse_timestamp;
 use crate::model::schema::ALL_TABLES;
 use crate::store::sql::{query, session};
 use crate::store::{Store, sql_string, sql_timestamp};
@@ -286,15 +286,19 @@ async fn scores_clocks(context: &datafusion::prelude::SessionContext) -> Result<
         sql_string(JobName::Scores.as_str())
     );
     let (_, batches) = query(context, &sql, &[]).await?;
+    #[derive(serde::Deserialize)]
+    struct Run {
+        params: Option<String>,
+    }
     let mut clocks = BTreeSet::new();
-    for batch in &batches {
-        for row in 0..batch.num_rows() {
-            let params = json_value(batch.column(0).as_ref(), row);
-            let parsed: serde_json::Value =
-                serde_json::from_str(params.as_str().unwrap_or("{}")).unwrap_or_default();
-            if let Some(now) = parsed["now"].as_str().and_then(parse_timestamp) {
-                clocks.insert(now);
-            }
+    for run in crate::model::typed::rows_of::<Run>("runs", &batches)? {
+        let params: serde_json::Value = run
+            .params
+            .as_deref()
+            .and_then(|p| serde_json::from_str(p).ok())
+            .unwrap_or_default();
+        if let Some(now) = params["now"].as_str().and_then(parse_timestamp) {
+            clocks.insert(now);
         }
     }
     Ok(clocks)

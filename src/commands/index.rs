@@ -8,8 +8,6 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use arrow::array::AsArray;
-use arrow::datatypes::Float32Type;
 
 use crate::app::App;
 use crate::exit::ExitStatus;
@@ -148,28 +146,16 @@ pub async fn run(app: &App, args: &IndexArgs, out: &mut dyn Write) -> Result<Exi
 
     // Exact neighbours of a sample, within each query's own user (a user's memories are
     // searched among that user's only), the query itself excluded.
-    let batches = store
-        .scan_columns(
-            "memories",
-            Some("embedding IS NOT NULL"),
-            &["id", "user_id", "embedding"],
-        )
-        .await?;
-    let mut ids = Vec::with_capacity(vectors);
-    let mut users: Vec<String> = Vec::with_capacity(vectors);
-    let mut data = Vec::with_capacity(vectors * dim);
-    for batch in &batches {
-        let id_column = batch.column(0).as_string::<i32>();
-        let user_column = batch.column(1).as_string::<i32>();
-        let list = batch.column(2).as_fixed_size_list();
-        let values = list.values().as_primitive::<Float32Type>();
-        for row in 0..batch.num_rows() {
-            ids.push(id_column.value(row).to_string());
-            users.push(user_column.value(row).to_string());
-            let start = list.value_offset(row) as usize;
-            data.extend_from_slice(&values.values()[start..start + dim]);
-        }
+    #[derive(serde::Deserialize)]
+    struct Owned {
+        id: String,
+        user_id: String,
     }
+    let (rows, data) = store
+        .scan_rows_with_vectors::<Owned>("memories", "true", "embedding")
+        .await?;
+    let (ids, users): (Vec<String>, Vec<String>) =
+        rows.into_iter().map(|r| (r.id, r.user_id)).unzip();
     let mut rows_of_user: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (row, user) in users.iter().enumerate() {
         rows_of_user.entry(user.as_str()).or_default().push(row);

@@ -18,7 +18,7 @@ use std::io::Write;
 use anyhow::{Result, bail};
 use clap::{CommandFactory, Parser, ValueEnum};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::app::App;
 use crate::embedders::EmbedderKind;
@@ -205,24 +205,16 @@ async fn optimize_due(
     now: chrono::DateTime<chrono::Utc>,
     every_days: f64,
 ) -> Result<bool> {
-    let runs = crate::store::json_rows(
-        &store
-            .scan_columns(
-                "runs",
-                Some("job = 'optimize' AND status = 'done' AND dry_run = false"),
-                &["params", "started_at"],
-            )
-            .await?,
-    );
+    let runs: Vec<crate::model::typed::RunStart> = store
+        .scan_rows(
+            "runs",
+            Some("job = 'optimize' AND status = 'done' AND dry_run = false"),
+        )
+        .await?;
     let window = chrono::Duration::seconds((every_days * 86_400.0) as i64);
     Ok(!runs.iter().any(|r| {
-        let params: Value =
-            serde_json::from_str(&crate::store::text_of(r, "params")).unwrap_or(Value::Null);
-        let clock = params["now"]
-            .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&chrono::Utc));
-        clock.is_some_and(|c| c <= now && now - c < window)
+        r.time_param("now")
+            .is_some_and(|c| c <= now && now - c < window)
     }))
 }
 

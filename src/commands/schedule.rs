@@ -332,26 +332,15 @@ pub struct RunDueArgs {
 async fn last_started(
     store: &crate::store::Store,
 ) -> Result<std::collections::BTreeMap<String, DateTime<Utc>>> {
-    let rows = crate::store::json_rows(
-        &store
-            .scan_columns(
-                "runs",
-                Some("job = 'run-due' AND dry_run = false"),
-                &["params"],
-            )
-            .await?,
-    );
+    let rows: Vec<crate::model::typed::RunStart> = store
+        .scan_rows("runs", Some("job = 'run-due' AND dry_run = false"))
+        .await?;
     let mut last = std::collections::BTreeMap::new();
     for row in rows {
-        let params: serde_json::Value =
-            serde_json::from_str(&crate::store::text_of(&row, "params")).unwrap_or_default();
-        let Some(clock) = params["now"]
-            .as_str()
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-        else {
+        let Some(clock) = row.time_param("now") else {
             continue;
         };
-        let clock = clock.with_timezone(&Utc);
+        let params = row.params();
         for name in params["ran"].as_array().into_iter().flatten() {
             if let Some(name) = name.as_str() {
                 let entry = last.entry(name.to_string()).or_insert(clock);

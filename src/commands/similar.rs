@@ -5,8 +5,6 @@
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::Float32Type;
 
 use crate::app::App;
 use crate::exit::ExitStatus;
@@ -37,46 +35,32 @@ pub async fn load_user_vectors(
     user: &str,
     model: Option<&str>,
 ) -> Result<UserVectors> {
-    let mut filter = format!("user_id = {} AND embedding IS NOT NULL", sql_string(user));
+    let mut filter = format!("user_id = {}", sql_string(user));
     if let Some(model) = model {
         filter.push_str(&format!(" AND embedding_model = {}", sql_string(model)));
     }
-    let batches = store
-        .scan_columns(
-            "memories",
-            Some(&filter),
-            &["id", "text", "state", "embedding"],
-        )
+    #[derive(serde::Deserialize)]
+    struct Row {
+        id: String,
+        text: String,
+        state: String,
+    }
+    let (rows, data) = store
+        .scan_rows_with_vectors::<Row>("memories", &filter, "embedding")
         .await?;
-    let dim = store.embedding_dim();
     let mut vectors = UserVectors {
-        ids: Vec::new(),
-        texts: Vec::new(),
-        states: Vec::new(),
-        data: Vec::new(),
-        dim,
+        ids: Vec::with_capacity(rows.len()),
+        texts: Vec::with_capacity(rows.len()),
+        states: Vec::with_capacity(rows.len()),
+        data,
+        dim: store.embedding_dim(),
     };
-    for batch in &batches {
-        append(&mut vectors, batch);
+    for row in rows {
+        vectors.ids.push(row.id);
+        vectors.texts.push(row.text);
+        vectors.states.push(row.state);
     }
     Ok(vectors)
-}
-
-fn append(vectors: &mut UserVectors, batch: &RecordBatch) {
-    let ids = batch.column(0).as_string::<i32>();
-    let texts = batch.column(1).as_string::<i32>();
-    let states = batch.column(2).as_string::<i32>();
-    let list = batch.column(3).as_fixed_size_list();
-    let values = list.values().as_primitive::<Float32Type>();
-    for row in 0..batch.num_rows() {
-        vectors.ids.push(ids.value(row).to_string());
-        vectors.texts.push(texts.value(row).to_string());
-        vectors.states.push(states.value(row).to_string());
-        let start = list.value_offset(row) as usize;
-        vectors
-            .data
-            .extend_from_slice(&values.values()[start..start + vectors.dim]);
-    }
 }
 
 /// A memory's nearest neighbours among its user's memories, with scores.
@@ -97,22 +81,20 @@ pub async fn run(app: &App, args: &SimilarArgs, out: &mut dyn Write) -> Result<E
     let (store, json) = (app.store().await?, app.json);
     let (id, k, min) = (args.id.as_str(), args.k, args.min);
     let filter = format!("id = {}", sql_string(id));
-    let found = store
-        .scan_columns(
-            "memories",
-            Some(&filter),
-            &["user_id", "embedding_model", "embedding"],
-        )
-        .await?;
-    let Some(batch) = found.iter().find(|b| b.num_rows() > 0) else {
+    #[derive(serde::Deserialize)]
+    struct Asked {
+        user_id: String,
+        embedding_model: Option<String>,
+        embedding: Option<Vec<f32>>,
+    }
+    let found: Vec<Asked> = store.scan_rows("memories", Some(&filter)).await?;
+    let Some(asked) = found.into_iter().next() else {
         bail!("no memory with id '{id}'");
     };
-    if batch.column(2).is_null(0) {
+    if asked.embedding.is_none() {
         bail!("memory '{id}' has no embedding yet: run `memlife embed`");
     }
-    let user = batch.column(0).as_string::<i32>().value(0).to_string();
-    let models = batch.column(1).as_string::<i32>();
-    let model = models.is_valid(0).then(|| models.value(0).to_string());
+    let (user, model) = (asked.user_id, asked.embedding_model);
     let vectors = load_user_vectors(store, &user, model.as_deref()).await?;
     let position = vectors
         .ids

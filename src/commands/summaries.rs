@@ -17,15 +17,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::app::App;
 use crate::embedders::{Embedded, EmbedderArgs};
 use crate::exit::ExitStatus;
 use crate::logic::summaries::{self, Prioritize, SummaryCandidate, SummaryParams};
 use crate::model::clock::Clock;
-use crate::model::encoding::{format_timestamp, parse_timestamp};
-use crate::store::{json_rows, sql_string, sql_timestamp, text_of};
+use crate::model::encoding::format_timestamp;
+use crate::store::{sql_string, sql_timestamp};
 
 #[derive(clap::Args, Debug)]
 pub struct SummariesArgs {
@@ -106,14 +105,16 @@ struct Report {
     block: String,
 }
 
-const COLUMNS: &[&str] = &[
-    "id",
-    "text",
-    "confidence",
-    "access_count",
-    "created_at",
-    "updated_at",
-];
+/// What the block reads of a summary.
+#[derive(serde::Deserialize)]
+struct Summary {
+    id: String,
+    text: String,
+    confidence: Option<f64>,
+    access_count: Option<i64>,
+    created_at: i64,
+    updated_at: Option<i64>,
+}
 
 /// The token count of a text (cl100k_base).
 pub fn tokens(text: &str) -> usize {
@@ -159,23 +160,19 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
         sql_string(&args.user),
         sql_timestamp(now)
     );
-    let rows = json_rows(&store.scan_columns("memories", Some(&live), COLUMNS).await?);
+    let rows: Vec<Summary> = store.scan_rows("memories", Some(&live)).await?;
     let relevance = relevance(app, args, store, &live, rows.len()).await?;
     let candidates: Vec<SummaryCandidate> = rows
-        .iter()
-        .map(|r| {
-            let id = text_of(r, "id");
-            let time = |f: &str| r.get(f).and_then(Value::as_str).and_then(parse_timestamp);
-            SummaryCandidate {
-                relevance: relevance
-                    .as_ref()
-                    .map(|m| m.get(&id).copied().unwrap_or(0.0)),
-                text: text_of(r, "text"),
-                updated_at: time("updated_at").or(time("created_at")).unwrap_or(now),
-                access_count: r.get("access_count").and_then(Value::as_i64).unwrap_or(0),
-                confidence: r.get("confidence").and_then(Value::as_f64).unwrap_or(0.0),
-                id,
-            }
+        .into_iter()
+        .map(|r| SummaryCandidate {
+            relevance: relevance
+                .as_ref()
+                .map(|m| m.get(&r.id).copied().unwrap_or(0.0)),
+            text: r.text,
+            updated_at: r.updated_at.unwrap_or(r.created_at),
+            access_count: r.access_count.unwrap_or(0),
+            confidence: r.confidence.unwrap_or(0.0),
+            id: r.id,
         })
         .collect();
 

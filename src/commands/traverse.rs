@@ -20,8 +20,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::Float64Type;
 use datafusion::prelude::{Expr, col, lit};
 use serde::Serialize;
 use serde_json::json;
@@ -121,6 +119,28 @@ struct GraphCache {
     graphs: Vec<Arc<UserGraph>>,
 }
 
+/// What a walk reads of a memory and of a link.
+#[derive(serde::Deserialize)]
+struct Owner {
+    user_id: String,
+}
+
+#[derive(serde::Deserialize)]
+struct MemoryRow {
+    id: String,
+    state: String,
+    archived_at: Option<i64>,
+    text: String,
+}
+
+#[derive(serde::Deserialize)]
+struct LinkRow {
+    source_id: String,
+    target_id: String,
+    link_type: String,
+    confidence: Option<f64>,
+}
+
 /// One user's links and memories, read in two scans: the walk then reads nothing else
 /// (but the memories at the far end of a link to another user, or to no memory at all,
 /// which it checks in the table as an uncached walk does).
@@ -198,15 +218,8 @@ impl Walker {
         if let Some(g) = cache.graphs.iter().find(|g| g.memories.contains_key(start)) {
             return Ok(Some(g.clone()));
         }
-        let batches: Vec<RecordBatch> = self
-            .memories
-            .scan_where(col("id").eq(lit(start)), &["user_id"])
-            .await?;
-        let Some(user) = batches
-            .iter()
-            .find(|b| b.num_rows() > 0)
-            .map(|b| b.column(0).as_string::<i32>().value(0).to_string())
-        else {
+        let owners: Vec<Owner> = self.memories.rows_where(col("id").eq(lit(start))).await?;
+        let Some(user) = owners.into_iter().next().map(|o| o.user_id) else {
             return Ok(None);
         };
         let graph = Arc::new(self.load(&user).await?);
@@ -217,50 +230,27 @@ impl Walker {
     /// Reads one user's graph.
     async fn load(&self, user: &str) -> Result<UserGraph> {
         let mine = col("user_id").eq(lit(user));
-        let batches: Vec<RecordBatch> = self
-            .memories
-            .scan_where(mine.clone(), &["id", "state", "archived_at", "text"])
-            .await?;
-        let mut memories = HashMap::new();
-        for batch in &batches {
-            let ids = batch.column(0).as_string::<i32>();
-            let states = batch.column(1).as_string::<i32>();
-            let archived = batch.column(2);
-            let texts = batch.column(3).as_string::<i32>();
-            for row in 0..batch.num_rows() {
-                let state = states.value(row).to_string();
-                let is_archived = archived.is_valid(row) || state == "archived";
-                memories.insert(
-                    ids.value(row).to_string(),
-                    (state, is_archived, texts.value(row).to_string()),
-                );
-            }
+        let rows: Vec<MemoryRow> = self.memories.rows_where(mine.clone()).await?;
+        let mut memories = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let is_archived = row.archived_at.is_some() || row.state == "archived";
+            memories.insert(row.id, (row.state, is_archived, row.text));
         }
-        let batches: Vec<RecordBatch> = self
-            .links
-            .scan_where(mine, &["source_id", "target_id", "link_type", "confidence"])
-            .await?;
-        let mut links = Vec::new();
+        let rows: Vec<LinkRow> = self.links.rows_where(mine).await?;
+        let mut links = Vec::with_capacity(rows.len());
         let mut touching: HashMap<String, Vec<u32>> = HashMap::new();
-        for batch in &batches {
-            let sources = batch.column(0).as_string::<i32>();
-            let targets = batch.column(1).as_string::<i32>();
-            let types = batch.column(2).as_string::<i32>();
-            let confidences = batch.column(3).as_primitive::<Float64Type>();
-            for row in 0..batch.num_rows() {
-                let i = links.len() as u32;
-                let (source, target) = (sources.value(row), targets.value(row));
-                touching.entry(source.to_string()).or_default().push(i);
-                if target != source {
-                    touching.entry(target.to_string()).or_default().push(i);
-                }
-                links.push(CachedLink {
-                    source: source.to_string(),
-                    target: target.to_string(),
-                    link_type: types.value(row).to_string(),
-                    confidence: confidences.is_valid(row).then(|| confidences.value(row)),
-                });
+        for row in rows {
+            let i = links.len() as u32;
+            touching.entry(row.source_id.clone()).or_default().push(i);
+            if row.target_id != row.source_id {
+                touching.entry(row.target_id.clone()).or_default().push(i);
             }
+            links.push(CachedLink {
+                source: row.source_id,
+                target: row.target_id,
+                link_type: row.link_type,
+                confidence: row.confidence,
+            });
         }
         Ok(UserGraph {
             user: user.to_string(),
@@ -320,31 +310,13 @@ impl Walker {
             if let Some(filter) = &filter {
                 condition = condition.and(filter.clone());
             }
-            let batches: Vec<RecordBatch> = self
-                .links
-                .scan_where(
-                    condition,
-                    &["source_id", "target_id", "link_type", "confidence"],
-                )
-                .await?;
-            for batch in &batches {
-                let sources = batch.column(0).as_string::<i32>();
-                let targets = batch.column(1).as_string::<i32>();
-                let types = batch.column(2).as_string::<i32>();
-                let confidences = batch.column(3).as_primitive::<Float64Type>();
-                for row in 0..batch.num_rows() {
-                    out.push(Link {
-                        source: sources.value(row).to_string(),
-                        target: targets.value(row).to_string(),
-                        link_type: types.value(row).to_string(),
-                        confidence: if confidences.is_valid(row) {
-                            confidences.value(row)
-                        } else {
-                            1.0
-                        },
-                    });
-                }
-            }
+            let rows: Vec<LinkRow> = self.links.rows_where(condition).await?;
+            out.extend(rows.into_iter().map(|row| Link {
+                source: row.source_id,
+                target: row.target_id,
+                link_type: row.link_type,
+                confidence: row.confidence.unwrap_or(1.0),
+            }));
         }
         Ok(out)
     }
@@ -359,26 +331,21 @@ impl Walker {
             .into_iter()
             .collect();
         for chunk in sources.chunks(1000) {
-            let batches: Vec<RecordBatch> = self
-                .links
-                .scan_where(
-                    id_in("source_id", chunk),
-                    &["source_id", "target_id", "link_type", "user_id"],
-                )
-                .await?;
-            for batch in &batches {
-                let sources = batch.column(0).as_string::<i32>();
-                let targets = batch.column(1).as_string::<i32>();
-                let types = batch.column(2).as_string::<i32>();
-                let users = batch.column(3).as_string::<i32>();
-                for row in 0..batch.num_rows() {
-                    if let Some(d) = dead.iter().find(|d| {
-                        d.source_id == sources.value(row)
-                            && d.target_id == targets.value(row)
-                            && d.link_type == types.value(row)
-                    }) {
-                        out.insert(d.clone(), users.value(row).to_string());
-                    }
+            #[derive(serde::Deserialize)]
+            struct OwnedLink {
+                source_id: String,
+                target_id: String,
+                link_type: String,
+                user_id: String,
+            }
+            let rows: Vec<OwnedLink> = self.links.rows_where(id_in("source_id", chunk)).await?;
+            for row in rows {
+                if let Some(d) = dead.iter().find(|d| {
+                    d.source_id == row.source_id
+                        && d.target_id == row.target_id
+                        && d.link_type == row.link_type
+                }) {
+                    out.insert(d.clone(), row.user_id);
                 }
             }
         }
@@ -390,26 +357,17 @@ impl Walker {
     async fn memories_of(&self, ids: &[String]) -> Result<HashMap<String, Ends>> {
         let mut out = HashMap::new();
         for chunk in ids.chunks(1000) {
-            let batches: Vec<RecordBatch> = self
-                .memories
-                .scan_where(
-                    id_in("id", chunk),
-                    &["id", "state", "archived_at", "user_id"],
-                )
-                .await?;
-            for batch in &batches {
-                let ids = batch.column(0).as_string::<i32>();
-                let states = batch.column(1).as_string::<i32>();
-                let archived = batch.column(2);
-                let users = batch.column(3).as_string::<i32>();
-                for row in 0..batch.num_rows() {
-                    let state = states.value(row).to_string();
-                    let is_archived = archived.is_valid(row) || state == "archived";
-                    out.insert(
-                        ids.value(row).to_string(),
-                        (state, is_archived, users.value(row).to_string()),
-                    );
-                }
+            #[derive(serde::Deserialize)]
+            struct End {
+                id: String,
+                state: String,
+                archived_at: Option<i64>,
+                user_id: String,
+            }
+            let rows: Vec<End> = self.memories.rows_where(id_in("id", chunk)).await?;
+            for row in rows {
+                let is_archived = row.archived_at.is_some() || row.state == "archived";
+                out.insert(row.id, (row.state, is_archived, row.user_id));
             }
         }
         Ok(out)
@@ -419,17 +377,13 @@ impl Walker {
     async fn texts_of(&self, ids: &[String]) -> Result<HashMap<String, String>> {
         let mut out = HashMap::new();
         for chunk in ids.chunks(1000) {
-            let batches: Vec<RecordBatch> = self
-                .memories
-                .scan_where(id_in("id", chunk), &["id", "text"])
-                .await?;
-            for batch in &batches {
-                let ids = batch.column(0).as_string::<i32>();
-                let texts = batch.column(1).as_string::<i32>();
-                for row in 0..batch.num_rows() {
-                    out.insert(ids.value(row).to_string(), texts.value(row).to_string());
-                }
+            #[derive(serde::Deserialize)]
+            struct Text {
+                id: String,
+                text: String,
             }
+            let rows: Vec<Text> = self.memories.rows_where(id_in("id", chunk)).await?;
+            out.extend(rows.into_iter().map(|r| (r.id, r.text)));
         }
         Ok(out)
     }

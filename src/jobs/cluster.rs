@@ -9,8 +9,6 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Result, anyhow};
-use arrow::array::AsArray;
-use arrow::datatypes::{Float32Type, Float64Type, Int64Type};
 use rayon::prelude::*;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
@@ -90,15 +88,16 @@ const LIVE: &str = "state != 'archived' AND archived_at IS NULL AND embedding IS
 async fn live_counts(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, usize>> {
     let filter = ctx.user_filter_and(LIVE);
     let mut counts = BTreeMap::new();
-    for batch in ctx
+    #[derive(serde::Deserialize)]
+    struct Owner {
+        user_id: String,
+    }
+    for row in ctx
         .store
-        .scan_columns("memories", Some(&filter), &["user_id"])
+        .scan_rows::<Owner>("memories", Some(&filter))
         .await?
     {
-        let users = batch.column(0).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            *counts.entry(users.value(row).to_string()).or_default() += 1;
-        }
+        *counts.entry(row.user_id).or_default() += 1;
     }
     Ok(counts)
 }
@@ -120,39 +119,34 @@ fn groups(counts: &BTreeMap<String, usize>) -> Vec<Vec<String>> {
     out
 }
 
+/// What clustering reads of a memory (its vector beside it).
+#[derive(serde::Deserialize)]
+struct Row {
+    id: String,
+    text: String,
+    importance: f64,
+    access_count: i64,
+    embedding_model: Option<String>,
+    user_id: String,
+}
+
 /// The live, embedded memories of a group of users, each user's of their main model: one
 /// scan of the memories and one of the links for the whole group.
 async fn load(ctx: &JobCtx<'_>, users: &[String]) -> Result<BTreeMap<String, UserMemories>> {
     let filter = format!("user_id IN ({}) AND {LIVE}", sql_list(users));
-    let batches = ctx
+    let (rows, vectors) = ctx
         .store
-        .scan_columns(
-            "memories",
-            Some(&filter),
-            &[
-                "id",
-                "text",
-                "importance",
-                "access_count",
-                "embedding",
-                "embedding_model",
-                "user_id",
-            ],
-        )
+        .scan_rows_with_vectors::<Row>("memories", &filter, "embedding")
         .await?;
     let inbound = inbound_links(ctx, users).await?;
     // Each user's main model first (similarities are only meaningful within one model).
     let mut models: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
-    for batch in &batches {
-        let names = batch.column(5).as_string::<i32>();
-        let owners = batch.column(6).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            *models
-                .entry(owners.value(row))
-                .or_default()
-                .entry(names.value(row))
-                .or_default() += 1;
-        }
+    for row in &rows {
+        *models
+            .entry(&row.user_id)
+            .or_default()
+            .entry(row.embedding_model.as_deref().unwrap_or(""))
+            .or_default() += 1;
     }
     let main: BTreeMap<String, String> = models
         .iter()
@@ -160,43 +154,30 @@ async fn load(ctx: &JobCtx<'_>, users: &[String]) -> Result<BTreeMap<String, Use
         .collect();
     let dim = ctx.store.embedding_dim();
     let mut out: BTreeMap<String, UserMemories> = BTreeMap::new();
-    for batch in &batches {
-        let ids = batch.column(0).as_string::<i32>();
-        let texts = batch.column(1).as_string::<i32>();
-        let importance = batch.column(2).as_primitive::<Float64Type>();
-        let access = batch.column(3).as_primitive::<Int64Type>();
-        let list = batch.column(4).as_fixed_size_list();
-        let values = list.values().as_primitive::<Float32Type>();
-        let names = batch.column(5).as_string::<i32>();
-        let owners = batch.column(6).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            let user = owners.value(row);
-            let Some(model) = main.get(user) else {
-                continue;
-            };
-            if names.value(row) != model {
-                continue;
-            }
-            let memories = out.entry(user.to_string()).or_insert_with(|| UserMemories {
+    for (row, vector) in rows.iter().zip(vectors.chunks_exact(dim)) {
+        let Some(model) = main.get(&row.user_id) else {
+            continue;
+        };
+        if row.embedding_model.as_deref().unwrap_or("") != model {
+            continue;
+        }
+        let memories = out
+            .entry(row.user_id.clone())
+            .or_insert_with(|| UserMemories {
                 model: model.clone(),
                 ..UserMemories::default()
             });
-            let id = ids.value(row).to_string();
-            memories.members.push(Member {
-                inbound_links: inbound
-                    .get(&(user.to_string(), id.clone()))
-                    .copied()
-                    .unwrap_or(0),
-                id,
-                importance: importance.value(row),
-                access_count: access.value(row),
-            });
-            memories.texts.push(texts.value(row).to_string());
-            let start = list.value_offset(row) as usize;
-            memories
-                .vectors
-                .extend_from_slice(&values.values()[start..start + dim]);
-        }
+        memories.members.push(Member {
+            inbound_links: inbound
+                .get(&(row.user_id.clone(), row.id.clone()))
+                .copied()
+                .unwrap_or(0),
+            id: row.id.clone(),
+            importance: row.importance,
+            access_count: row.access_count,
+        });
+        memories.texts.push(row.text.clone());
+        memories.vectors.extend_from_slice(vector);
     }
     Ok(out)
 }
@@ -213,21 +194,17 @@ async fn inbound_links(
         SHARES_ENTITY_PREFIX
     );
     let mut counts = BTreeMap::new();
-    for batch in ctx
+    #[derive(serde::Deserialize)]
+    struct Inbound {
+        user_id: String,
+        target_id: String,
+    }
+    for row in ctx
         .store
-        .scan_columns(LINKS.name, Some(&filter), &["user_id", "target_id"])
+        .scan_rows::<Inbound>(LINKS.name, Some(&filter))
         .await?
     {
-        let owners = batch.column(0).as_string::<i32>();
-        let targets = batch.column(1).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            *counts
-                .entry((
-                    owners.value(row).to_string(),
-                    targets.value(row).to_string(),
-                ))
-                .or_default() += 1;
-        }
+        *counts.entry((row.user_id, row.target_id)).or_default() += 1;
     }
     Ok(counts)
 }

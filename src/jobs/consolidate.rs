@@ -26,7 +26,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use anyhow::{Result, anyhow, bail};
-use arrow::array::AsArray;
 use serde_json::{Value, json};
 
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
@@ -273,18 +272,16 @@ async fn remembered(store: &Store) -> Result<BTreeSet<String>> {
         "operation = 'CONSOLIDATE' AND classification IN ('REJECTED', 'NOT_PROPOSED')",
     )
     .await?;
-    let mut out = BTreeSet::new();
-    for batch in store
-        .scan_columns(AUDIT_LOG.name, Some(&filter), &["target_id"])
-        .await?
-    {
-        let targets = batch.column(0).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            if let Some(sig) = targets.value(row).strip_prefix("cluster:") {
-                out.insert(sig.to_string());
-            }
-        }
+    #[derive(serde::Deserialize)]
+    struct Judged {
+        target_id: Option<String>,
     }
+    let out = store
+        .scan_rows::<Judged>(AUDIT_LOG.name, Some(&filter))
+        .await?
+        .into_iter()
+        .filter_map(|r| Some(r.target_id?.strip_prefix("cluster:")?.to_string()))
+        .collect();
     Ok(out)
 }
 

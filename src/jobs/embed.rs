@@ -93,7 +93,10 @@ fn texts_of(spec: &TableSpec, batch: &RecordBatch) -> Vec<String> {
                 && notes.is_valid(i)
             {
                 let entries = notes.value(i);
-                let texts = entries.as_struct().column(0).as_string::<i32>().clone();
+                let Some(texts) = entries.as_struct().column_by_name("text") else {
+                    return text;
+                };
+                let texts = texts.as_string::<i32>();
                 for n in 0..texts.len() {
                     text.push_str(". ");
                     text.push_str(texts.value(n));
@@ -112,24 +115,15 @@ async fn other_models(
 ) -> Result<BTreeMap<String, BTreeSet<String>>> {
     let filter = ctx.user_filter_and("embedding IS NOT NULL");
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for batch in ctx
-        .store
-        .scan_columns(table, Some(&filter), &["user_id", "embedding_model"])
-        .await?
-    {
-        let users = batch.column(0).as_string::<i32>();
-        let column = batch.column(1).as_string::<i32>();
-        for i in 0..batch.num_rows() {
-            let model = if column.is_valid(i) {
-                column.value(i)
-            } else {
-                "unknown"
-            };
-            if model != current {
-                out.entry(users.value(i).to_string())
-                    .or_default()
-                    .insert(model.to_string());
-            }
+    #[derive(serde::Deserialize)]
+    struct Made {
+        user_id: String,
+        embedding_model: Option<String>,
+    }
+    for row in ctx.store.scan_rows::<Made>(table, Some(&filter)).await? {
+        let model = row.embedding_model.unwrap_or_else(|| "unknown".to_string());
+        if model != current {
+            out.entry(row.user_id).or_default().insert(model);
         }
     }
     Ok(out)

@@ -18,8 +18,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Result, anyhow};
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{Float32Type, TimestampMicrosecondType};
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
@@ -97,8 +95,10 @@ pub const RULES_EXTRACTOR: &str = "rules-v2";
 
 const LIVE: &str = "state != 'archived' AND archived_at IS NULL";
 
+#[derive(serde::Deserialize)]
 struct Memory {
     id: String,
+    #[serde(rename = "user_id")]
     user: String,
     text: String,
     created_at: i64,
@@ -135,28 +135,7 @@ fn user_filter(users: Option<&str>, rest: Option<&str>) -> Option<String> {
 
 async fn live_memories(store: &Store, users: Option<&str>) -> Result<Vec<Memory>> {
     let filter = user_filter(users, Some(LIVE));
-    let mut out = Vec::new();
-    for batch in store
-        .scan_columns(
-            "memories",
-            filter.as_deref(),
-            &["id", "user_id", "text", "created_at"],
-        )
-        .await?
-    {
-        let ids = batch.column(0).as_string::<i32>();
-        let users = batch.column(1).as_string::<i32>();
-        let texts = batch.column(2).as_string::<i32>();
-        let created = batch.column(3).as_primitive::<TimestampMicrosecondType>();
-        for row in 0..batch.num_rows() {
-            out.push(Memory {
-                id: ids.value(row).to_string(),
-                user: users.value(row).to_string(),
-                text: texts.value(row).to_string(),
-                created_at: created.value(row),
-            });
-        }
-    }
+    let mut out: Vec<Memory> = store.scan_rows("memories", filter.as_deref()).await?;
     out.sort_by(|a, b| (&a.user, a.created_at, &a.id).cmp(&(&b.user, b.created_at, &b.id)));
     Ok(out)
 }
@@ -164,28 +143,19 @@ async fn live_memories(store: &Store, users: Option<&str>) -> Result<Vec<Memory>
 /// memory id -> (text hash, extractor) of the last read.
 async fn scans(store: &Store, users: Option<&str>) -> Result<BTreeMap<String, (String, String)>> {
     let filter = user_filter(users, None);
-    let mut out = BTreeMap::new();
-    for batch in store
-        .scan_columns(
-            ENTITY_SCANS.name,
-            filter.as_deref(),
-            &["memory_id", "text_hash", "extractor"],
-        )
-        .await?
-    {
-        let ids = batch.column(0).as_string::<i32>();
-        let hashes = batch.column(1).as_string::<i32>();
-        let extractors = batch.column(2).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            out.insert(
-                ids.value(row).to_string(),
-                (
-                    hashes.value(row).to_string(),
-                    extractors.value(row).to_string(),
-                ),
-            );
-        }
+    #[derive(serde::Deserialize)]
+    struct Scan {
+        memory_id: String,
+        text_hash: String,
+        extractor: String,
     }
+    let rows: Vec<Scan> = store
+        .scan_rows(ENTITY_SCANS.name, filter.as_deref())
+        .await?;
+    let out = rows
+        .into_iter()
+        .map(|r| (r.memory_id, (r.text_hash, r.extractor)))
+        .collect();
     Ok(out)
 }
 
@@ -195,36 +165,27 @@ async fn known_entities(
     users: Option<&str>,
 ) -> Result<BTreeMap<String, Vec<Known>>> {
     let filter = user_filter(users, None);
+    #[derive(serde::Deserialize)]
+    struct Entity {
+        id: String,
+        user_id: String,
+        name: String,
+        entity_type: String,
+        aliases: Option<Vec<String>>,
+    }
     let mut out: BTreeMap<String, Vec<Known>> = BTreeMap::new();
-    for batch in store
-        .scan_columns(
-            ENTITIES.name,
-            filter.as_deref(),
-            &["id", "user_id", "name", "entity_type", "aliases"],
-        )
+    for row in store
+        .scan_rows::<Entity>(ENTITIES.name, filter.as_deref())
         .await?
     {
-        let ids = batch.column(0).as_string::<i32>();
-        let users = batch.column(1).as_string::<i32>();
-        let names = batch.column(2).as_string::<i32>();
-        let types = batch.column(3).as_string::<i32>();
-        let aliases = batch.column(4).as_list::<i32>();
-        for row in 0..batch.num_rows() {
-            let mut keys = vec![normalise_name(names.value(row))];
-            if aliases.is_valid(row) {
-                let list = aliases.value(row);
-                let list = list.as_string::<i32>();
-                keys.extend((0..list.len()).map(|i| normalise_name(list.value(i))));
-            }
-            out.entry(users.value(row).to_string())
-                .or_default()
-                .push(Known {
-                    id: ids.value(row).to_string(),
-                    name: names.value(row).to_string(),
-                    entity_type: types.value(row).to_string(),
-                    keys,
-                });
-        }
+        let mut keys = vec![normalise_name(&row.name)];
+        keys.extend(row.aliases.iter().flatten().map(|a| normalise_name(a)));
+        out.entry(row.user_id).or_default().push(Known {
+            id: row.id,
+            name: row.name,
+            entity_type: row.entity_type,
+            keys,
+        });
     }
     Ok(out)
 }
@@ -235,26 +196,19 @@ pub(super) async fn memberships(
     users: Option<&str>,
 ) -> Result<Vec<(String, String, String)>> {
     let filter = user_filter(users, None);
-    let mut out = Vec::new();
-    for batch in store
-        .scan_columns(
-            MEMORY_ENTITIES.name,
-            filter.as_deref(),
-            &["memory_id", "entity_id", "user_id"],
-        )
-        .await?
-    {
-        let memories = batch.column(0).as_string::<i32>();
-        let entities = batch.column(1).as_string::<i32>();
-        let users = batch.column(2).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            out.push((
-                memories.value(row).to_string(),
-                entities.value(row).to_string(),
-                users.value(row).to_string(),
-            ));
-        }
+    #[derive(serde::Deserialize)]
+    struct Membership {
+        memory_id: String,
+        entity_id: String,
+        user_id: String,
     }
+    let rows: Vec<Membership> = store
+        .scan_rows(MEMORY_ENTITIES.name, filter.as_deref())
+        .await?;
+    let out = rows
+        .into_iter()
+        .map(|r| (r.memory_id, r.entity_id, r.user_id))
+        .collect();
     Ok(out)
 }
 
@@ -282,31 +236,23 @@ async fn entity_vectors(
     }
     let dim = store.embedding_dim();
     let filter = format!(
-        "user_id IN ({}) AND name_embedding IS NOT NULL AND embedding_model = {}",
+        "user_id IN ({}) AND embedding_model = {}",
         sql_list(users),
         sql_string(model)
     );
-    for batch in store
-        .scan_columns(
-            ENTITIES.name,
-            Some(&filter),
-            &["id", "user_id", "entity_type", "name_embedding"],
-        )
-        .await?
-    {
-        let ids = batch.column(0).as_string::<i32>();
-        let owners = batch.column(1).as_string::<i32>();
-        let types = batch.column(2).as_string::<i32>();
-        let list = batch.column(3).as_fixed_size_list();
-        let values = list.values().as_primitive::<Float32Type>();
-        for row in 0..batch.num_rows() {
-            let start = list.value_offset(row) as usize;
-            out.entry(owners.value(row).to_string()).or_default().push((
-                ids.value(row).to_string(),
-                types.value(row).to_string(),
-                values.values()[start..start + dim].to_vec(),
-            ));
-        }
+    #[derive(serde::Deserialize)]
+    struct Named {
+        id: String,
+        user_id: String,
+        entity_type: String,
+    }
+    let (rows, vectors) = store
+        .scan_rows_with_vectors::<Named>(ENTITIES.name, &filter, "name_embedding")
+        .await?;
+    for (row, vector) in rows.into_iter().zip(vectors.chunks_exact(dim)) {
+        out.entry(row.user_id)
+            .or_default()
+            .push((row.id, row.entity_type, vector.to_vec()));
     }
     Ok(out)
 }

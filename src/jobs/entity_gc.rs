@@ -18,12 +18,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Result, anyhow};
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::TimestampMicrosecondType;
 use serde_json::{Value, json};
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::logic::entity_gc::{GcEntity, chain, plan_merges};
+use crate::logic::entity_gc::{GcEntity, GcPlan, StoredEntity, chain, plan_gc};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX};
@@ -87,90 +85,91 @@ fn user_filter(ctx: &JobCtx<'_>) -> Option<String> {
 }
 
 async fn load_entities(ctx: &JobCtx<'_>, with_vectors: bool) -> Result<Vec<Entity>> {
-    let mut columns = vec![
-        "id",
-        "user_id",
-        "name",
-        "entity_type",
-        "aliases",
-        "archived_at",
-    ];
-    if with_vectors {
-        columns.push("embedding");
+    /// An entity row as the GC reads it; `WithVector` adds the vector merging by similarity
+    /// compares.
+    #[derive(serde::Deserialize)]
+    struct Row {
+        id: String,
+        user_id: String,
+        name: String,
+        entity_type: String,
+        aliases: Option<Vec<String>>,
+        archived_at: Option<i64>,
     }
-    let dim = ctx.store.embedding_dim();
-    let mut out = Vec::new();
-    for batch in ctx
-        .store
-        .scan_columns(ENTITIES.name, user_filter(ctx).as_deref(), &columns)
-        .await?
-    {
-        let ids = batch.column(0).as_string::<i32>();
-        let users = batch.column(1).as_string::<i32>();
-        let names = batch.column(2).as_string::<i32>();
-        let types = batch.column(3).as_string::<i32>();
-        let aliases = batch.column(4).as_list::<i32>();
-        let archived = batch.column(5).as_primitive::<TimestampMicrosecondType>();
-        for row in 0..batch.num_rows() {
-            let list = if aliases.is_valid(row) {
-                let values = aliases.value(row);
-                let values = values.as_string::<i32>();
-                (0..values.len())
-                    .map(|i| values.value(i).to_string())
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let vector = if with_vectors && batch.column(6).is_valid(row) {
-                let list = batch.column(6).as_fixed_size_list();
-                let values = list
-                    .values()
-                    .as_primitive::<arrow::datatypes::Float32Type>();
-                let start = list.value_offset(row) as usize;
-                Some(values.values()[start..start + dim].to_vec())
-            } else {
-                None
-            };
-            out.push(Entity {
-                id: ids.value(row).to_string(),
-                user: users.value(row).to_string(),
-                name: names.value(row).to_string(),
-                entity_type: types.value(row).to_string(),
-                aliases: list,
-                archived_at: archived.is_valid(row).then(|| archived.value(row)),
-                vector,
-            });
-        }
+    #[derive(serde::Deserialize)]
+    struct WithVector {
+        id: String,
+        user_id: String,
+        name: String,
+        entity_type: String,
+        aliases: Option<Vec<String>>,
+        archived_at: Option<i64>,
+        embedding: Option<Vec<f32>>,
     }
+    let entity = |r: Row, vector: Option<Vec<f32>>| Entity {
+        id: r.id,
+        user: r.user_id,
+        name: r.name,
+        entity_type: r.entity_type,
+        aliases: r.aliases.unwrap_or_default(),
+        archived_at: r.archived_at,
+        vector,
+    };
+    let filter = user_filter(ctx);
+    let mut out: Vec<Entity> = if with_vectors {
+        let rows: Vec<WithVector> = ctx
+            .store
+            .scan_rows(ENTITIES.name, filter.as_deref())
+            .await?;
+        rows.into_iter()
+            .map(|r| {
+                let row = Row {
+                    id: r.id,
+                    user_id: r.user_id,
+                    name: r.name,
+                    entity_type: r.entity_type,
+                    aliases: r.aliases,
+                    archived_at: r.archived_at,
+                };
+                entity(row, r.embedding)
+            })
+            .collect()
+    } else {
+        let rows: Vec<Row> = ctx
+            .store
+            .scan_rows(ENTITIES.name, filter.as_deref())
+            .await?;
+        rows.into_iter().map(|r| entity(r, None)).collect()
+    };
     out.sort_by(|a, b| (&a.user, &a.id).cmp(&(&b.user, &b.id)));
     Ok(out)
 }
 
 async fn load_memories(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, MemoryInfo>> {
-    let mut out = BTreeMap::new();
-    for batch in ctx
-        .store
-        .scan_columns(
-            "memories",
-            user_filter(ctx).as_deref(),
-            &["id", "state", "archived_at", "created_at"],
-        )
-        .await?
-    {
-        let ids = batch.column(0).as_string::<i32>();
-        let states = batch.column(1).as_string::<i32>();
-        let archived = batch.column(2);
-        let created = batch.column(3).as_primitive::<TimestampMicrosecondType>();
-        for row in 0..batch.num_rows() {
-            out.insert(
-                ids.value(row).to_string(),
-                MemoryInfo {
-                    created_at: created.value(row),
-                    live: states.value(row) != "archived" && !archived.is_valid(row),
-                },
-            );
-        }
+    #[derive(serde::Deserialize)]
+    struct Row {
+        id: String,
+        state: String,
+        archived_at: Option<i64>,
+        created_at: i64,
     }
+    let rows: Vec<Row> = ctx
+        .store
+        .scan_rows("memories", user_filter(ctx).as_deref())
+        .await?;
+    let out = rows
+        .into_iter()
+        .map(|r| {
+            let live = r.state != "archived" && r.archived_at.is_none();
+            (
+                r.id,
+                MemoryInfo {
+                    created_at: r.created_at,
+                    live,
+                },
+            )
+        })
+        .collect();
     Ok(out)
 }
 
@@ -217,7 +216,6 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let now = ctx.now.timestamp_micros();
     let grace_cutoff = now - args.grace_days * 86_400_000_000;
-    let dim = ctx.store.embedding_dim();
 
     let entities = load_entities(ctx, args.merge_similarity.is_some() && !args.no_merge).await?;
     let memories = load_memories(ctx).await?;
@@ -242,95 +240,31 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
             .get(id)
             .map_or(0, |ms| ms.iter().filter(|m| memories[**m].live).count())
     };
-
-    // 1. Merges, per user, among entities that are not archived.
-    let mut merges: Vec<(usize, usize, &'static str)> = Vec::new(); // (survivor, merged, rule)
-    if !args.no_merge {
-        let mut by_user: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, e) in entities.iter().enumerate() {
-            if e.archived_at.is_none() {
-                by_user.entry(e.user.as_str()).or_default().push(i);
-            }
-        }
-        for list in by_user.values() {
-            let gc: Vec<GcEntity> = list
-                .iter()
-                .map(|&i| GcEntity {
-                    id: entities[i].id.clone(),
-                    name: entities[i].name.clone(),
-                    entity_type: entities[i].entity_type.clone(),
-                    aliases: entities[i].aliases.clone(),
-                    references: live_refs(&entities[i].id),
-                })
-                .collect();
-            let vectors: Vec<Option<Vec<f32>>> =
-                list.iter().map(|&i| entities[i].vector.clone()).collect();
-            let found = plan_merges(&gc, args.merge_similarity.map(|s| (vectors.as_slice(), s)));
-            merges.extend(
-                found
-                    .into_iter()
-                    .map(|m| (list[m.survivor], list[m.merged], m.rule)),
-            );
-        }
-    }
-    let merged: BTreeSet<usize> = merges.iter().map(|m| m.1).collect();
-    // survivor -> the entities folded into it
-    let mut absorbed: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for &(s, m, _) in &merges {
-        absorbed.entry(s).or_default().push(m);
-    }
-    counts.insert("merged".into(), merges.len() as u64);
-
-    // 2. Archive, revive and delete (merged entities are deleted by their merge instead).
-    let mut to_archive = Vec::new();
-    let mut to_revive = Vec::new();
-    let mut to_delete = Vec::new();
-    for (i, e) in entities.iter().enumerate() {
-        if merged.contains(&i) {
-            continue;
-        }
-        // A survivor's references include its merged entities' memories.
-        let refs = live_refs(&e.id)
-            + absorbed
-                .get(&i)
-                .into_iter()
-                .flatten()
-                .map(|&m| live_refs(&entities[m].id))
-                .sum::<usize>();
-        match (e.archived_at, refs) {
-            (None, 0) => to_archive.push(i),
-            (Some(_), r) if r > 0 => to_revive.push(i),
-            (Some(at), 0) if at <= grace_cutoff => to_delete.push(i),
-            _ => {}
-        }
-    }
-    counts.insert("archived".into(), to_archive.len() as u64);
-    counts.insert("revived".into(), to_revive.len() as u64);
-    counts.insert("deleted".into(), to_delete.len() as u64);
-
-    let mut listed = Vec::new();
-    for &(s, m, rule) in &merges {
-        listed.push(format!(
-            "merge: {} '{}' ({}) into '{}' ({}), rule {rule}",
-            entities[m].user,
-            entities[m].name,
-            entities[m].entity_type,
-            entities[s].name,
-            entities[s].entity_type
-        ));
-    }
-    for (verb, list) in [
-        ("archive", &to_archive),
-        ("revive", &to_revive),
-        ("delete", &to_delete),
-    ] {
-        for &i in list {
-            listed.push(format!(
-                "{verb}: {} '{}' ({})",
-                entities[i].user, entities[i].name, entities[i].entity_type
-            ));
-        }
-    }
+    let stored: Vec<StoredEntity> = entities
+        .iter()
+        .map(|e| StoredEntity {
+            entity: GcEntity {
+                id: e.id.clone(),
+                name: e.name.clone(),
+                entity_type: e.entity_type.clone(),
+                aliases: e.aliases.clone(),
+                references: live_refs(&e.id),
+            },
+            user: e.user.clone(),
+            archived_at: e.archived_at,
+            vector: e.vector.clone(),
+        })
+        .collect();
+    let plan = plan_gc(
+        &stored,
+        (!args.no_merge).then_some(args.merge_similarity),
+        grace_cutoff,
+    );
+    counts.insert("merged".into(), plan.merges.len() as u64);
+    counts.insert("archived".into(), plan.archive.len() as u64);
+    counts.insert("revived".into(), plan.revive.len() as u64);
+    counts.insert("deleted".into(), plan.delete.len() as u64);
+    let listed = listing(&entities, &plan);
     let total = listed.len();
     report.notes.extend(listed.into_iter().take(LISTED));
     if total > LISTED {
@@ -347,19 +281,88 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
     }
 
     // The audit rows, before anything changes.
-    let touched: BTreeSet<&str> = merged
+    let touched: BTreeSet<&str> = plan
+        .merged()
         .iter()
-        .chain(absorbed.keys())
-        .chain(&to_delete)
+        .chain(plan.absorbed.keys())
+        .chain(&plan.delete)
         .map(|&i| entities[i].id.as_str())
         .collect();
     let rows = full_rows(ctx, &touched).await?;
+    let mut audit = audit_rows(&entities, &plan, &rows, &named_by, args, log.run_id(), now);
+    // A rerun after a crash keeps the rows the first run wrote (the rule that found a merge
+    // may read differently once the survivor holds the merged name as an alias).
+    let ids: Vec<String> = audit.iter().map(|r| r.id.clone()).collect();
+    let present = ctx.store.audit_ids_present(&ids).await?;
+    audit.retain(|r| !present.contains(&r.id));
+    for chunk in audit.chunks(20_000) {
+        ctx.store.write_audit(chunk).await?;
+    }
+    crate::crash::point("entity-gc.after-audit");
+
+    // Merges: survivors with the merged names as aliases, their memory_entities rows, the
+    // rebuilt chains, then the merged entities' own rows.
+    if !plan.merges.is_empty() {
+        let links =
+            apply_merges(ctx, &entities, &plan, &rows, &memberships, &memories, args).await?;
+        counts.insert("links_rewritten".into(), links.0);
+        counts.insert("links_removed".into(), links.1);
+    }
+    apply_lifecycle(ctx, &entities, &plan, &orphan_rows, now).await?;
+    report.counts = counts;
+    log.finish(ctx, &mut report).await?;
+    Ok(report)
+}
+
+/// One line per action of `plan`, for the report.
+fn listing(entities: &[Entity], plan: &GcPlan) -> Vec<String> {
+    let (merges, to_archive, to_revive, to_delete) =
+        (&plan.merges, &plan.archive, &plan.revive, &plan.delete);
+    let mut listed = Vec::new();
+    for &(s, m, rule) in merges {
+        listed.push(format!(
+            "merge: {} '{}' ({}) into '{}' ({}), rule {rule}",
+            entities[m].user,
+            entities[m].name,
+            entities[m].entity_type,
+            entities[s].name,
+            entities[s].entity_type
+        ));
+    }
+    for (verb, list) in [
+        ("archive", to_archive),
+        ("revive", to_revive),
+        ("delete", to_delete),
+    ] {
+        for &i in list {
+            listed.push(format!(
+                "{verb}: {} '{}' ({})",
+                entities[i].user, entities[i].name, entities[i].entity_type
+            ));
+        }
+    }
+    listed
+}
+
+/// The audit rows of `plan`, written before anything changes: each merge with the merged
+/// entity's row, each archival, each deletion with the deleted row.
+#[allow(clippy::too_many_arguments)]
+fn audit_rows(
+    entities: &[Entity],
+    plan: &GcPlan,
+    rows: &BTreeMap<String, serde_json::Map<String, Value>>,
+    named_by: &BTreeMap<&str, Vec<&str>>,
+    args: &EntityGcArgs,
+    run_id: &str,
+    now: i64,
+) -> Vec<AuditRow> {
+    let (merges, to_archive, to_delete) = (&plan.merges, &plan.archive, &plan.delete);
     let refs_of = |id: &str| named_by.get(id).cloned().unwrap_or_default();
     let mut audit = Vec::new();
-    for &(s, m, rule) in &merges {
+    for &(s, m, rule) in merges {
         let (e, into) = (&entities[m], &entities[s]);
         let mut row = AuditRow::new(
-            log.run_id(),
+            run_id,
             "ENTITY_MERGE",
             &format!("{}|{}", e.id, into.id),
             now,
@@ -376,14 +379,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
         row.after_state = Some(json!({"merged_into": into.id, "name": into.name}).to_string());
         audit.push(row);
     }
-    for (operation, list) in [
-        ("ENTITY_ARCHIVE", &to_archive),
-        ("ENTITY_DELETE", &to_delete),
-    ] {
+    for (operation, list) in [("ENTITY_ARCHIVE", to_archive), ("ENTITY_DELETE", to_delete)] {
         for &i in list {
             let e = &entities[i];
             let mut row = AuditRow::new(
-                log.run_id(),
+                run_id,
                 operation,
                 &format!("{}|{}", e.id, e.archived_at.unwrap_or(0)),
                 now,
@@ -407,197 +407,113 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
             audit.push(row);
         }
     }
-    // A rerun after a crash keeps the rows the first run wrote (the rule that found a merge
-    // may read differently once the survivor holds the merged name as an alias).
-    let ids: Vec<String> = audit.iter().map(|r| r.id.clone()).collect();
-    let present = ctx.store.audit_ids_present(&ids).await?;
-    audit.retain(|r| !present.contains(&r.id));
-    for chunk in audit.chunks(20_000) {
-        ctx.store.write_audit(chunk).await?;
+    audit
+}
+
+/// Applies the merges of `plan`: survivors with the merged names as aliases, their
+/// memory_entities rows, the rebuilt chains, then the merged entities' own rows. Returns the
+/// links rewritten and removed.
+async fn apply_merges(
+    ctx: &JobCtx<'_>,
+    entities: &[Entity],
+    plan: &GcPlan,
+    rows: &BTreeMap<String, serde_json::Map<String, Value>>,
+    memberships: &[(String, String, String)],
+    memories: &BTreeMap<String, MemoryInfo>,
+    args: &EntityGcArgs,
+) -> Result<(u64, u64)> {
+    let now = ctx.now.timestamp_micros();
+    let dim = ctx.store.embedding_dim();
+    let (merges, absorbed, merged) = (&plan.merges, &plan.absorbed, plan.merged());
+    let mut survivor_rows = Vec::new();
+    for &s in absorbed.keys() {
+        let Some(mut row) = rows.get(&entities[s].id).cloned() else {
+            continue;
+        };
+        let mut aliases = entities[s].aliases.clone();
+        let mut notes: Vec<Value> = row
+            .get("notes")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut description = row.get("description").cloned().unwrap_or(Value::Null);
+        for &m in &absorbed[&s] {
+            let e = &entities[m];
+            for name in std::iter::once(&e.name).chain(&e.aliases) {
+                if *name != entities[s].name && !aliases.contains(name) {
+                    aliases.push(name.clone());
+                }
+            }
+            if let Some(other) = rows.get(&e.id) {
+                for note in other
+                    .get("notes")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if !notes.contains(note) {
+                        notes.push(note.clone());
+                    }
+                }
+                if description.is_null() {
+                    description = other.get("description").cloned().unwrap_or(Value::Null);
+                }
+            }
+        }
+        row.insert("aliases".into(), json!(aliases));
+        row.insert("notes".into(), Value::Array(notes));
+        row.insert("description".into(), description);
+        // The description is reconsidered by `memlife describe` with the merged notes.
+        row.insert("is_dirty".into(), json!(true));
+        row.insert("updated_at".into(), json!(format_timestamp(now)));
+        survivor_rows.push(Value::Object(row));
     }
-    crate::crash::point("entity-gc.after-audit");
+    let batch = batch_from_json(&ENTITIES, dim, now, &survivor_rows).map_err(|e| anyhow!(e))?;
+    ctx.store.upsert_batch(&ENTITIES, batch).await?;
 
-    // Merges: survivors with the merged names as aliases, their memory_entities rows, the
-    // rebuilt chains, then the merged entities' own rows.
-    if !merges.is_empty() {
-        let mut survivor_rows = Vec::new();
-        for &s in absorbed.keys() {
-            let Some(mut row) = rows.get(&entities[s].id).cloned() else {
-                continue;
-            };
-            let mut aliases = entities[s].aliases.clone();
-            let mut notes: Vec<Value> = row
-                .get("notes")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let mut description = row.get("description").cloned().unwrap_or(Value::Null);
-            for &m in &absorbed[&s] {
-                let e = &entities[m];
-                for name in std::iter::once(&e.name).chain(&e.aliases) {
-                    if *name != entities[s].name && !aliases.contains(name) {
-                        aliases.push(name.clone());
-                    }
-                }
-                if let Some(other) = rows.get(&e.id) {
-                    for note in other
-                        .get("notes")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                    {
-                        if !notes.contains(note) {
-                            notes.push(note.clone());
-                        }
-                    }
-                    if description.is_null() {
-                        description = other.get("description").cloned().unwrap_or(Value::Null);
-                    }
-                }
-            }
-            row.insert("aliases".into(), json!(aliases));
-            row.insert("notes".into(), Value::Array(notes));
-            row.insert("description".into(), description);
-            // The description is reconsidered by `memlife describe` with the merged notes.
-            row.insert("is_dirty".into(), json!(true));
-            row.insert("updated_at".into(), json!(format_timestamp(now)));
-            survivor_rows.push(Value::Object(row));
-        }
-        let batch = batch_from_json(&ENTITIES, dim, now, &survivor_rows).map_err(|e| anyhow!(e))?;
-        ctx.store.upsert_batch(&ENTITIES, batch).await?;
-
-        let into: BTreeMap<&str, usize> = merges
-            .iter()
-            .map(|&(s, m, _)| (entities[m].id.as_str(), s))
-            .collect();
-        let moved: Vec<Value> = memberships
-            .iter()
-            .filter(|(mem, _, _)| memories.contains_key(mem))
-            .filter_map(|(mem, e, user)| {
-                into.get(e.as_str()).map(
-                    |&s| json!({"memory_id": mem, "entity_id": entities[s].id, "user_id": user}),
-                )
-            })
-            .collect();
-        for chunk in moved.chunks(50_000) {
-            let batch =
-                batch_from_json(&MEMORY_ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
-            ctx.store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
-        }
-        crate::crash::point("entity-gc.after-survivors");
-
-        // Chains of every entity of the users whose names a merge touched, from the
-        // memberships as they are after the merge (a name shared by two entities of different
-        // types keeps both entities' links).
-        let mut members: BTreeMap<&str, Vec<(i64, String)>> = BTreeMap::new();
-        for (mem, e, _) in &memberships {
-            let Some(info) = memories.get(mem) else {
-                continue;
-            };
-            if !info.live {
-                continue;
-            }
-            let owner = into
-                .get(e.as_str())
-                .map_or(e.as_str(), |&s| entities[s].id.as_str());
-            members
-                .entry(owner)
-                .or_default()
-                .push((info.created_at, mem.clone()));
-        }
-        let mut affected: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new(); // user -> names
-        for &(s, m, _) in &merges {
-            let names = affected.entry(entities[s].user.as_str()).or_default();
-            names.insert(entities[s].name.as_str());
-            names.insert(entities[m].name.as_str());
-        }
-        let mut wanted: BTreeSet<(String, String, String)> = BTreeSet::new();
-        let mut users_of_link: BTreeMap<(String, String, String), String> = BTreeMap::new();
-        for (i, e) in entities.iter().enumerate() {
-            if merged.contains(&i)
-                || !affected
-                    .get(e.user.as_str())
-                    .is_some_and(|n| n.contains(e.name.as_str()))
-            {
-                continue;
-            }
-            let Some(list) = members.get_mut(e.id.as_str()) else {
-                continue;
-            };
-            list.sort();
-            list.dedup();
-            for (a, b) in chain(list, args.links_per_memory) {
-                let key = (list[a].1.clone(), list[b].1.clone(), link_type(&e.name));
-                users_of_link.insert(key.clone(), e.user.clone());
-                wanted.insert(key);
-            }
-        }
-        let rows: Vec<Value> = wanted
-            .iter()
-            .map(|k| {
-                json!({"source_id": k.0, "target_id": k.1, "user_id": users_of_link[k],
-                       "link_type": k.2, "confidence": 1.0, "origin": "structural"})
-            })
-            .collect();
-        for chunk in rows.chunks(50_000) {
-            let batch = batch_from_json(&LINKS, dim, now, chunk).map_err(|e| anyhow!(e))?;
-            ctx.store.upsert_batch(&LINKS, batch).await?;
-        }
-        // Stale links of the touched names: what the merged entities' chains had.
-        let mut stale = Vec::new();
-        for (user, names) in &affected {
-            let types: Vec<String> = names.iter().map(|n| link_type(n)).collect();
-            let filter = format!(
-                "user_id = {} AND link_type IN ({})",
-                sql_string(user),
-                sql_list(&types)
-            );
-            for batch in ctx
-                .store
-                .scan_columns(
-                    LINKS.name,
-                    Some(&filter),
-                    &["source_id", "target_id", "link_type"],
-                )
-                .await?
-            {
-                let s = batch.column(0).as_string::<i32>();
-                let t = batch.column(1).as_string::<i32>();
-                let ty = batch.column(2).as_string::<i32>();
-                for row in 0..batch.num_rows() {
-                    let key = (
-                        s.value(row).to_string(),
-                        t.value(row).to_string(),
-                        ty.value(row).to_string(),
-                    );
-                    if !wanted.contains(&key) {
-                        stale.push(key);
-                    }
-                }
-            }
-        }
-        let keys: Vec<(&str, &str, &str)> = stale
-            .iter()
-            .map(|(s, t, ty)| (s.as_str(), t.as_str(), ty.as_str()))
-            .collect();
-        ctx.store.delete_links(&keys).await?;
-        counts.insert("links_rewritten".into(), rows.len() as u64);
-        counts.insert("links_removed".into(), stale.len() as u64);
-        crate::crash::point("entity-gc.after-links");
-        let gone: Vec<String> = merged.iter().map(|&m| entities[m].id.clone()).collect();
-        for chunk in gone.chunks(1000) {
-            let ids = sql_list(chunk);
-            ctx.store
-                .delete_where(MEMORY_ENTITIES.name, &format!("entity_id IN ({ids})"))
-                .await?;
-            ctx.store
-                .delete_where(ENTITIES.name, &format!("id IN ({ids})"))
-                .await?;
-        }
-        crate::crash::point("entity-gc.after-merges");
+    let into: BTreeMap<&str, usize> = merges
+        .iter()
+        .map(|&(s, m, _)| (entities[m].id.as_str(), s))
+        .collect();
+    let moved: Vec<Value> = memberships
+        .iter()
+        .filter(|(mem, _, _)| memories.contains_key(mem))
+        .filter_map(|(mem, e, user)| {
+            into.get(e.as_str())
+                .map(|&s| json!({"memory_id": mem, "entity_id": entities[s].id, "user_id": user}))
+        })
+        .collect();
+    for chunk in moved.chunks(50_000) {
+        let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
+        ctx.store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
     }
+    crate::crash::point("entity-gc.after-survivors");
+    let links = rebuild_chains(ctx, entities, plan, memberships, memories, args).await?;
+    crate::crash::point("entity-gc.after-links");
+    let gone: Vec<String> = merged.iter().map(|&m| entities[m].id.clone()).collect();
+    for chunk in gone.chunks(1000) {
+        let ids = sql_list(chunk);
+        ctx.store
+            .delete_where(MEMORY_ENTITIES.name, &format!("entity_id IN ({ids})"))
+            .await?;
+        ctx.store
+            .delete_where(ENTITIES.name, &format!("id IN ({ids})"))
+            .await?;
+    }
+    crate::crash::point("entity-gc.after-merges");
+    Ok(links)
+}
 
-    // Archive and revive (one commit each), then delete.
+/// Archives and revives (one commit each), then deletes, the entities `plan` names, and
+/// removes the `memory_entities` rows of memories that no longer exist.
+async fn apply_lifecycle(
+    ctx: &JobCtx<'_>,
+    entities: &[Entity],
+    plan: &GcPlan,
+    orphan_rows: &[&(String, String, String)],
+    now: i64,
+) -> Result<()> {
+    let (to_archive, to_revive, to_delete) = (&plan.archive, &plan.revive, &plan.delete);
     let stamp = sql_timestamp(now);
     for (list, value) in [(&to_archive, stamp.as_str()), (&to_revive, "NULL")] {
         let ids: Vec<String> = list.iter().map(|&i| entities[i].id.clone()).collect();
@@ -639,7 +555,115 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntityGcArgs) -> Result<JobReport> {
             )
             .await?;
     }
-    report.counts = counts;
-    log.finish(ctx, &mut report).await?;
-    Ok(report)
+    Ok(())
+}
+
+/// The chains of every entity of the users whose names a merge touched, from the memberships
+/// as they are after the merge (a name shared by two entities of different types keeps both
+/// entities' links); the stale links of those names removed. Returns (written, removed).
+async fn rebuild_chains(
+    ctx: &JobCtx<'_>,
+    entities: &[Entity],
+    plan: &GcPlan,
+    memberships: &[(String, String, String)],
+    memories: &BTreeMap<String, MemoryInfo>,
+    args: &EntityGcArgs,
+) -> Result<(u64, u64)> {
+    let now = ctx.now.timestamp_micros();
+    let dim = ctx.store.embedding_dim();
+    let (merges, merged) = (&plan.merges, plan.merged());
+    let into: BTreeMap<&str, usize> = merges
+        .iter()
+        .map(|&(s, m, _)| (entities[m].id.as_str(), s))
+        .collect();
+
+    // Chains of every entity of the users whose names a merge touched, from the
+    // memberships as they are after the merge (a name shared by two entities of different
+    // types keeps both entities' links).
+    let mut members: BTreeMap<&str, Vec<(i64, String)>> = BTreeMap::new();
+    for (mem, e, _) in memberships {
+        let Some(info) = memories.get(mem) else {
+            continue;
+        };
+        if !info.live {
+            continue;
+        }
+        let owner = into
+            .get(e.as_str())
+            .map_or(e.as_str(), |&s| entities[s].id.as_str());
+        members
+            .entry(owner)
+            .or_default()
+            .push((info.created_at, mem.clone()));
+    }
+    let mut affected: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new(); // user -> names
+    for &(s, m, _) in merges {
+        let names = affected.entry(entities[s].user.as_str()).or_default();
+        names.insert(entities[s].name.as_str());
+        names.insert(entities[m].name.as_str());
+    }
+    let mut wanted: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let mut users_of_link: BTreeMap<(String, String, String), String> = BTreeMap::new();
+    for (i, e) in entities.iter().enumerate() {
+        if merged.contains(&i)
+            || !affected
+                .get(e.user.as_str())
+                .is_some_and(|n| n.contains(e.name.as_str()))
+        {
+            continue;
+        }
+        let Some(list) = members.get_mut(e.id.as_str()) else {
+            continue;
+        };
+        list.sort();
+        list.dedup();
+        for (a, b) in chain(list, args.links_per_memory) {
+            let key = (list[a].1.clone(), list[b].1.clone(), link_type(&e.name));
+            users_of_link.insert(key.clone(), e.user.clone());
+            wanted.insert(key);
+        }
+    }
+    let rows: Vec<Value> = wanted
+        .iter()
+        .map(|k| {
+            json!({"source_id": k.0, "target_id": k.1, "user_id": users_of_link[k],
+                   "link_type": k.2, "confidence": 1.0, "origin": "structural"})
+        })
+        .collect();
+    for chunk in rows.chunks(50_000) {
+        let batch = batch_from_json(&LINKS, dim, now, chunk).map_err(|e| anyhow!(e))?;
+        ctx.store.upsert_batch(&LINKS, batch).await?;
+    }
+    // Stale links of the touched names: what the merged entities' chains had.
+    let mut stale = Vec::new();
+    for (user, names) in &affected {
+        let types: Vec<String> = names.iter().map(|n| link_type(n)).collect();
+        let filter = format!(
+            "user_id = {} AND link_type IN ({})",
+            sql_string(user),
+            sql_list(&types)
+        );
+        #[derive(serde::Deserialize)]
+        struct Link {
+            source_id: String,
+            target_id: String,
+            link_type: String,
+        }
+        for link in ctx
+            .store
+            .scan_rows::<Link>(LINKS.name, Some(&filter))
+            .await?
+        {
+            let key = (link.source_id, link.target_id, link.link_type);
+            if !wanted.contains(&key) {
+                stale.push(key);
+            }
+        }
+    }
+    let keys: Vec<(&str, &str, &str)> = stale
+        .iter()
+        .map(|(s, t, ty)| (s.as_str(), t.as_str(), ty.as_str()))
+        .collect();
+    ctx.store.delete_links(&keys).await?;
+    Ok((rows.len() as u64, stale.len() as u64))
 }

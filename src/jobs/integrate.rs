@@ -33,8 +33,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use anyhow::{Result, anyhow, bail};
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{Float32Type, TimestampMicrosecondType};
 use serde_json::{Map, Value, json};
 
 use super::import::{OnError, read_validated};
@@ -49,6 +47,7 @@ use crate::logic::similarity::dot;
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, REVIEW_QUEUE};
+use crate::model::typed::EmbeddedMemory;
 use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
 use crate::store::{list_of, text_of, time_of};
@@ -243,58 +242,30 @@ async fn current_memories(
     for chunk in users.chunks(500) {
         let filter = format!(
             "user_id IN ({}) AND archived_at IS NULL AND state <> 'archived' \
-             AND superseded_by IS NULL AND (valid_until IS NULL OR valid_until > {}) \
-             AND embedding IS NOT NULL",
+             AND superseded_by IS NULL AND (valid_until IS NULL OR valid_until > {})",
             sql_list(chunk),
             sql_timestamp(now)
         );
-        let batches = store
-            .scan_columns(
-                "memories",
-                Some(&filter),
-                &[
-                    "id",
-                    "user_id",
-                    "kind",
-                    "created_at",
-                    "happens_at",
-                    "text",
-                    "embedding",
-                    "embedding_model",
-                ],
-            )
+        let (rows, vectors) = store
+            .scan_rows_with_vectors::<EmbeddedMemory>("memories", &filter, "embedding")
             .await?;
-        for batch in &batches {
-            let ids = batch.column(0).as_string::<i32>();
-            let user_ids = batch.column(1).as_string::<i32>();
-            let kinds = batch.column(2).as_string::<i32>();
-            let created = batch.column(3).as_primitive::<TimestampMicrosecondType>();
-            let happens = batch.column(4).as_primitive::<TimestampMicrosecondType>();
-            let texts = batch.column(5).as_string::<i32>();
-            let list = batch.column(6).as_fixed_size_list();
-            let values = list.values().as_primitive::<Float32Type>();
-            let models = batch.column(7).as_string::<i32>();
-            for row in 0..batch.num_rows() {
-                if models.is_null(row) || models.value(row) != model {
-                    other_model += 1;
-                    continue;
-                }
-                let start = list.value_offset(row) as usize;
-                let m = out.entry(user_ids.value(row).to_string()).or_default();
-                m.ids.push(ids.value(row).to_string());
-                m.views.push(MemoryView {
-                    id: ids.value(row).to_string(),
-                    kind: kinds.value(row).to_string(),
-                    created_at: format_timestamp(created.value(row)),
-                    happens_at: happens
-                        .is_valid(row)
-                        .then(|| format_timestamp(happens.value(row))),
-                    text: texts.value(row).to_string(),
-                    dates: Vec::new(),
-                    cluster: None,
-                });
-                m.vectors.push(values.values()[start..start + dim].to_vec());
+        for (row, vector) in rows.into_iter().zip(vectors.chunks_exact(dim)) {
+            if row.embedding_model.as_deref() != Some(model) {
+                other_model += 1;
+                continue;
             }
+            let m = out.entry(row.user_id).or_default();
+            m.ids.push(row.id.clone());
+            m.views.push(MemoryView {
+                id: row.id,
+                kind: row.kind,
+                created_at: format_timestamp(row.created_at),
+                happens_at: row.happens_at.map(format_timestamp),
+                text: row.text,
+                dates: Vec::new(),
+                cluster: None,
+            });
+            m.vectors.push(vector.to_vec());
         }
     }
     Ok((out, other_model))

@@ -11,8 +11,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Result, anyhow};
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{Float32Type, TimestampMicrosecondType};
 use serde_json::Value;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
@@ -22,6 +20,7 @@ use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS};
+use crate::model::typed::EmbeddedMemory;
 use crate::store::audit::AuditRow;
 use crate::store::{Store, batch_from_json, sql_string};
 
@@ -71,62 +70,33 @@ struct UserMemories {
 }
 
 async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
-    let filter = format!(
-        "user_id = {} AND state != 'archived' AND embedding IS NOT NULL",
-        sql_string(user)
-    );
-    let batches = ctx
+    let filter = format!("user_id = {} AND state != 'archived'", sql_string(user));
+    let (rows, vectors) = ctx
         .store
-        .scan_columns(
-            "memories",
-            Some(&filter),
-            &[
-                "id",
-                "kind",
-                "created_at",
-                "happens_at",
-                "text",
-                "embedding",
-                "embedding_model",
-            ],
-        )
+        .scan_rows_with_vectors::<EmbeddedMemory>("memories", &filter, "embedding")
         .await?;
-    let (model, other_model) = super::main_model(&batches, 6);
     let dim = ctx.store.embedding_dim();
+    let (model, other_model) = super::main_model(rows.iter().map(|r| r.embedding_model.as_deref()));
     let mut out = UserMemories {
         views: Vec::new(),
         vectors: Vec::new(),
         other_model,
         model,
     };
-    for batch in &batches {
-        let ids = batch.column(0).as_string::<i32>();
-        let kinds = batch.column(1).as_string::<i32>();
-        let created = batch.column(2).as_primitive::<TimestampMicrosecondType>();
-        let happens = batch.column(3).as_primitive::<TimestampMicrosecondType>();
-        let texts = batch.column(4).as_string::<i32>();
-        let list = batch.column(5).as_fixed_size_list();
-        let values = list.values().as_primitive::<Float32Type>();
-        let names = batch.column(6).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            if names.value(row) != out.model {
-                continue;
-            }
-            out.views.push(MemoryView {
-                id: ids.value(row).to_string(),
-                kind: kinds.value(row).to_string(),
-                created_at: format_timestamp(created.value(row)),
-                happens_at: happens
-                    .is_valid(row)
-                    .then(|| format_timestamp(happens.value(row))),
-                text: texts.value(row).to_string(),
-                dates: Vec::new(),
-                cluster: None,
-            });
-            let start = list.value_offset(row) as usize;
-            out.vectors
-                .extend_from_slice(&values.values()[start..start + dim]);
+    for (row, vector) in rows.into_iter().zip(vectors.chunks_exact(dim)) {
+        if row.embedding_model.as_deref().unwrap_or("") != out.model {
+            continue;
         }
+        out.vectors.extend_from_slice(vector);
+        out.views.push(MemoryView {
+            id: row.id,
+            kind: row.kind,
+            created_at: format_timestamp(row.created_at),
+            happens_at: row.happens_at.map(format_timestamp),
+            text: row.text,
+            dates: Vec::new(),
+            cluster: None,
+        });
     }
     Ok(out)
 }
@@ -142,18 +112,17 @@ async fn judged_pairs(store: &Store, user: &str) -> Result<BTreeSet<(String, Str
         ),
     )
     .await?;
+    #[derive(serde::Deserialize)]
+    struct Judged {
+        source_ids: Vec<String>,
+    }
     let mut pairs = BTreeSet::new();
-    for batch in store
-        .scan_columns(AUDIT_LOG.name, Some(&filter), &["source_ids"])
+    for row in store
+        .scan_rows::<Judged>(AUDIT_LOG.name, Some(&filter))
         .await?
     {
-        let lists = batch.column(0).as_list::<i32>();
-        for row in 0..batch.num_rows() {
-            let ids = lists.value(row);
-            let ids = ids.as_string::<i32>();
-            if ids.len() == 2 {
-                pairs.insert((ids.value(0).to_string(), ids.value(1).to_string()));
-            }
+        if let [source, target] = row.source_ids.as_slice() {
+            pairs.insert((source.clone(), target.clone()));
         }
     }
     Ok(pairs)

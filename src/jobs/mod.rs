@@ -352,17 +352,13 @@ impl JobReport {
 /// The embedding model most of a user's vectors come from (ties by name), and how many rows
 /// another model embedded: similarities are only meaningful between vectors of one model.
 /// `column` is the index of `embedding_model` in `batches`.
-pub fn main_model(batches: &[arrow::array::RecordBatch], column: usize) -> (String, usize) {
-    use arrow::array::AsArray;
-    let mut models: BTreeMap<String, usize> = BTreeMap::new();
-    for batch in batches {
-        let names = batch.column(column).as_string::<i32>();
-        for row in 0..batch.num_rows() {
-            *models.entry(names.value(row).to_string()).or_default() += 1;
-        }
+pub fn main_model<'a>(models: impl IntoIterator<Item = Option<&'a str>>) -> (String, usize) {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for model in models {
+        *counts.entry(model.unwrap_or("").to_string()).or_default() += 1;
     }
-    let model = most_used(&models);
-    let others = models.values().sum::<usize>() - models.get(&model).copied().unwrap_or(0);
+    let model = most_used(&counts);
+    let others = counts.values().sum::<usize>() - counts.get(&model).copied().unwrap_or(0);
     (model, others)
 }
 

@@ -21,6 +21,7 @@ use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::config::RetentionSection;
 use crate::model::clock::Clock;
 use crate::model::schema::ALL_TABLES;
+use crate::model::typed::RunStart;
 use crate::store::audit::AuditRow;
 use crate::store::maintain::{CompactionPolicy, TableStorage};
 
@@ -245,19 +246,10 @@ async fn wall_time_of(
     cutoff: chrono::DateTime<chrono::Utc>,
     window: chrono::Duration,
 ) -> Result<chrono::DateTime<chrono::Utc>> {
-    let runs = crate::store::json_rows(
-        &ctx.store
-            .scan_columns("runs", None, &["started_at", "params"])
-            .await?,
-    );
+    let runs: Vec<RunStart> = ctx.store.scan_rows("runs", None).await?;
     let latest_outside = runs
         .iter()
-        .filter_map(|r| {
-            let params: serde_json::Value =
-                serde_json::from_str(&crate::store::text_of(r, "params")).ok()?;
-            let clock = chrono::DateTime::parse_from_rfc3339(params["clock"].as_str()?).ok()?;
-            (clock < cutoff).then(|| crate::store::time_of(r, "started_at"))?
-        })
+        .filter_map(|r| (r.time_param("clock")? < cutoff).then_some(r.started_at))
         .max()
         .and_then(chrono::DateTime::from_timestamp_micros);
     let by_wall = chrono::Utc::now() - window;

@@ -288,15 +288,16 @@ async fn inbound_links(ctx: &JobCtx<'_>) -> Result<HashMap<String, u64>> {
         .as_ref()
         .map(|u| format!("user_id = {}", sql_string(u)));
     let mut counts = HashMap::new();
-    for batch in ctx
+    #[derive(serde::Deserialize)]
+    struct Inbound {
+        target_id: String,
+    }
+    for link in ctx
         .store
-        .scan_columns("links", filter.as_deref(), &["target_id"])
+        .scan_rows::<Inbound>("links", filter.as_deref())
         .await?
     {
-        let targets = batch.column(0).as_string::<i32>();
-        for i in 0..batch.num_rows() {
-            *counts.entry(targets.value(i).to_string()).or_insert(0) += 1;
-        }
+        *counts.entry(link.target_id).or_insert(0) += 1;
     }
     Ok(counts)
 }
@@ -311,7 +312,10 @@ async fn clean_notes(ctx: &JobCtx<'_>, now: i64) -> Result<(u64, u64)> {
     let mut updates = Vec::new();
     let (mut entities, mut removed) = (0u64, 0u64);
     for batch in &batches {
-        let notes = batch.column(1).as_list::<i32>();
+        let notes = batch
+            .column_by_name("notes")
+            .context("entity rows without notes")?
+            .as_list::<i32>();
         let values = notes.values().as_struct();
         let expires = values
             .column_by_name("expires_at")
@@ -348,7 +352,13 @@ async fn clean_notes(ctx: &JobCtx<'_>, now: i64) -> Result<(u64, u64)> {
             _ => unreachable!("notes is a list"),
         };
         let list = ListArray::try_new(field, OffsetBuffer::new(offsets.into()), filtered, None)?;
-        let ids = arrow::compute::take(batch.column(0), &take, None)?;
+        let ids = arrow::compute::take(
+            batch
+                .column_by_name("id")
+                .context("entity rows without id")?,
+            &take,
+            None,
+        )?;
         let schema = Arc::new(Schema::new(vec![
             Field::new("id", arrow::datatypes::DataType::Utf8, false),
             ENTITIES.arrow_schema(0).field_with_name("notes")?.clone(),

@@ -133,17 +133,15 @@ impl Store {
         &self,
         ids: &[String],
     ) -> Result<std::collections::BTreeSet<String>> {
-        use arrow::array::AsArray;
+        #[derive(serde::Deserialize)]
+        struct Id {
+            id: String,
+        }
         let mut found = std::collections::BTreeSet::new();
         for chunk in ids.chunks(500) {
             let filter = format!("id IN ({})", super::sql_list(chunk));
-            for batch in self
-                .scan_columns(AUDIT_LOG.name, Some(&filter), &["id"])
-                .await?
-            {
-                let column = batch.column(0).as_string::<i32>();
-                found.extend((0..batch.num_rows()).map(|row| column.value(row).to_string()));
-            }
+            let rows: Vec<Id> = self.scan_rows(AUDIT_LOG.name, Some(&filter)).await?;
+            found.extend(rows.into_iter().map(|r| r.id));
         }
         Ok(found)
     }

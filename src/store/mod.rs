@@ -63,6 +63,8 @@ pub enum StoreError {
     Lance(#[from] lancedb::Error),
     #[error(transparent)]
     Arrow(#[from] arrow::error::ArrowError),
+    #[error(transparent)]
+    RowType(#[from] crate::model::typed::RowTypeError),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -516,15 +518,16 @@ impl Store {
 
     /// The distinct `user_id`s of a table, sorted.
     pub async fn distinct_users(&self, table: &str) -> Result<Vec<String>> {
-        let mut users = std::collections::BTreeSet::new();
-        for batch in self.scan_columns(table, None, &["user_id"]).await? {
-            let column = batch.column(0).as_string::<i32>();
-            users.extend(
-                (0..batch.num_rows())
-                    .filter(|i| column.is_valid(*i))
-                    .map(|i| column.value(i).to_string()),
-            );
+        #[derive(serde::Deserialize)]
+        struct Owner {
+            user_id: Option<String>,
         }
+        let users: std::collections::BTreeSet<String> = self
+            .scan_rows::<Owner>(table, None)
+            .await?
+            .into_iter()
+            .filter_map(|r| r.user_id)
+            .collect();
         Ok(users.into_iter().collect())
     }
 
@@ -540,6 +543,38 @@ impl Store {
             .await?
             .try_collect()
             .await?)
+    }
+
+    /// The rows of a table (optionally filtered) as `T`s: the columns read are `T`'s fields
+    /// (`model::typed`).
+    pub async fn scan_rows<T: serde::de::DeserializeOwned>(
+        &self,
+        table: &str,
+        filter: Option<&str>,
+    ) -> Result<Vec<T>> {
+        let columns = crate::model::typed::columns_of::<T>();
+        let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let batches = self.scan_columns(table, filter, &columns).await?;
+        Ok(crate::model::typed::rows_of(table, &batches)?)
+    }
+
+    /// Like `scan_rows`, with each row's vector (`vector_column`, filtered to be present)
+    /// read beside it: the rows, and their vectors one after another.
+    pub async fn scan_rows_with_vectors<T: serde::de::DeserializeOwned>(
+        &self,
+        table: &str,
+        filter: &str,
+        vector_column: &str,
+    ) -> Result<(Vec<T>, Vec<f32>)> {
+        let mut columns = crate::model::typed::columns_of::<T>();
+        columns.push(vector_column.to_string());
+        let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let filter = format!("({filter}) AND {vector_column} IS NOT NULL");
+        let batches = self.scan_columns(table, Some(&filter), &columns).await?;
+        let rows = crate::model::typed::rows_of(table, &batches)?;
+        let vectors =
+            crate::model::typed::vectors_of(table, &batches, vector_column, self.embedding_dim())?;
+        Ok((rows, vectors))
     }
 
     /// Streams some columns of a table (optionally filtered), batch by batch.
@@ -641,21 +676,23 @@ impl TableView {
         Ok(self.0.version().await?)
     }
 
-    /// `columns` of the rows matching `filter`.
-    pub async fn scan_where(
+    /// The rows matching `filter`, as `T`s (the columns read are `T`'s fields).
+    pub async fn rows_where<T: serde::de::DeserializeOwned>(
         &self,
         filter: datafusion::logical_expr::Expr,
-        columns: &[&str],
-    ) -> Result<Vec<RecordBatch>> {
-        Ok(self
+    ) -> Result<Vec<T>> {
+        let columns = crate::model::typed::columns_of::<T>();
+        let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let batches: Vec<RecordBatch> = self
             .0
             .query()
             .only_if_expr(filter)
-            .select(Select::columns(columns))
+            .select(Select::columns(&columns))
             .execute()
             .await?
             .try_collect()
-            .await?)
+            .await?;
+        Ok(crate::model::typed::rows_of(self.0.name(), &batches)?)
     }
 }
 
@@ -801,17 +838,17 @@ pub async fn without_undone(store: &Store, filter: &str) -> anyhow::Result<Strin
 /// are gone: what a batch applier reads to apply with the submitting run's options.
 pub async fn run_params(store: &Store, run_id: &str) -> anyhow::Result<serde_json::Value> {
     let filter = format!("run_id = {}", sql_string(run_id));
-    let mut params = serde_json::Value::Null;
-    for batch in store
-        .scan_columns("runs", Some(&filter), &["params"])
-        .await?
-    {
-        let column = batch.column(0).as_string::<i32>();
-        if batch.num_rows() > 0 && column.is_valid(0) {
-            params = serde_json::from_str(column.value(0)).unwrap_or(serde_json::Value::Null);
-        }
+    #[derive(serde::Deserialize)]
+    struct Run {
+        params: Option<String>,
     }
-    Ok(params)
+    let runs: Vec<Run> = store.scan_rows("runs", Some(&filter)).await?;
+    Ok(runs
+        .into_iter()
+        .filter_map(|r| r.params)
+        .next_back()
+        .and_then(|p| serde_json::from_str(&p).ok())
+        .unwrap_or(serde_json::Value::Null))
 }
 
 pub fn json_rows(batches: &[RecordBatch]) -> Vec<serde_json::Map<String, serde_json::Value>> {

@@ -175,6 +175,47 @@ fn only_the_store_names_the_database() {
     assert_eq!(database_names_outside_store(&planted).len(), 1);
 }
 
+/// Lines that read a batch's column by its position (`batch.column(3)`): a position
+/// depends on a select list written elsewhere, so rows are read by name (`model::typed`).
+fn positional_columns(files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (path, text) in files {
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let positional = code.match_indices(".column(").any(|(at, m)| {
+                code[at + m.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_digit())
+            });
+            if positional {
+                found.push(format!(
+                    "{}:{}: {}",
+                    path.strip_prefix(root()).unwrap_or(path).display(),
+                    number + 1,
+                    code.trim()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn columns_are_read_by_name_never_by_position() {
+    let found = positional_columns(&sources("src"));
+    assert!(
+        found.is_empty(),
+        "a column read by position (read a typed row, `Store::scan_rows`, or \
+         `column_by_name`): {found:#?}"
+    );
+    let planted = [(
+        root().join("src/jobs/example.rs"),
+        "        let ids = batch.column(0).as_string::<i32>();\n".to_string(),
+    )];
+    assert_eq!(positional_columns(&planted).len(), 1);
+}
+
 /// The layers, each with the layers above it that it must not name: commands use jobs,
 /// jobs use the LLM layer, embedders and the store, and none of those reach back up.
 const LAYERS_ABOVE: &[(&str, &[&str])] = &[

@@ -267,6 +267,91 @@ pub fn chain(members: &[(i64, String)], per_memory: usize) -> Vec<(usize, usize)
     links
 }
 
+/// An entity as the whole GC reads it: the rules' view, its owner, when it was archived, and
+/// its name vector (for the `embedding` rule).
+#[derive(Clone, Debug)]
+pub struct StoredEntity {
+    pub entity: GcEntity,
+    pub user: String,
+    pub archived_at: Option<i64>,
+    pub vector: Option<Vec<f32>>,
+}
+
+/// What one GC run does, by index into its entities: merges (survivor, merged, rule), then
+/// archives, revivals and deletions of the entities no merge folds away.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GcPlan {
+    pub merges: Vec<(usize, usize, &'static str)>,
+    /// Survivor -> the entities folded into it.
+    pub absorbed: BTreeMap<usize, Vec<usize>>,
+    pub archive: Vec<usize>,
+    pub revive: Vec<usize>,
+    pub delete: Vec<usize>,
+}
+
+impl GcPlan {
+    /// The entities folded into others.
+    pub fn merged(&self) -> BTreeSet<usize> {
+        self.merges.iter().map(|m| m.1).collect()
+    }
+}
+
+/// The GC of `entities` (any users'): merges per user among entities not archived (`merging`:
+/// `None` leaves merging out, `Some(similarity)` merges by the rules, by name vectors too when
+/// a similarity is given); then an entity no live memory names is archived (a survivor counts
+/// the memories of those it absorbs), an archived one named again is revived, and one archived
+/// at or before `grace_cutoff` and still named by none is deleted.
+pub fn plan_gc(
+    entities: &[StoredEntity],
+    merging: Option<Option<f32>>,
+    grace_cutoff: i64,
+) -> GcPlan {
+    let mut plan = GcPlan::default();
+    if let Some(similarity) = merging {
+        let mut by_user: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, e) in entities.iter().enumerate() {
+            if e.archived_at.is_none() {
+                by_user.entry(e.user.as_str()).or_default().push(i);
+            }
+        }
+        for list in by_user.values() {
+            let gc: Vec<GcEntity> = list.iter().map(|&i| entities[i].entity.clone()).collect();
+            let vectors: Vec<Option<Vec<f32>>> =
+                list.iter().map(|&i| entities[i].vector.clone()).collect();
+            let found = plan_merges(&gc, similarity.map(|s| (vectors.as_slice(), s)));
+            plan.merges.extend(
+                found
+                    .into_iter()
+                    .map(|m| (list[m.survivor], list[m.merged], m.rule)),
+            );
+        }
+    }
+    for &(s, m, _) in &plan.merges {
+        plan.absorbed.entry(s).or_default().push(m);
+    }
+    let merged = plan.merged();
+    for (i, e) in entities.iter().enumerate() {
+        if merged.contains(&i) {
+            continue;
+        }
+        let refs = e.entity.references
+            + plan
+                .absorbed
+                .get(&i)
+                .into_iter()
+                .flatten()
+                .map(|&m| entities[m].entity.references)
+                .sum::<usize>();
+        match (e.archived_at, refs) {
+            (None, 0) => plan.archive.push(i),
+            (Some(_), r) if r > 0 => plan.revive.push(i),
+            (Some(at), 0) if at <= grace_cutoff => plan.delete.push(i),
+            _ => {}
+        }
+    }
+    plan
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -419,5 +504,63 @@ mod tests {
                 .map(|(a, b)| (a.to_string(), b.to_string()))
                 .collect::<Vec<_>>()
         );
+    }
+
+    fn stored(
+        id: &str,
+        user: &str,
+        name: &str,
+        refs: usize,
+        archived_at: Option<i64>,
+    ) -> StoredEntity {
+        StoredEntity {
+            entity: GcEntity {
+                id: id.into(),
+                name: name.into(),
+                entity_type: "person".into(),
+                aliases: Vec::new(),
+                references: refs,
+            },
+            user: user.into(),
+            archived_at,
+            vector: None,
+        }
+    }
+
+    #[test]
+    fn the_gc_plan_archives_revives_deletes_past_grace_and_merges_per_user() {
+        let entities = [
+            stored("a", "u1", "Alice Smith", 2, None),
+            stored("b", "u1", "Smith", 0, None),
+            stored("c", "u1", "Bob", 0, None),
+            stored("d", "u1", "Carol", 1, Some(50)),
+            stored("e", "u1", "Dave", 0, Some(50)),
+            stored("f", "u1", "Erin", 0, Some(150)),
+            // Another user's "Smith" is never folded into u1's Alice Smith.
+            stored("g", "u2", "Smith", 1, None),
+        ];
+        let plan = plan_gc(&entities, Some(None), 100);
+        assert_eq!(plan.merges, vec![(0, 1, "surname")]);
+        assert_eq!(plan.absorbed, BTreeMap::from([(0, vec![1])]));
+        // Bob is named by nothing: archived; Carol is named again: revived; Dave was archived
+        // before the cutoff: deleted; Erin after it: kept archived.
+        assert_eq!(
+            (plan.archive, plan.revive, plan.delete),
+            (vec![2], vec![3], vec![4])
+        );
+    }
+
+    #[test]
+    fn a_survivor_counts_the_memories_of_what_it_absorbs_and_no_merging_merges_nothing() {
+        let entities = [
+            stored("a", "u1", "Alice Smith", 0, None),
+            stored("b", "u1", "Smith", 3, None),
+        ];
+        let plan = plan_gc(&entities, Some(None), 0);
+        assert_eq!(plan.merges.len(), 1);
+        assert!(plan.archive.is_empty(), "{plan:?}");
+        let plan = plan_gc(&entities, None, 0);
+        assert!(plan.merges.is_empty());
+        assert_eq!(plan.archive, vec![0]);
     }
 }

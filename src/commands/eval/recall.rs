@@ -261,27 +261,25 @@ async fn turns_of(
 
 /// The live, current memories of a user with their vectors (plain cosine's candidates).
 async fn live_vectors(store: &Store, user: &str, clock: i64) -> Result<Vec<(String, Vec<f32>)>> {
-    use arrow::array::AsArray;
     let filter = format!(
         "user_id = {} AND embedding IS NOT NULL AND archived_at IS NULL AND state <> 'archived' \
          AND superseded_by IS NULL AND (valid_until IS NULL OR valid_until > {})",
         sql_string(user),
         crate::store::sql_timestamp(clock)
     );
-    let mut out = Vec::new();
-    for batch in store
-        .scan_columns("memories", Some(&filter), &["id", "embedding"])
-        .await?
-    {
-        let ids = batch.column(0).as_string::<i32>();
-        let vectors = batch.column(1).as_fixed_size_list();
-        for i in 0..batch.num_rows() {
-            let v = vectors.value(i);
-            let v = v.as_primitive::<arrow::datatypes::Float32Type>();
-            out.push((ids.value(i).to_string(), v.values().to_vec()));
-        }
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: String,
     }
-    Ok(out)
+    let (rows, vectors) = store
+        .scan_rows_with_vectors::<Id>("memories", &filter, "embedding")
+        .await?;
+    let dim = store.embedding_dim();
+    Ok(rows
+        .into_iter()
+        .zip(vectors.chunks_exact(dim))
+        .map(|(r, v)| (r.id, v.to_vec()))
+        .collect())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,250 @@
+//! Typed rows: a job reads a projection of a table as a Rust type whose fields name the
+//! columns. The column list is derived from the type (`columns_of`), and batches become rows
+//! by column name (`rows_of`), never by position or through JSON maps.
+//!
+//! Arrow types map to field types as serde_arrow maps them: `Utf8` to `String`, timestamps
+//! to `i64` microseconds, `FixedSizeList<Float32>` to `Vec<f32>`, nullable columns to
+//! `Option`. Columns a batch has beyond the type's fields are ignored.
+
+use arrow::array::RecordBatch;
+use serde::de::DeserializeOwned;
+use serde_arrow::schema::{SchemaLike, TracingOptions};
+
+/// A batch that does not hold the rows a type expects: a column missing or of another type.
+#[derive(Debug, thiserror::Error)]
+#[error("rows of {table} do not read as {row}: {reason}")]
+pub struct RowTypeError {
+    pub table: String,
+    pub row: &'static str,
+    pub reason: String,
+}
+
+/// The columns a row type reads: its fields' names, in declaration order.
+pub fn columns_of<T: DeserializeOwned>() -> Vec<String> {
+    let fields = Vec::<arrow::datatypes::FieldRef>::from_type::<T>(
+        TracingOptions::default().allow_null_fields(true),
+    )
+    // A row type is a struct of plain fields, fixed at compile time: tracing it fails only
+    // for a type that is not one, a programming error every read of it would show at once.
+    .unwrap_or_else(|e| panic!("{} is not a row type: {e}", std::any::type_name::<T>()));
+    fields.iter().map(|f| f.name().clone()).collect()
+}
+
+/// The rows of `batches` (read from `table`) as `T`s.
+pub fn rows_of<T: DeserializeOwned>(
+    table: &str,
+    batches: &[RecordBatch],
+) -> Result<Vec<T>, RowTypeError> {
+    let mut rows = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
+    for batch in batches {
+        let part: Vec<T> = serde_arrow::from_record_batch(batch).map_err(|e| RowTypeError {
+            table: table.to_string(),
+            row: std::any::type_name::<T>(),
+            reason: e.to_string(),
+        })?;
+        rows.extend(part);
+    }
+    Ok(rows)
+}
+
+/// The vectors of `column` (a fixed-size list of f32) of every row of `batches`, one after
+/// another: `dim` floats per row. Read column-wise, not row by row (a clustering scan holds up
+/// to 200k of them); a null vector is an error, so scans filter on `column IS NOT NULL`.
+pub fn vectors_of(
+    table: &str,
+    batches: &[RecordBatch],
+    column: &str,
+    dim: usize,
+) -> Result<Vec<f32>, RowTypeError> {
+    use arrow::array::{Array, AsArray};
+    let error = |reason: String| RowTypeError {
+        table: table.to_string(),
+        row: "vectors",
+        reason,
+    };
+    let mut out =
+        Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum::<usize>() * dim);
+    for batch in batches {
+        let list = batch
+            .column_by_name(column)
+            .and_then(|c| c.as_fixed_size_list_opt())
+            .ok_or_else(|| error(format!("no fixed-size list column {column}")))?;
+        if list.value_length() as usize != dim {
+            return Err(error(format!(
+                "{column} holds vectors of {} floats, not {dim}",
+                list.value_length()
+            )));
+        }
+        if list.null_count() > 0 {
+            return Err(error(format!(
+                "{column} is null in {} rows",
+                list.null_count()
+            )));
+        }
+        let values = list
+            .values()
+            .as_primitive_opt::<arrow::datatypes::Float32Type>()
+            .ok_or_else(|| error(format!("{column} does not hold f32 values")))?;
+        let start = list.offset() * dim;
+        out.extend_from_slice(&values.values()[start..start + list.len() * dim]);
+    }
+    Ok(out)
+}
+
+/// A run as the schedule, nightly and optimize read it: when it started and the options it
+/// was started with (`runs.params`, JSON: `now` or `clock` hold the run's clock).
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct RunStart {
+    pub started_at: i64,
+    pub params: Option<String>,
+}
+
+impl RunStart {
+    /// The run's options (`Null` when absent or unreadable).
+    pub fn params(&self) -> serde_json::Value {
+        self.params
+            .as_deref()
+            .and_then(|p| serde_json::from_str(p).ok())
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The time an option holds (`now`, `clock`), when it holds one.
+    pub fn time_param(&self, key: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+        let params = self.params();
+        let text = params[key].as_str()?;
+        chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.with_timezone(&chrono::Utc))
+    }
+}
+
+/// A live memory, as link and integrate compare it with others (its vector read beside it by
+/// `vectors_of`).
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct EmbeddedMemory {
+    pub id: String,
+    pub user_id: String,
+    pub kind: String,
+    pub created_at: i64,
+    pub happens_at: Option<i64>,
+    pub text: String,
+    pub embedding_model: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{
+        FixedSizeListArray, StringArray, TimestampMicrosecondArray, types::Float32Type,
+    };
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use serde::Deserialize;
+    use std::sync::Arc;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct View {
+        id: String,
+        created_at: i64,
+        happens_at: Option<i64>,
+        embedding: Vec<f32>,
+    }
+
+    fn batch() -> RecordBatch {
+        let utc = Some("UTC".into());
+        let schema = Schema::new(vec![
+            Field::new("extra", DataType::Utf8, true),
+            Field::new(
+                "embedding",
+                DataType::new_fixed_size_list(DataType::Float32, 2, true),
+                true,
+            ),
+            Field::new(
+                "happens_at",
+                DataType::Timestamp(TimeUnit::Microsecond, utc.clone()),
+                true,
+            ),
+            Field::new(
+                "created_at",
+                DataType::Timestamp(TimeUnit::Microsecond, utc),
+                false,
+            ),
+            Field::new("id", DataType::Utf8, false),
+        ]);
+        let vectors = FixedSizeListArray::from_iter_primitive::<Float32Type, _, _>(
+            vec![
+                Some(vec![Some(1.0), Some(2.0)]),
+                Some(vec![Some(3.0), Some(4.0)]),
+            ],
+            2,
+        );
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(StringArray::from(vec![Some("x"), None])),
+                Arc::new(vectors),
+                Arc::new(TimestampMicrosecondArray::from(vec![Some(7), None]).with_timezone("UTC")),
+                Arc::new(TimestampMicrosecondArray::from(vec![1, 2]).with_timezone("UTC")),
+                Arc::new(StringArray::from(vec!["a", "b"])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_are_read_by_column_name_whatever_the_order() {
+        let rows: Vec<View> = rows_of("memories", &[batch()]).unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                View {
+                    id: "a".into(),
+                    created_at: 1,
+                    happens_at: Some(7),
+                    embedding: vec![1.0, 2.0]
+                },
+                View {
+                    id: "b".into(),
+                    created_at: 2,
+                    happens_at: None,
+                    embedding: vec![3.0, 4.0]
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn vectors_are_read_by_column_name_one_row_after_another() {
+        assert_eq!(
+            vectors_of("memories", &[batch(), batch().slice(1, 1)], "embedding", 2).unwrap(),
+            [1.0, 2.0, 3.0, 4.0, 3.0, 4.0]
+        );
+        let e = vectors_of("memories", &[batch()], "embedding", 3).unwrap_err();
+        assert!(e.to_string().contains("vectors of 2 floats, not 3"), "{e}");
+        assert!(vectors_of("memories", &[batch()], "text", 2).is_err());
+    }
+
+    #[test]
+    fn the_column_list_is_the_types_fields() {
+        assert_eq!(
+            columns_of::<View>(),
+            ["id", "created_at", "happens_at", "embedding"]
+        );
+    }
+
+    #[test]
+    fn a_missing_column_names_the_table_and_the_type() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Wider {
+            id: String,
+            tier: String,
+        }
+        let e = rows_of::<Wider>("memories", &[batch()]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("rows of memories do not read as "),
+            "{e}"
+        );
+        assert!(e.to_string().contains("Wider"), "{e}");
+    }
+}
