@@ -25,6 +25,7 @@ use crate::llm::{CallMode, Item, LlmArgs};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, MEMORY_ENTITIES};
+use crate::model::typed::ShownMemory;
 use crate::store::audit::AuditRow;
 use crate::store::text_of;
 use crate::store::{batch_from_json, json_rows, sql_list};
@@ -114,29 +115,30 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
 
     // The newest memories naming each dirty entity.
     let ids: Vec<String> = dirty.iter().map(|r| text_of(r, "id")).collect();
+    #[derive(serde::Deserialize)]
+    struct Naming {
+        entity_id: String,
+        memory_id: String,
+    }
     let mut named: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for chunk in ids.chunks(1000) {
         let filter = format!("entity_id IN ({})", sql_list(chunk));
-        for row in json_rows(&ctx.store.scan(MEMORY_ENTITIES.name, Some(&filter)).await?) {
-            named
-                .entry(text_of(&row, "entity_id"))
-                .or_default()
-                .push(text_of(&row, "memory_id"));
+        for row in ctx
+            .store
+            .scan_rows::<Naming>(MEMORY_ENTITIES.name, Some(&filter))
+            .await?
+        {
+            named.entry(row.entity_id).or_default().push(row.memory_id);
         }
     }
     let memory_ids: Vec<String> = named.values().flatten().cloned().collect();
     let live = "state != 'archived' AND archived_at IS NULL";
     let memories: BTreeMap<String, MemoryView> = ctx
         .store
-        .rows_with_ids(
-            "memories",
-            &memory_ids,
-            Some(live),
-            &["id", "kind", "created_at", "happens_at", "text"],
-        )
+        .typed_rows_with_ids::<ShownMemory>("memories", &memory_ids, Some(live))
         .await?
-        .iter()
-        .map(|row| (text_of(row, "id"), MemoryView::from_row(row)))
+        .into_iter()
+        .map(|row| (row.id.clone(), MemoryView::from_shown(row)))
         .collect();
 
     let clock = format_timestamp(now);

@@ -491,17 +491,23 @@ async fn apply_merges(
     let links = rebuild_chains(ctx, entities, plan, memberships, memories, args).await?;
     crate::crash::point("entity-gc.after-links");
     let gone: Vec<String> = merged.iter().map(|&m| entities[m].id.clone()).collect();
-    for chunk in gone.chunks(1000) {
-        let ids = sql_list(chunk);
-        ctx.store
-            .delete_where(MEMORY_ENTITIES.name, &format!("entity_id IN ({ids})"))
-            .await?;
-        ctx.store
-            .delete_where(ENTITIES.name, &format!("id IN ({ids})"))
-            .await?;
-    }
+    delete_entities(ctx, &gone).await?;
     crate::crash::point("entity-gc.after-merges");
     Ok(links)
+}
+
+/// Deletes entities and their `memory_entities` rows, a thousand at a time.
+async fn delete_entities(ctx: &JobCtx<'_>, ids: &[String]) -> Result<()> {
+    for chunk in ids.chunks(1000) {
+        let list = sql_list(chunk);
+        ctx.store
+            .delete_where(MEMORY_ENTITIES.name, &format!("entity_id IN ({list})"))
+            .await?;
+        ctx.store
+            .delete_where(ENTITIES.name, &format!("id IN ({list})"))
+            .await?;
+    }
+    Ok(())
 }
 
 /// Archives and revives (one commit each), then deletes, the entities `plan` names, and
@@ -532,15 +538,7 @@ async fn apply_lifecycle(
     }
     crate::crash::point("entity-gc.after-archive");
     let ids: Vec<String> = to_delete.iter().map(|&i| entities[i].id.clone()).collect();
-    for chunk in ids.chunks(1000) {
-        let list = sql_list(chunk);
-        ctx.store
-            .delete_where(MEMORY_ENTITIES.name, &format!("entity_id IN ({list})"))
-            .await?;
-        ctx.store
-            .delete_where(ENTITIES.name, &format!("id IN ({list})"))
-            .await?;
-    }
+    delete_entities(ctx, &ids).await?;
     let orphans: Vec<String> = orphan_rows
         .iter()
         .map(|(m, _, _)| m.clone())

@@ -254,17 +254,9 @@ async fn current_memories(
                 other_model += 1;
                 continue;
             }
-            let m = out.entry(row.user_id).or_default();
+            let m = out.entry(row.user_id.clone()).or_default();
             m.ids.push(row.id.clone());
-            m.views.push(MemoryView {
-                id: row.id,
-                kind: row.kind,
-                created_at: format_timestamp(row.created_at),
-                happens_at: row.happens_at.map(format_timestamp),
-                text: row.text,
-                dates: Vec::new(),
-                cluster: None,
-            });
+            m.views.push(MemoryView::from_shown(row.shown()));
             m.vectors.push(vector.to_vec());
         }
     }

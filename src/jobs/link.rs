@@ -88,15 +88,7 @@ async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
             continue;
         }
         out.vectors.extend_from_slice(vector);
-        out.views.push(MemoryView {
-            id: row.id,
-            kind: row.kind,
-            created_at: format_timestamp(row.created_at),
-            happens_at: row.happens_at.map(format_timestamp),
-            text: row.text,
-            dates: Vec::new(),
-            cluster: None,
-        });
+        out.views.push(MemoryView::from_shown(row.shown()));
     }
     Ok(out)
 }

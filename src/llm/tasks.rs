@@ -138,6 +138,20 @@ pub struct MemoryView {
 
 impl MemoryView {
     /// From a `memories` row read as JSON (`store::json_rows`: timestamps as RFC 3339 text).
+    /// The view of a memory read as a typed row.
+    pub fn from_shown(row: crate::model::typed::ShownMemory) -> MemoryView {
+        use crate::model::encoding::format_timestamp;
+        MemoryView {
+            id: row.id,
+            kind: row.kind,
+            created_at: format_timestamp(row.created_at),
+            happens_at: row.happens_at.map(format_timestamp),
+            text: row.text,
+            dates: Vec::new(),
+            cluster: None,
+        }
+    }
+
     pub fn from_row(row: &serde_json::Map<String, serde_json::Value>) -> MemoryView {
         let text = |field: &str| row.get(field).and_then(|v| v.as_str());
         MemoryView {

@@ -118,6 +118,16 @@ impl RunStart {
     }
 }
 
+/// A memory as a judge is shown it (`MemoryView::from(ShownMemory)` in the LLM layer).
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct ShownMemory {
+    pub id: String,
+    pub kind: String,
+    pub created_at: i64,
+    pub happens_at: Option<i64>,
+    pub text: String,
+}
+
 /// A live memory, as link and integrate compare it with others (its vector read beside it by
 /// `vectors_of`).
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -129,6 +139,19 @@ pub struct EmbeddedMemory {
     pub happens_at: Option<i64>,
     pub text: String,
     pub embedding_model: Option<String>,
+}
+
+impl EmbeddedMemory {
+    /// The part a judge is shown.
+    pub fn shown(self) -> ShownMemory {
+        ShownMemory {
+            id: self.id,
+            kind: self.kind,
+            created_at: self.created_at,
+            happens_at: self.happens_at,
+            text: self.text,
+        }
+    }
 }
 
 #[cfg(test)]

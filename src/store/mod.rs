@@ -516,6 +516,25 @@ impl Store {
         Ok(rows)
     }
 
+    /// Rows of `table` whose `id` is one of `ids` and that match `filter`, as `T`s: a
+    /// thousand ids per scan.
+    pub async fn typed_rows_with_ids<T: serde::de::DeserializeOwned>(
+        &self,
+        table: &str,
+        ids: &[String],
+        filter: Option<&str>,
+    ) -> Result<Vec<T>> {
+        let mut rows = Vec::new();
+        for chunk in ids.chunks(1000) {
+            let mut condition = format!("id IN ({})", sql_list(chunk));
+            if let Some(filter) = filter {
+                condition = format!("({filter}) AND {condition}");
+            }
+            rows.extend(self.scan_rows::<T>(table, Some(&condition)).await?);
+        }
+        Ok(rows)
+    }
+
     /// The distinct `user_id`s of a table, sorted.
     pub async fn distinct_users(&self, table: &str) -> Result<Vec<String>> {
         #[derive(serde::Deserialize)]
