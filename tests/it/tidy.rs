@@ -138,26 +138,38 @@ fn the_rule_catches_a_pure_module_that_opens_a_file() {
 const DATABASE_CRATES: &[&str] = &["lancedb::", "lance::", "use lancedb", "use lance;"];
 
 /// The lines outside `src/store/` that name a database crate.
-fn database_names_outside_store(files: &[(PathBuf, String)]) -> Vec<String> {
-    let store = root().join("src/store");
+/// Each code line of `files` (comments cut) that `hit` flags, as "path:line: what it says".
+fn flagged_lines<'a>(
+    files: impl IntoIterator<Item = &'a (PathBuf, String)>,
+    hit: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
     let mut found = Vec::new();
     for (path, text) in files {
-        if path.starts_with(&store) {
-            continue;
-        }
         for (number, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
-            if DATABASE_CRATES.iter().any(|w| code.contains(w)) {
+            if let Some(what) = hit(code) {
                 found.push(format!(
-                    "{}:{}: {}",
+                    "{}:{}: {what}",
                     path.strip_prefix(root()).unwrap_or(path).display(),
                     number + 1,
-                    code.trim()
                 ));
             }
         }
     }
     found
+}
+
+fn database_names_outside_store(files: &[(PathBuf, String)]) -> Vec<String> {
+    let store = root().join("src/store");
+    flagged_lines(
+        files.iter().filter(|(path, _)| !path.starts_with(&store)),
+        |code| {
+            DATABASE_CRATES
+                .iter()
+                .any(|w| code.contains(w))
+                .then(|| code.trim().to_string())
+        },
+    )
 }
 
 #[test]
@@ -178,27 +190,16 @@ fn only_the_store_names_the_database() {
 /// Lines that read a batch's column by its position (`batch.column(3)`): a position
 /// depends on a select list written elsewhere, so rows are read by name (`model::typed`).
 fn positional_columns(files: &[(PathBuf, String)]) -> Vec<String> {
-    let mut found = Vec::new();
-    for (path, text) in files {
-        for (number, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            let positional = code.match_indices(".column(").any(|(at, m)| {
+    flagged_lines(files, |code| {
+        code.match_indices(".column(")
+            .any(|(at, m)| {
                 code[at + m.len()..]
                     .chars()
                     .next()
                     .is_some_and(|c| c.is_ascii_digit())
-            });
-            if positional {
-                found.push(format!(
-                    "{}:{}: {}",
-                    path.strip_prefix(root()).unwrap_or(path).display(),
-                    number + 1,
-                    code.trim()
-                ));
-            }
-        }
-    }
-    found
+            })
+            .then(|| code.trim().to_string())
+    })
 }
 
 #[test]
@@ -254,23 +255,17 @@ const LAYERS_ABOVE: &[(&str, &[&str])] = &[
 
 fn names_of_layers_above(files: &[(PathBuf, String)]) -> Vec<String> {
     let mut found = Vec::new();
-    for (path, text) in files {
-        let Some((_, above)) = LAYERS_ABOVE
-            .iter()
-            .find(|(layer, _)| path.starts_with(root().join(layer)))
-        else {
-            continue;
-        };
-        for (number, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            if let Some(name) = above.iter().find(|a| code.contains(*a)) {
-                found.push(format!(
-                    "{}:{}: names {name}",
-                    path.strip_prefix(root()).unwrap_or(path).display(),
-                    number + 1
-                ));
-            }
-        }
+    for (layer, above) in LAYERS_ABOVE {
+        let folder = root().join(layer);
+        found.extend(flagged_lines(
+            files.iter().filter(|(path, _)| path.starts_with(&folder)),
+            |code| {
+                above
+                    .iter()
+                    .find(|a| code.contains(*a))
+                    .map(|name| format!("names {name}"))
+            },
+        ));
     }
     found
 }
