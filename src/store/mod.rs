@@ -505,10 +505,7 @@ impl Store {
     ) -> Result<Vec<serde_json::Map<String, serde_json::Value>>> {
         let mut rows = Vec::new();
         for chunk in ids.chunks(1000) {
-            let mut condition = format!("id IN ({})", sql_list(chunk));
-            if let Some(filter) = filter {
-                condition = format!("({filter}) AND {condition}");
-            }
+            let condition = ids_condition(chunk, filter);
             rows.extend(json_rows(
                 &self.scan_columns(table, Some(&condition), columns).await?,
             ));
@@ -526,10 +523,7 @@ impl Store {
     ) -> Result<Vec<T>> {
         let mut rows = Vec::new();
         for chunk in ids.chunks(1000) {
-            let mut condition = format!("id IN ({})", sql_list(chunk));
-            if let Some(filter) = filter {
-                condition = format!("({filter}) AND {condition}");
-            }
+            let condition = ids_condition(chunk, filter);
             rows.extend(self.scan_rows::<T>(table, Some(&condition)).await?);
         }
         Ok(rows)
@@ -712,6 +706,15 @@ impl TableView {
             .try_collect()
             .await?;
         Ok(crate::model::typed::rows_of(self.0.name(), &batches)?)
+    }
+}
+
+/// `id IN (ids)`, within `filter` when there is one.
+fn ids_condition(ids: &[String], filter: Option<&str>) -> String {
+    let condition = format!("id IN ({})", sql_list(ids));
+    match filter {
+        Some(filter) => format!("({filter}) AND {condition}"),
+        None => condition,
     }
 }
 
