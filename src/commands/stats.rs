@@ -164,7 +164,8 @@ pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
         "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11}",
         "table", "rows", "versions", "fragments", "data files", "bytes"
     )?;
-    for t in store.storage_of_all_tables().await? {
+    let storage = store.storage_of_all_tables().await?;
+    for t in &storage {
         writeln!(
             out,
             "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11}",
@@ -175,6 +176,28 @@ pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
             t.data_files.map_or("-".to_string(), |d| d.to_string()),
             crate::jobs::optimize::human_bytes(t.bytes)
         )?;
+    }
+    writeln!(
+        out,
+        "\nIndexes (segments: a query reads each; unindexed rows: a query scans them)"
+    )?;
+    writeln!(
+        out,
+        "{:<16} {:<22} {:<9} {:>9} {:>15}",
+        "table", "column", "kind", "segments", "unindexed rows"
+    )?;
+    for t in &storage {
+        for i in &t.indexes {
+            writeln!(
+                out,
+                "{:<16} {:<22} {:<9} {:>9} {:>15}",
+                t.table,
+                i.columns.join(","),
+                i.kind,
+                i.segments,
+                i.unindexed_rows
+            )?;
+        }
     }
     Ok(())
 }

@@ -285,10 +285,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
     }
     for chunk in unchanged.chunks(1000) {
         ctx.store
-            .update_where(
-                ENTITIES.name,
-                &format!("id IN ({})", sql_list(chunk)),
-                &[("is_dirty", "false".to_string())],
+            .set_flag_where(
+                &ENTITIES,
+                &format!("id IN ({}) AND is_dirty", sql_list(chunk)),
+                "is_dirty",
+                false,
             )
             .await?;
     }

@@ -833,10 +833,11 @@ async fn write_readings(
     counts.insert("entities_marked_dirty".into(), named_again.len() as u64);
     for chunk in named_again.chunks(1000) {
         w.store
-            .update_where(
-                ENTITIES.name,
+            .set_flag_where(
+                &ENTITIES,
                 &format!("id IN ({}) AND NOT is_dirty", sql_list(chunk)),
-                &[("is_dirty", "true".to_string())],
+                "is_dirty",
+                true,
             )
             .await?;
     }

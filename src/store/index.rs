@@ -240,14 +240,10 @@ impl Store {
                 }
             }
             if !stale.is_empty() {
-                // Only the stale ones: Lance rewrites every index it optimizes, so folding a
-                // day's few new rows into the others too (all of `memories`' indexes, each
-                // time `scores` left `tier` and `state` unindexed) kept a copy of each per
-                // day in the version window: 22 copies of the full-text index by day 365.
-                let options = lancedb::table::OptimizeOptions::new().index_names(stale);
-                table
-                    .optimize(lancedb::table::OptimizeAction::Index(options))
-                    .await?;
+                // Only the stale ones, as deltas (`fold_into_indexes`): Lance rewrites every
+                // segment it merges, so folding a day's few new rows into every index of
+                // `memories` kept a copy of each per day in the version window.
+                self.fold_into_indexes(name, &stale).await?;
             }
         }
         Ok(changes)

@@ -408,6 +408,50 @@ impl Store {
         })
     }
 
+    /// Sets a boolean column of the rows matching `predicate`, in one commit (none when no row
+    /// matches), as a column update (`update_columns`): unlike `update_where`, which rewrites
+    /// each matched row whole (an entity's two embeddings for one flag), only the column's
+    /// files are written, and no row is deleted for compaction to rewrite later. Returns the
+    /// rows set.
+    pub async fn set_flag_where(
+        &self,
+        spec: &TableSpec,
+        predicate: &str,
+        column: &str,
+        value: bool,
+    ) -> Result<u64> {
+        use arrow::array::BooleanArray;
+        use arrow::datatypes::{DataType, Field, Schema};
+        let nullable = spec.field(column).is_none_or(|f| f.nullable());
+        let keys = self.scan_columns(spec.name, Some(predicate), spec.key).await?;
+        let mut batches = Vec::new();
+        let mut schema = None;
+        for batch in keys.into_iter().filter(|b| b.num_rows() > 0) {
+            let mut fields: Vec<Field> = batch
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect();
+            fields.push(Field::new(column, DataType::Boolean, nullable));
+            let s = std::sync::Arc::new(Schema::new(fields));
+            let mut columns = batch.columns().to_vec();
+            columns.push(std::sync::Arc::new(BooleanArray::from(vec![
+                value;
+                batch.num_rows()
+            ])));
+            batches.push(RecordBatch::try_new(s.clone(), columns)?);
+            schema = Some(s);
+        }
+        let Some(schema) = schema else {
+            return Ok(0);
+        };
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
+        self.update_columns(spec, Box::new(reader)).await?;
+        Ok(rows as u64)
+    }
+
     /// Upserts one in-memory batch (run log, meta, links, audit rows, vectors) on the key.
     pub async fn upsert_batch(&self, spec: &TableSpec, batch: RecordBatch) -> Result<WriteStats> {
         let schema = batch.schema();
