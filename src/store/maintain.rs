@@ -303,3 +303,22 @@ impl Store {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_INDEX_SEGMENTS, segments_to_merge};
+
+    #[test]
+    fn new_rows_become_a_delta_until_the_segments_are_merged() {
+        // Nothing new: the index is not rewritten at all.
+        assert_eq!(segments_to_merge(1, 0), None);
+        assert_eq!(segments_to_merge(5, 0), None);
+        // New rows: a delta beside the segments there are.
+        assert_eq!(segments_to_merge(1, 10), Some(0));
+        assert_eq!(segments_to_merge(MAX_INDEX_SEGMENTS - 2, 10), Some(0));
+        // The delta that would make the eighth segment merges them all instead.
+        let n = MAX_INDEX_SEGMENTS - 1;
+        assert_eq!(segments_to_merge(n, 10), Some(n as usize));
+        assert_eq!(segments_to_merge(20, 1), Some(20));
+    }
+}

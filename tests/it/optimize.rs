@@ -291,12 +291,15 @@ fn the_window_is_measured_on_the_clock_the_runs_ran_at() {
 }
 
 /// `memlife bench year` at a tiny scale: the report's shape, and what optimize does to the
-/// store over a week (fewer versions and files than the same week without it).
+/// store over a week (fewer versions and files than the same week without it). The week with
+/// optimize is paused after day 1 (a `stop` file) and resumed: it ends with the same rows.
 #[test]
 fn a_week_of_bench_year_with_and_without_optimize() {
     let dir = tempfile::tempdir().unwrap();
     let year = |extra: &[&str]| -> Value {
-        let keep = dir.path().join(extra.len().to_string());
+        let keep = dir
+            .path()
+            .join(if extra.contains(&"--no-optimize") { "without" } else { "with" });
         let mut args = vec![
             "bench",
             "year",
@@ -319,9 +322,27 @@ fn a_week_of_bench_year_with_and_without_optimize() {
         let out = crate::common::memlife(&args);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let text = stdout(&out);
+        if text.contains("paused after day") {
+            return Value::Null;
+        }
         serde_json::from_str(&text[text.find("{\n").expect("a JSON report")..]).unwrap()
     };
-    let with = year(&[]);
+    let with_dir = dir.path().join("with");
+    std::fs::create_dir_all(&with_dir).unwrap();
+    std::fs::write(with_dir.join("stop"), "").unwrap();
+    assert_eq!(year(&[]), Value::Null, "paused after day 1");
+    assert!(!with_dir.join("stop").exists(), "the stop file is taken");
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(with_dir.join("year-state.json")).unwrap()).unwrap();
+    assert_eq!(state["day_done"], 1, "{state}");
+    // Other options than the year began with are refused, naming the one that differs.
+    let keep = with_dir.to_string_lossy().into_owned();
+    let out = crate::common::memlife(&[
+        "bench", "year", "--memories", "41", "--keep", &keep, "--resume",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("memories = 40"), "{}", stderr(&out));
+    let with = year(&["--resume"]);
     let without = year(&["--no-optimize"]);
     let days: Vec<u64> = with["samples"]
         .as_array()

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -52,9 +52,16 @@ pub struct YearBench {
     /// hash (default: memlife's own time) or local.
     #[arg(long, default_value = "hash")]
     pub embedder: String,
-    /// Keep the work folder here (default: a temporary folder, removed afterwards).
+    /// Keep the work folder here (default: a temporary folder, removed afterwards). A kept
+    /// year saves its state after each day; a file named `stop` in the folder pauses it
+    /// after the day running.
     #[arg(long)]
     pub keep: Option<PathBuf>,
+    /// Go on with the year kept in `--keep` from the day after the last one done (after a
+    /// pause, or a kill: a day cut off half-way is lived again, its jobs finishing what the
+    /// cut left). The other options must be the ones it started with.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 /// The nightly steps of day `day` (1-based).
@@ -138,14 +145,87 @@ fn fresh_copy_bytes(work: &std::path::Path, db: &str) -> Result<(Value, Value)> 
     Ok((rows_only, storage(&copy_db)?))
 }
 
-pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write) -> Result<()> {
-    if bench.days == 0 || bench.memories == 0 {
-        bail!("--days and --memories must be at least 1");
+/// What a kept work folder holds between days (`year-state.json`), so an interrupted or
+/// paused year resumes where it stopped (`--resume`): the bench's shape, the last day done,
+/// the recall draw's state and the records so far.
+#[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+struct YearState {
+    shape: Value,
+    day_done: usize,
+    draw: u64,
+    elapsed_seconds: f64,
+    records: Vec<Value>,
+}
+
+/// The bench's options that decide what the year does; a resumed year must have the same.
+fn shape_of(bench: &YearBench, retention: &RetentionSection) -> Value {
+    json!({
+        "memories": bench.memories,
+        "days": bench.days,
+        "users": bench.users,
+        "facts_per_day": bench.facts_per_day,
+        "recalls_per_day": bench.recalls_per_day,
+        "optimize": !bench.no_optimize,
+        "embedder": bench.embedder,
+        "retention": retention,
+    })
+}
+
+const STATE_FILE: &str = "year-state.json";
+/// A file of this name in the work folder pauses the year after the day running.
+const STOP_FILE: &str = "stop";
+
+fn save_state(work: &Path, state: &YearState) -> Result<()> {
+    let tmp = work.join(format!("{STATE_FILE}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(state)?)?;
+    std::fs::rename(&tmp, work.join(STATE_FILE))?;
+    Ok(())
+}
+
+fn load_state(work: &Path, shape: &Value) -> Result<YearState> {
+    let file = work.join(STATE_FILE);
+    let state: YearState = serde_json::from_slice(
+        &std::fs::read(&file).with_context(|| format!("--resume: reading {}", file.display()))?,
+    )
+    .with_context(|| format!("--resume: {} is not a year's state", file.display()))?;
+    for (key, value) in shape.as_object().into_iter().flatten() {
+        if &state.shape[key] != value {
+            bail!(
+                "--resume: {} was a year with {key} = {}, not {value}; rerun with the same options",
+                file.display(),
+                state.shape[key]
+            );
+        }
     }
-    let work = Workdir::new(bench.keep.as_ref(), "year")?;
-    let p = |name: &str| work.path.join(name).to_string_lossy().into_owned();
-    let db = p("db");
-    let all = p("all.jsonl");
+    Ok(state)
+}
+
+/// The year's inputs: the store's first rows (recall queries are drawn from them) and the
+/// facts that arrive day by day, in time order, as `synth` wrote them.
+type Rows = Vec<serde_json::Map<String, Value>>;
+
+fn split_rows(all: &str, memories: usize) -> Result<(Rows, Rows)> {
+    let mut rows: Rows = std::fs::read_to_string(all)
+        .with_context(|| format!("reading {all}"))?
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    rows.sort_by(|a, b| {
+        a["created_at"]
+            .as_str()
+            .unwrap_or("")
+            .cmp(b["created_at"].as_str().unwrap_or(""))
+    });
+    let facts = rows.split_off(memories.min(rows.len()));
+    Ok((rows, facts))
+}
+
+/// Day 0: the synthetic rows, a store holding the first `memories` of them, and the
+/// configuration every command of the year reads (the caller's `[retention]`, compaction policy
+/// included, with `--keep-versions-days`).
+fn prepare(bench: &YearBench, work: &Path, retention: &RetentionSection) -> Result<()> {
+    let p = |name: &str| work.join(name).to_string_lossy().into_owned();
+    let (db, all) = (p("db"), p("all.jsonl"));
     let facts_total = bench.days * bench.facts_per_day;
     memlife(&[
         "synth",
@@ -158,18 +238,7 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
         "-o",
         &all,
     ])?;
-    // The first N rows (by time) are the store; the rest arrive as new facts, day by day.
-    let mut rows: Vec<serde_json::Map<String, Value>> = std::fs::read_to_string(&all)?
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    rows.sort_by(|a, b| {
-        a["created_at"]
-            .as_str()
-            .unwrap_or("")
-            .cmp(b["created_at"].as_str().unwrap_or(""))
-    });
-    let facts: Vec<serde_json::Map<String, Value>> = rows.split_off(bench.memories.min(rows.len()));
+    let (rows, _) = split_rows(&all, bench.memories)?;
     let base = p("base.jsonl");
     std::fs::write(
         &base,
@@ -188,14 +257,8 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
         "--now",
         "2026-01-01T00:00:00Z",
     ])?;
-    // Every command of the year reads this configuration: the caller's `[retention]` (compaction policy included), with --keep-versions-days.
-    let config = p("memlife.toml");
-    let mut retention = retention.clone();
-    if let Some(days) = bench.keep_versions_days {
-        retention.keep_versions_days = days;
-    }
     std::fs::write(
-        &config,
+        p("memlife.toml"),
         format!(
             "[retention]\nkeep_versions_days = {:?}\n\
              compact_deleted_fraction = {:?}\ncompact_fragment_fraction = {:?}\n",
@@ -204,151 +267,221 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
             retention.compact_fragment_fraction
         ),
     )?;
+    Ok(())
+}
+
+/// The next draw of the recall sequence (xorshift; its state lives in `YearState`).
+fn draw(state: &mut u64, n: usize) -> usize {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    (*state % n.max(1) as u64) as usize
+}
+
+/// One day of the store's life at `clock`: the day's facts integrated, recalls, then the
+/// nightly steps. Returns each job's seconds.
+fn live_day(
+    bench: &YearBench,
+    work: &Path,
+    day: usize,
+    clock: chrono::DateTime<chrono::Utc>,
+    (rows, facts): (&Rows, &Rows),
+    state: &mut u64,
+) -> Result<BTreeMap<String, f64>> {
+    let p = |name: &str| work.join(name).to_string_lossy().into_owned();
+    let (db, config) = (p("db"), p("memlife.toml"));
     let with_config = |args: &[&str]| {
-        let mut all = vec!["--config", config.as_str()];
+        let mut all = vec!["--config", config.as_str(), "--db", db.as_str(), "--json"];
         all.extend_from_slice(args);
         memlife(&all)
     };
-    let start = chrono::DateTime::parse_from_rfc3339("2026-01-01T02:00:00Z")
-        .expect("a constant")
-        .with_timezone(&chrono::Utc);
-    let samples: Vec<usize> = (1..=bench.days)
-        .filter(|d| *d == 1 || *d == bench.days || d.is_multiple_of(bench.sample_every))
-        .collect();
-    let mut records: Vec<Value> = Vec::new();
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n.max(1) as u64) as usize
-    };
-    let started = std::time::Instant::now();
-    let bar = crate::progress::bar(bench.days as u64, "days");
-    for day in 1..=bench.days {
-        bar.set_position(day as u64 - 1);
-        let clock = start + chrono::Duration::days(day as i64);
-        let now = clock.to_rfc3339();
-        let mut times: BTreeMap<String, f64> = BTreeMap::new();
-        // New facts, dated this morning.
-        let todays: Vec<Value> = facts
-            .iter()
-            .skip((day - 1) * bench.facts_per_day)
-            .take(bench.facts_per_day)
-            .map(|f| {
-                let mut f = f.clone();
-                f.remove("id");
-                f.insert(
-                    "created_at".into(),
-                    Value::String((clock - chrono::Duration::hours(1)).to_rfc3339()),
-                );
-                for k in [
-                    "last_accessed_at",
-                    "access_count",
-                    "recall_frequency",
-                    "state",
-                ] {
-                    f.remove(k);
-                }
-                Value::Object(f)
-            })
-            .collect();
-        if !todays.is_empty() {
-            let file = p("facts.jsonl");
-            std::fs::write(
-                &file,
-                todays
-                    .iter()
-                    .map(|f| f.to_string() + "\n")
-                    .collect::<String>(),
-            )?;
-            let (_, s) = with_config(&[
-                "--db",
-                &db,
-                "--json",
-                "integrate",
-                &file,
-                "--embedder",
-                &bench.embedder,
-                "--llm",
-                "offline",
-                "--now",
-                &now,
-            ])?;
-            times.insert("integrate".into(), s);
-        }
-        // Recalls of what the store holds.
-        let mut recall_s = 0.0;
-        for _ in 0..bench.recalls_per_day {
-            let r = &rows[next(rows.len())];
-            let (query, user) = (
-                r["text"].as_str().unwrap_or("memory"),
-                r["user_id"].as_str().unwrap_or("user-01"),
+    let now = clock.to_rfc3339();
+    let mut times: BTreeMap<String, f64> = BTreeMap::new();
+    // New facts, dated this morning.
+    let todays: Vec<Value> = facts
+        .iter()
+        .skip((day - 1) * bench.facts_per_day)
+        .take(bench.facts_per_day)
+        .map(|f| {
+            let mut f = f.clone();
+            f.remove("id");
+            f.insert(
+                "created_at".into(),
+                Value::String((clock - chrono::Duration::hours(1)).to_rfc3339()),
             );
-            let (_, s) = with_config(&[
-                "--db",
-                &db,
-                "--json",
-                "recall",
-                query,
-                "--user",
-                user,
-                "--embedder",
-                &bench.embedder,
-                "--now",
-                &now,
-            ])?;
-            recall_s += s;
-        }
-        if bench.recalls_per_day > 0 {
-            times.insert("recall".into(), recall_s / bench.recalls_per_day as f64);
-        }
-        let steps = steps_of(day, !bench.no_optimize).join(",");
-        let (report, _) = with_config(&[
-            "--db",
-            &db,
-            "--json",
-            "nightly",
-            "--steps",
-            &steps,
-            "--now",
-            &now,
+            for k in [
+                "last_accessed_at",
+                "access_count",
+                "recall_frequency",
+                "state",
+            ] {
+                f.remove(k);
+            }
+            Value::Object(f)
+        })
+        .collect();
+    if !todays.is_empty() {
+        let file = p("facts.jsonl");
+        std::fs::write(
+            &file,
+            todays
+                .iter()
+                .map(|f| f.to_string() + "\n")
+                .collect::<String>(),
+        )?;
+        let (_, s) = with_config(&[
+            "integrate",
+            &file,
             "--embedder",
             &bench.embedder,
             "--llm",
             "offline",
+            "--now",
+            &now,
         ])?;
-        if report["status"] != "done" {
-            bail!("day {day}: nightly {}: {report}", report["status"]);
+        times.insert("integrate".into(), s);
+    }
+    // Recalls of what the store holds.
+    let mut recall_s = 0.0;
+    for _ in 0..bench.recalls_per_day {
+        let r = &rows[draw(state, rows.len())];
+        let (query, user) = (
+            r["text"].as_str().unwrap_or("memory"),
+            r["user_id"].as_str().unwrap_or("user-01"),
+        );
+        let (_, s) = with_config(&[
+            "recall",
+            query,
+            "--user",
+            user,
+            "--embedder",
+            &bench.embedder,
+            "--now",
+            &now,
+        ])?;
+        recall_s += s;
+    }
+    if bench.recalls_per_day > 0 {
+        times.insert("recall".into(), recall_s / bench.recalls_per_day as f64);
+    }
+    let steps = steps_of(day, !bench.no_optimize).join(",");
+    let (report, _) = with_config(&[
+        "nightly",
+        "--steps",
+        &steps,
+        "--now",
+        &now,
+        "--embedder",
+        &bench.embedder,
+        "--llm",
+        "offline",
+    ])?;
+    if report["status"] != "done" {
+        bail!("day {day}: nightly {}: {report}", report["status"]);
+    }
+    for step in report["steps"].as_array().into_iter().flatten() {
+        if let (Some(name), Some(ms)) = (step["step"].as_str(), step["duration_ms"].as_u64()) {
+            times.insert(name.to_string(), ms as f64 / 1000.0);
         }
-        for step in report["steps"].as_array().into_iter().flatten() {
-            if let (Some(name), Some(ms)) = (step["step"].as_str(), step["duration_ms"].as_u64()) {
-                times.insert(name.to_string(), ms as f64 / 1000.0);
-            }
+    }
+    Ok(times)
+}
+
+pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write) -> Result<()> {
+    if bench.days == 0 || bench.memories == 0 {
+        bail!("--days and --memories must be at least 1");
+    }
+    if bench.resume && bench.keep.is_none() {
+        bail!("--resume needs --keep DIR: the work folder of the year to go on with");
+    }
+    let mut retention = retention.clone();
+    if let Some(days) = bench.keep_versions_days {
+        retention.keep_versions_days = days;
+    }
+    let shape = shape_of(bench, &retention);
+    let work = Workdir::new(bench.keep.as_ref(), "year")?;
+    let mut state = if bench.resume {
+        load_state(&work.path, &shape)?
+    } else {
+        prepare(bench, &work.path, &retention)?;
+        YearState {
+            shape,
+            day_done: 0,
+            draw: 0x9e37_79b9_7f4a_7c15,
+            elapsed_seconds: 0.0,
+            records: Vec::new(),
         }
-        if samples.contains(&day) {
-            records.push(json!({
+    };
+    let all = work.path.join("all.jsonl").to_string_lossy().into_owned();
+    let (rows, facts) = split_rows(&all, bench.memories)?;
+    let db = work.path.join("db").to_string_lossy().into_owned();
+    let start = chrono::DateTime::parse_from_rfc3339("2026-01-01T02:00:00Z")
+        .expect("a constant")
+        .with_timezone(&chrono::Utc);
+    let sampled = |d: usize| d == 1 || d == bench.days || d.is_multiple_of(bench.sample_every);
+    let started = std::time::Instant::now();
+    // Seconds of the year so far, the sessions before a resume included.
+    let before = state.elapsed_seconds;
+    let elapsed = || before + started.elapsed().as_secs_f64();
+    let bar = crate::progress::bar(bench.days as u64, "days");
+    for day in state.day_done + 1..=bench.days {
+        bar.set_position(day as u64 - 1);
+        let clock = start + chrono::Duration::days(day as i64);
+        let times = live_day(bench, &work.path, day, clock, (&rows, &facts), &mut state.draw)?;
+        if sampled(day) {
+            state.records.push(json!({
                 "day": day,
-                "clock": now,
+                "clock": clock.to_rfc3339(),
                 "seconds": times,
                 "storage": storage(&db)?,
             }));
-            let record = records.last().expect("just pushed");
+            let record = state.records.last().expect("just pushed");
             // The bar steps aside while the line is written (both may be the terminal).
             bar.suspend(|| {
                 writeln!(
                     out,
                     "day {day}: {:.0} s elapsed; storage {}; seconds {}",
-                    started.elapsed().as_secs_f64(),
+                    elapsed(),
                     record["storage"]["total"],
                     record["seconds"]
                 )?;
                 out.flush()
             })?;
         }
+        state.day_done = day;
+        if bench.keep.is_some() {
+            state.elapsed_seconds = elapsed();
+            save_state(&work.path, &state)?;
+            let stop = work.path.join(STOP_FILE);
+            if stop.exists() && day < bench.days {
+                std::fs::remove_file(&stop)?;
+                bar.finish_and_clear();
+                writeln!(
+                    out,
+                    "paused after day {day} of {}; go on with the same options and --resume",
+                    bench.days
+                )?;
+                return Ok(());
+            }
+        }
     }
     bar.finish_and_clear();
-    let (fresh_rows, fresh) = fresh_copy_bytes(&work.path, &db)?;
+    let wall = elapsed();
+    finish(bench, &work.path, &retention, &state.records, wall, out)
+}
+
+/// The closing report: the records, the store against a freshly written copy of its rows, and
+/// each job's time on the last day against day 1.
+fn finish(
+    bench: &YearBench,
+    work: &Path,
+    retention: &RetentionSection,
+    records: &[Value],
+    wall_seconds: f64,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let db = work.join("db").to_string_lossy().into_owned();
+    let (fresh_rows, fresh) = fresh_copy_bytes(work, &db)?;
     let last = records.last().cloned().unwrap_or(Value::Null);
     let bytes = copied_bytes(&last["storage"]);
     let fresh_bytes = copied_bytes(&fresh);
@@ -380,7 +513,7 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
         "optimize": !bench.no_optimize,
         "embedder": bench.embedder,
         "retention": retention,
-        "wall_seconds": started.elapsed().as_secs_f64().round(),
+        "wall_seconds": wall_seconds.round(),
         "samples": records,
         "fresh_copy": fresh,
         "fresh_copy_without_indexes": fresh_rows,
