@@ -719,11 +719,13 @@ fn activation(
 }
 
 /// Writes logged activations onto the current rows, in one commit (rows activated at this
-/// clock already are left alone).
+/// clock already are left alone). A column update (`Store::update_columns`): only the
+/// activated columns are written, so a recall neither reads nor rewrites embeddings, and
+/// leaves no deleted rows or new fragment behind.
 async fn apply(store: &Store, changes: &[Map<String, Value>], now: i64) -> Result<usize> {
     let ids: Vec<String> = changes.iter().map(|c| text_of(c, "id")).collect();
     let rows = store
-        .rows_with_ids("memories", &ids, None, &MEMORIES.columns_except(""))
+        .rows_with_ids("memories", &ids, None, &MEMORIES.columns_except("embedding"))
         .await?;
     let by_id: BTreeMap<String, Map<String, Value>> =
         rows.into_iter().map(|r| (text_of(&r, "id"), r)).collect();
@@ -749,7 +751,15 @@ async fn apply(store: &Store, changes: &[Map<String, Value>], now: i64) -> Resul
     }
     let batch = batch_from_json(&MEMORIES, store.embedding_dim(), now, &out)
         .map_err(|e| anyhow!("activation rows: {e}"))?;
-    store.upsert_batch(&MEMORIES, batch).await?;
+    let schema = batch.schema();
+    let columns: Vec<usize> = std::iter::once("id")
+        .chain(ACTIVATED.iter().copied())
+        .map(|c| schema.index_of(c))
+        .collect::<Result<_, _>>()?;
+    let batch = batch.project(&columns)?;
+    let schema = batch.schema();
+    let reader = arrow::array::RecordBatchIterator::new([Ok(batch)], schema);
+    store.update_columns(&MEMORIES, Box::new(reader)).await?;
     Ok(out.len())
 }
 
