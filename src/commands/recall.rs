@@ -725,7 +725,12 @@ fn activation(
 async fn apply(store: &Store, changes: &[Map<String, Value>], now: i64) -> Result<usize> {
     let ids: Vec<String> = changes.iter().map(|c| text_of(c, "id")).collect();
     let rows = store
-        .rows_with_ids("memories", &ids, None, &MEMORIES.columns_except("embedding"))
+        .rows_with_ids(
+            "memories",
+            &ids,
+            None,
+            &MEMORIES.columns_except("embedding"),
+        )
         .await?;
     let by_id: BTreeMap<String, Map<String, Value>> =
         rows.into_iter().map(|r| (text_of(&r, "id"), r)).collect();

@@ -423,7 +423,9 @@ impl Store {
         use arrow::array::BooleanArray;
         use arrow::datatypes::{DataType, Field, Schema};
         let nullable = spec.field(column).is_none_or(|f| f.nullable());
-        let keys = self.scan_columns(spec.name, Some(predicate), spec.key).await?;
+        let keys = self
+            .scan_columns(spec.name, Some(predicate), spec.key)
+            .await?;
         let mut batches = Vec::new();
         let mut schema = None;
         for batch in keys.into_iter().filter(|b| b.num_rows() > 0) {
@@ -438,7 +440,8 @@ impl Store {
             let mut columns = batch.columns().to_vec();
             columns.push(std::sync::Arc::new(BooleanArray::from(vec![
                 value;
-                batch.num_rows()
+                batch
+                    .num_rows()
             ])));
             batches.push(RecordBatch::try_new(s.clone(), columns)?);
             schema = Some(s);

@@ -297,9 +297,11 @@ fn the_window_is_measured_on_the_clock_the_runs_ran_at() {
 fn a_week_of_bench_year_with_and_without_optimize() {
     let dir = tempfile::tempdir().unwrap();
     let year = |extra: &[&str]| -> Value {
-        let keep = dir
-            .path()
-            .join(if extra.contains(&"--no-optimize") { "without" } else { "with" });
+        let keep = dir.path().join(if extra.contains(&"--no-optimize") {
+            "without"
+        } else {
+            "with"
+        });
         let mut args = vec![
             "bench",
             "year",
@@ -338,7 +340,13 @@ fn a_week_of_bench_year_with_and_without_optimize() {
     // Other options than the year began with are refused, naming the one that differs.
     let keep = with_dir.to_string_lossy().into_owned();
     let out = crate::common::memlife(&[
-        "bench", "year", "--memories", "41", "--keep", &keep, "--resume",
+        "bench",
+        "year",
+        "--memories",
+        "41",
+        "--keep",
+        &keep,
+        "--resume",
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("memories = 40"), "{}", stderr(&out));

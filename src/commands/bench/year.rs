@@ -427,7 +427,14 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
     for day in state.day_done + 1..=bench.days {
         bar.set_position(day as u64 - 1);
         let clock = start + chrono::Duration::days(day as i64);
-        let times = live_day(bench, &work.path, day, clock, (&rows, &facts), &mut state.draw)?;
+        let times = live_day(
+            bench,
+            &work.path,
+            day,
+            clock,
+            (&rows, &facts),
+            &mut state.draw,
+        )?;
         if sampled(day) {
             state.records.push(json!({
                 "day": day,
