@@ -88,33 +88,14 @@ fn embedding_text(name: &str, description: &str, notes: &[(String, String)]) -> 
     text.chars().take(1000).collect()
 }
 
-pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
-    let llm = ctx.app.llm(&args.llm).await?;
-    if llm.mode == CallMode::Batch {
-        bail!(
-            "describe runs online only (--mode online): a night's descriptions are few and short"
-        );
-    }
-    let params =
-        json!({"memories": args.memories, "judge": format!("{:?}", llm.judge).to_lowercase()});
-    let log = RunLog::start(ctx, JobName::Describe.as_str(), &params).await?;
-    let mut report = JobReport::new(JobName::Describe.as_str(), ctx);
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let now = ctx.now.timestamp_micros();
-    let dim = ctx.store.embedding_dim();
+type Row = serde_json::Map<String, Value>;
 
-    let filter = ctx.user_filter_and("is_dirty = true AND archived_at IS NULL");
-    let mut dirty = json_rows(&ctx.store.scan(ENTITIES.name, Some(&filter)).await?);
-    dirty.sort_by_key(|r| text_of(r, "id"));
-    counts.insert("dirty".into(), dirty.len() as u64);
-    if dirty.is_empty() {
-        report.counts = counts;
-        log.finish(ctx, &mut report).await?;
-        return Ok(report);
-    }
-
-    // The newest memories naming each dirty entity.
-    let ids: Vec<String> = dirty.iter().map(|r| text_of(r, "id")).collect();
+/// The memories naming each of `ids` (entity id to memory ids), and the live ones among them
+/// as the LLM layer shows them.
+async fn naming_memories(
+    ctx: &JobCtx<'_>,
+    ids: &[String],
+) -> Result<(BTreeMap<String, Vec<String>>, BTreeMap<String, MemoryView>)> {
     #[derive(serde::Deserialize)]
     struct Naming {
         entity_id: String,
@@ -133,75 +114,160 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
     }
     let memory_ids: Vec<String> = named.values().flatten().cloned().collect();
     let live = "state != 'archived' AND archived_at IS NULL";
-    let memories: BTreeMap<String, MemoryView> = ctx
+    let memories = ctx
         .store
         .typed_rows_with_ids::<ShownMemory>("memories", &memory_ids, Some(live))
         .await?
         .into_iter()
         .map(|row| (row.id.clone(), MemoryView::from_shown(row)))
         .collect();
+    Ok((named, memories))
+}
 
+/// The `entity.describe` request for one dirty entity: the entity, its description and notes,
+/// then the newest `max` live memories naming it.
+fn item_of(row: &Row, facts: Vec<&MemoryView>, max: usize, clock: &str) -> Item {
+    let id = text_of(row, "id");
+    let view = |id: String, kind: &str, created_at: String, text: String| MemoryView {
+        id,
+        kind: kind.into(),
+        created_at,
+        happens_at: None,
+        text,
+        dates: Vec::new(),
+        cluster: None,
+    };
+    let mut views = vec![view(
+        id.clone(),
+        "entity",
+        text_of(row, "created_at"),
+        entity_view_text(&text_of(row, "name"), &text_of(row, "entity_type")),
+    )];
+    let description = text_of(row, "description");
+    if !description.trim().is_empty() {
+        views.push(view(
+            format!("{id}#description"),
+            "description",
+            text_of(row, "updated_at"),
+            description,
+        ));
+    }
+    for (i, (note, added)) in notes_of(row).into_iter().enumerate() {
+        views.push(view(format!("{id}#note{i}"), "note", added, note));
+    }
+    let mut facts = facts;
+    facts.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+    views.extend(facts.into_iter().take(max).cloned());
+    Item {
+        custom_id: id,
+        input: TaskInput {
+            task: Task::EntityDescribe,
+            memories: views,
+            proposal: None,
+            now: clock.to_string(),
+            question: None,
+        },
+    }
+}
+
+/// Writes the changed descriptions: DESCRIBE audit rows (the old description) first, then
+/// the entities with their new description and vector, unflagged, in one commit per 5,000.
+async fn write_described(
+    ctx: &JobCtx<'_>,
+    args: &DescribeArgs,
+    run_id: &str,
+    changed: Vec<(Row, String, String)>,
+) -> Result<()> {
+    let now = ctx.now.timestamp_micros();
     let clock = format_timestamp(now);
+    let dim = ctx.store.embedding_dim();
+    let embedder = ctx.app.embedder(&args.embedder, dim, 64).await?;
+    let model = embedder.model_name();
+    let texts: Vec<String> = changed
+        .iter()
+        .map(|(row, _, new)| embedding_text(&text_of(row, "name"), new, &notes_of(row)))
+        .collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let vectors = embedder.embed(&refs).await?;
+    let audit: Vec<AuditRow> = changed
+        .iter()
+        .map(|(row, old, new)| {
+            let id = text_of(row, "id");
+            let mut a = AuditRow::new(run_id, "DESCRIBE", &format!("{id}|{new}"), now);
+            a.user_id = Some(text_of(row, "user_id"));
+            a.source_ids = vec![id];
+            a.before_state = Some(json!({"description": old}).to_string());
+            a.after_state = Some(json!({"description": new}).to_string());
+            a
+        })
+        .collect();
+    ctx.store.write_audit(&audit).await?;
+    crate::crash::point("describe.after-audit");
+    let rows: Vec<Value> = changed
+        .into_iter()
+        .zip(vectors)
+        .map(|((mut row, _, new), embedded)| {
+            row.insert("description".into(), json!(new));
+            row.insert("is_dirty".into(), json!(false));
+            row.insert("updated_at".into(), json!(clock));
+            if let Embedded::Vector { values, .. } = embedded {
+                row.insert("embedding".into(), json!(values));
+                row.insert("embedding_model".into(), json!(model));
+            }
+            Value::Object(row)
+        })
+        .collect();
+    for chunk in rows.chunks(5_000) {
+        let batch = batch_from_json(&ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
+        ctx.store.upsert_batch(&ENTITIES, batch).await?;
+    }
+    crate::crash::point("describe.after-entities");
+    Ok(())
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
+    let llm = ctx.app.llm(&args.llm).await?;
+    if llm.mode == CallMode::Batch {
+        bail!(
+            "describe runs online only (--mode online): a night's descriptions are few and short"
+        );
+    }
+    let params =
+        json!({"memories": args.memories, "judge": format!("{:?}", llm.judge).to_lowercase()});
+    let log = RunLog::start(ctx, JobName::Describe.as_str(), &params).await?;
+    let mut report = JobReport::new(JobName::Describe.as_str(), ctx);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let clock = format_timestamp(ctx.now.timestamp_micros());
+
+    let filter = ctx.user_filter_and("is_dirty = true AND archived_at IS NULL");
+    let mut dirty = json_rows(&ctx.store.scan(ENTITIES.name, Some(&filter)).await?);
+    dirty.sort_by_key(|r| text_of(r, "id"));
+    counts.insert("dirty".into(), dirty.len() as u64);
+    if dirty.is_empty() {
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
+
+    // The newest memories naming each dirty entity.
+    let ids: Vec<String> = dirty.iter().map(|r| text_of(r, "id")).collect();
+    let (named, memories) = naming_memories(ctx, &ids).await?;
     let items: Vec<Item> = dirty
         .iter()
         .map(|row| {
-            let id = text_of(row, "id");
-            let mut views = vec![MemoryView {
-                id: id.clone(),
-                kind: "entity".into(),
-                created_at: text_of(row, "created_at"),
-                happens_at: None,
-                text: entity_view_text(&text_of(row, "name"), &text_of(row, "entity_type")),
-                dates: Vec::new(),
-                cluster: None,
-            }];
-            let description = text_of(row, "description");
-            if !description.trim().is_empty() {
-                views.push(MemoryView {
-                    id: format!("{id}#description"),
-                    kind: "description".into(),
-                    created_at: text_of(row, "updated_at"),
-                    happens_at: None,
-                    text: description,
-                    dates: Vec::new(),
-                    cluster: None,
-                });
-            }
-            for (i, (note, added)) in notes_of(row).into_iter().enumerate() {
-                views.push(MemoryView {
-                    id: format!("{id}#note{i}"),
-                    kind: "note".into(),
-                    created_at: added,
-                    happens_at: None,
-                    text: note,
-                    dates: Vec::new(),
-                    cluster: None,
-                });
-            }
-            let mut facts: Vec<&MemoryView> = named
-                .get(&id)
+            let facts = named
+                .get(&text_of(row, "id"))
                 .into_iter()
                 .flatten()
                 .filter_map(|m| memories.get(m))
                 .collect();
-            facts.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
-            views.extend(facts.into_iter().take(args.memories).cloned());
-            Item {
-                custom_id: id,
-                input: TaskInput {
-                    task: Task::EntityDescribe,
-                    memories: views,
-                    proposal: None,
-                    now: clock.clone(),
-                    question: None,
-                },
-            }
+            item_of(row, facts, args.memories, &clock)
         })
         .collect();
     let outcomes = llm.run(items.clone()).await;
     report.llm = Some(llm.usage(&outcomes));
 
-    let mut changed: Vec<(serde_json::Map<String, Value>, String, String)> = Vec::new(); // row, old, new
+    let mut changed: Vec<(Row, String, String)> = Vec::new(); // row, old, new
     let mut unchanged: Vec<String> = Vec::new();
     let mut fallbacks = 0u64;
     for (row, (item, outcome)) in dirty.iter().zip(items.iter().zip(&outcomes)) {
@@ -239,49 +305,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
         log.finish(ctx, &mut report).await?;
         return Ok(report);
     }
-
     if !changed.is_empty() {
-        let embedder = ctx.app.embedder(&args.embedder, dim, 64).await?;
-        let model = embedder.model_name();
-        let texts: Vec<String> = changed
-            .iter()
-            .map(|(row, _, new)| embedding_text(&text_of(row, "name"), new, &notes_of(row)))
-            .collect();
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let vectors = embedder.embed(&refs).await?;
-        let audit: Vec<AuditRow> = changed
-            .iter()
-            .map(|(row, old, new)| {
-                let id = text_of(row, "id");
-                let mut a = AuditRow::new(log.run_id(), "DESCRIBE", &format!("{id}|{new}"), now);
-                a.user_id = Some(text_of(row, "user_id"));
-                a.source_ids = vec![id];
-                a.before_state = Some(json!({"description": old}).to_string());
-                a.after_state = Some(json!({"description": new}).to_string());
-                a
-            })
-            .collect();
-        ctx.store.write_audit(&audit).await?;
-        crate::crash::point("describe.after-audit");
-        let rows: Vec<Value> = changed
-            .into_iter()
-            .zip(vectors)
-            .map(|((mut row, _, new), embedded)| {
-                row.insert("description".into(), json!(new));
-                row.insert("is_dirty".into(), json!(false));
-                row.insert("updated_at".into(), json!(clock));
-                if let Embedded::Vector { values, .. } = embedded {
-                    row.insert("embedding".into(), json!(values));
-                    row.insert("embedding_model".into(), json!(model));
-                }
-                Value::Object(row)
-            })
-            .collect();
-        for chunk in rows.chunks(5_000) {
-            let batch = batch_from_json(&ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
-            ctx.store.upsert_batch(&ENTITIES, batch).await?;
-        }
-        crate::crash::point("describe.after-entities");
+        write_described(ctx, args, log.run_id(), changed).await?;
     }
     for chunk in unchanged.chunks(1000) {
         ctx.store
