@@ -389,6 +389,51 @@ impl Walker {
     }
 
     /// The walk itself; dead links are collected, not removed (see `heal`).
+    /// Each reached memory's text: from the walk's graph when it holds it, else read.
+    async fn fill_texts(
+        &self,
+        graph: Option<&Arc<UserGraph>>,
+        reached: &mut [Reached],
+    ) -> Result<()> {
+        let ids: Vec<String> = reached
+            .iter()
+            .filter(|r| graph.is_none_or(|g| !g.memories.contains_key(&r.id)))
+            .map(|r| r.id.clone())
+            .collect();
+        let mut texts = if ids.is_empty() {
+            HashMap::new()
+        } else {
+            self.texts_of(&ids).await?
+        };
+        if let Some(g) = graph {
+            for r in reached.iter() {
+                if let Some((_, _, text)) = g.memories.get(&r.id) {
+                    texts.insert(r.id.clone(), text.clone());
+                }
+            }
+        }
+        for r in reached {
+            r.text = texts.remove(&r.id).unwrap_or_default();
+        }
+        Ok(())
+    }
+
+    /// The dead links met, each with the user whose link it is.
+    async fn with_users(&self, dead: BTreeSet<DeadLink>) -> Result<Vec<(DeadLink, String)>> {
+        let mut users = if dead.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.users_of(&dead).await?
+        };
+        Ok(dead
+            .into_iter()
+            .map(|d| {
+                let user = users.remove(&d).unwrap_or_default();
+                (d, user)
+            })
+            .collect())
+    }
+
     pub async fn walk(
         &self,
         start_id: &str,
@@ -498,43 +543,9 @@ impl Walker {
             }
             frontier = next;
         }
-        let ids: Vec<String> = reached
-            .iter()
-            .filter(|r| {
-                graph
-                    .as_ref()
-                    .is_none_or(|g| !g.memories.contains_key(&r.id))
-            })
-            .map(|r| r.id.clone())
-            .collect();
-        let mut texts = if ids.is_empty() {
-            HashMap::new()
-        } else {
-            self.texts_of(&ids).await?
-        };
-        if let Some(g) = &graph {
-            for r in &reached {
-                if let Some((_, _, text)) = g.memories.get(&r.id) {
-                    texts.insert(r.id.clone(), text.clone());
-                }
-            }
-        }
-        for r in &mut reached {
-            r.text = texts.remove(&r.id).unwrap_or_default();
-        }
+        self.fill_texts(graph.as_ref(), &mut reached).await?;
         let archived_reached = reached.iter().skip(1).filter(|r| r.archived).count();
-        let mut users = if dead.is_empty() {
-            BTreeMap::new()
-        } else {
-            self.users_of(&dead).await?
-        };
-        let dead: Vec<(DeadLink, String)> = dead
-            .into_iter()
-            .map(|d| {
-                let user = users.remove(&d).unwrap_or_default();
-                (d, user)
-            })
-            .collect();
+        let dead = self.with_users(dead).await?;
         Ok((
             Traversal {
                 start: start_id.to_string(),
