@@ -802,6 +802,243 @@ pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<Ex
 /// One recall with the query embedded already (`model` made `vector`), at clock `now`.
 /// `embedder` (the one that made `vector`) embeds the focused query when the query names
 /// what most candidates carry; without it the focused signal is the cosine itself.
+/// The report's pool (every candidate's signals) and its memories in ranked `order`, with
+/// each signal's part when `--explain` asks.
+fn fill_report(
+    report: &mut Report,
+    params: &crate::logic::recall::RecallParams,
+    args: &RecallArgs,
+    found: &[Found],
+    ranked: &[RecallCandidate],
+    order: &[usize],
+) {
+    report.pool = ranked
+        .iter()
+        .map(|c| {
+            (
+                c.id.clone(),
+                c.session.clone(),
+                Signals {
+                    similarity: c.similarity,
+                    focused: c.focused,
+                    lexical: c.lexical,
+                    entity: c.entity,
+                    time: c.time,
+                    crowding: c.crowding,
+                    episode: c.episode,
+                    salience: c.salience,
+                    recency: (-c.age_days.max(0.0) / params.recency_days).exp(),
+                },
+            )
+        })
+        .collect();
+    for (n, &i) in order.iter().enumerate() {
+        let f = &found[i];
+        let c = &ranked[i];
+        let when = f
+            .resolved
+            .iter()
+            .map(|x| format!("{}: {}", x.expression, x.label()))
+            .collect();
+        report.memories.push(Recalled {
+            rank: n + 1,
+            id: f.id.clone(),
+            score: round4(rank_score(params, args.mode, c)),
+            similarity: round4(c.similarity),
+            explain: args.explain.then(|| {
+                let p = parts(params, args.mode, c);
+                Signals {
+                    similarity: round4(p.similarity),
+                    focused: round4(p.focused),
+                    lexical: round4(p.lexical),
+                    entity: round4(p.entity),
+                    time: round4(p.time),
+                    crowding: round4(p.crowding),
+                    episode: round4(p.episode),
+                    salience: round4(p.salience),
+                    recency: round4(p.recency),
+                }
+            }),
+            tier: f.tier.clone(),
+            state: f.state.clone(),
+            kind: f.kind.clone(),
+            text: f.text.clone(),
+            created_at: format_timestamp(f.created_at),
+            when,
+            superseded_by: f.superseded_by.clone(),
+        });
+    }
+}
+
+/// Each candidate's cosine to the focused query (`logic::recall::focused_query`), when the
+/// query has one.
+async fn focus(
+    embedder: &Embedder,
+    params: &crate::logic::recall::RecallParams,
+    query: &str,
+    found: &mut [Found],
+    report: &mut Report,
+) -> Result<()> {
+    let texts: Vec<&str> = found.iter().map(|f| f.text.as_str()).collect();
+    if let Some(focused) = crate::logic::recall::focused_query(query, &texts, params.focused_share)
+    {
+        match embedder.embed(&[focused.as_str()]).await?.pop() {
+            Some(Embedded::Vector { values, .. }) => {
+                let v = unit(values);
+                for f in found.iter_mut() {
+                    f.focused = cosine(&v, &f.vector);
+                }
+                report.notes.push(format!("focused query: {focused:?}"));
+            }
+            _ => report
+                .notes
+                .push("the focused query was not embedded: the cosine stands in".into()),
+        }
+    }
+    Ok(())
+}
+
+/// What the ranking weighs for each candidate: its signals (the share of the query's named
+/// entities it names, whether it is about a time the query asks), crowding, salience, age.
+fn ranking_inputs(
+    found: &[Found],
+    crowding: &[f64],
+    (named, naming): (&[(String, String)], &BTreeMap<String, usize>),
+    asked_times: &[(chrono::NaiveDate, chrono::NaiveDate)],
+    now: i64,
+) -> Vec<RecallCandidate> {
+    found
+        .iter()
+        .zip(crowding)
+        .map(|(f, &crowding)| RecallCandidate {
+            similarity: f.similarity,
+            focused: f.focused,
+            lexical: f.lexical,
+            entity: if named.is_empty() {
+                0.0
+            } else {
+                naming.get(&f.id).copied().unwrap_or(0) as f64 / named.len() as f64
+            },
+            time: if asked_times.is_empty() {
+                0.0
+            } else {
+                let about = f.dates();
+                f64::from(
+                    about
+                        .iter()
+                        .any(|(s, e)| asked_times.iter().any(|(qs, qe)| s <= qe && qs <= e)),
+                )
+            },
+            crowding,
+            episode: 0.0,
+            session: f.session.clone(),
+            salience: f.salience,
+            age_days: (now - f.last_access.unwrap_or(f.created_at)) as f64 / 86_400e6,
+            created_at: f.created_at,
+            id: f.id.clone(),
+        })
+        .collect()
+}
+
+/// How many of the `named` entities each memory of `user` names.
+async fn naming_counts(
+    store: &Store,
+    user: &str,
+    named: &[(String, String)],
+) -> Result<BTreeMap<String, usize>> {
+    let mut naming: BTreeMap<String, usize> = BTreeMap::new();
+    if named.is_empty() {
+        return Ok(naming);
+    }
+    let rows = json_rows(
+        &store
+            .scan_columns(
+                "memory_entities",
+                Some(&format!(
+                    "user_id = {} AND entity_id IN ({})",
+                    sql_string(user),
+                    sql_list(&named.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>())
+                )),
+                &["memory_id", "entity_id"],
+            )
+            .await?,
+    );
+    let mut pairs: std::collections::BTreeSet<(String, String)> = Default::default();
+    for r in rows {
+        pairs.insert((text_of(&r, "memory_id"), text_of(&r, "entity_id")));
+    }
+    for (memory, _) in pairs {
+        *naming.entry(memory).or_default() += 1;
+    }
+    Ok(naming)
+}
+
+/// Activates the recalled memories (`logic::scores::on_access`), logged first as a RECALL
+/// audit row keyed by user, query, mode, k and clock: the same recall at the same clock
+/// finishes what it logged and adds nothing.
+async fn activate(
+    store: &Store,
+    scores: &crate::logic::scores::ScoreParams,
+    args: &RecallArgs,
+    report: &mut Report,
+    now: i64,
+) -> Result<()> {
+    let key = format!(
+        "{}|{}|{:?}|{}|{}",
+        args.user, args.query, args.mode, args.k, report.now
+    );
+    let id = derived_id(&format!("recall|{key}"));
+    let logged = json_rows(
+        &store
+            .scan_columns(
+                "audit_log",
+                Some(&format!("id = {}", sql_string(&id))),
+                &["after_state"],
+            )
+            .await?,
+    );
+    let changes: Vec<Map<String, Value>> = if let Some(row) = logged.first() {
+        // The same recall at the same clock: finish what it logged, add nothing.
+        report
+            .notes
+            .push("this recall was logged at this clock already: not activated twice".into());
+        let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
+        after["activated"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_object().cloned())
+            .collect()
+    } else {
+        let ids: Vec<String> = report.memories.iter().map(|m| m.id.clone()).collect();
+        let rows = store
+            .rows_with_ids(
+                "memories",
+                &ids,
+                None,
+                &MEMORIES.columns_except("embedding"),
+            )
+            .await?;
+        let changes = rows
+            .iter()
+            .map(|r| activation(scores, r, now))
+            .collect::<Result<Vec<_>>>()?;
+        let mut audit = AuditRow::new("recall", "RECALL", &key, now);
+        audit.id = id;
+        audit.run_id = format!("recall-{}", &audit.id[..8]);
+        audit.user_id = Some(args.user.clone());
+        audit.source_ids = ids;
+        audit.reasoning = Some(format!("recall {:?} ({:?} mode)", args.query, args.mode));
+        audit.after_state = Some(json!({"activated": changes}).to_string());
+        store.write_audit(&[audit]).await?;
+        changes
+    };
+    crate::crash::point("recall.after-audit");
+    report.activated = apply(store, &changes, now).await?;
+    crate::crash::point("recall.after-activation");
+    Ok(())
+}
+
 pub async fn recall(
     store: &Store,
     config: &crate::config::Config,
@@ -812,7 +1049,6 @@ pub async fn recall(
     now: i64,
 ) -> Result<Report> {
     let params = &config.recall;
-    let scores = &config.scores;
     let as_of = args.as_of.map(Clock::micros);
     let today = chrono::DateTime::from_timestamp_micros(now)
         .map(|d| d.date_naive())
@@ -894,23 +1130,7 @@ pub async fn recall(
     // The focused query: without the names most candidates carry (the person the store is
     // about, say), embedded by the query's own embedder.
     if let (true, Some(embedder)) = (params.focused > 0.0, embedder) {
-        let texts: Vec<&str> = found.iter().map(|f| f.text.as_str()).collect();
-        if let Some(focused) =
-            crate::logic::recall::focused_query(&args.query, &texts, params.focused_share)
-        {
-            match embedder.embed(&[focused.as_str()]).await?.pop() {
-                Some(Embedded::Vector { values, .. }) => {
-                    let v = unit(values);
-                    for f in found.iter_mut() {
-                        f.focused = cosine(&v, &f.vector);
-                    }
-                    report.notes.push(format!("focused query: {focused:?}"));
-                }
-                _ => report
-                    .notes
-                    .push("the focused query was not embedded: the cosine stands in".into()),
-            }
-        }
+        focus(embedder, params, &args.query, &mut found, &mut report).await?;
     }
     // Entities the query names, and the memories naming them (read only when they count).
     let named = if params.entity > 0.0 {
@@ -918,62 +1138,10 @@ pub async fn recall(
     } else {
         Vec::new()
     };
-    let mut naming: BTreeMap<String, usize> = BTreeMap::new();
-    if !named.is_empty() {
-        let rows = json_rows(
-            &store
-                .scan_columns(
-                    "memory_entities",
-                    Some(&format!(
-                        "user_id = {} AND entity_id IN ({})",
-                        sql_string(&args.user),
-                        sql_list(&named.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>())
-                    )),
-                    &["memory_id", "entity_id"],
-                )
-                .await?,
-        );
-        let mut pairs: std::collections::BTreeSet<(String, String)> = Default::default();
-        for r in rows {
-            pairs.insert((text_of(&r, "memory_id"), text_of(&r, "entity_id")));
-        }
-        for (memory, _) in pairs {
-            *naming.entry(memory).or_default() += 1;
-        }
-    }
+    let naming = naming_counts(store, &args.user, &named).await?;
     let ranking = std::time::Instant::now();
     let crowding = crowding(&found, params);
-    let mut ranked: Vec<RecallCandidate> = found
-        .iter()
-        .zip(&crowding)
-        .map(|(f, &crowding)| RecallCandidate {
-            similarity: f.similarity,
-            focused: f.focused,
-            lexical: f.lexical,
-            entity: if named.is_empty() {
-                0.0
-            } else {
-                naming.get(&f.id).copied().unwrap_or(0) as f64 / named.len() as f64
-            },
-            time: if asked_times.is_empty() {
-                0.0
-            } else {
-                let about = f.dates();
-                f64::from(
-                    about
-                        .iter()
-                        .any(|(s, e)| asked_times.iter().any(|(qs, qe)| s <= qe && qs <= e)),
-                )
-            },
-            crowding,
-            episode: 0.0,
-            session: f.session.clone(),
-            salience: f.salience,
-            age_days: (now - f.last_access.unwrap_or(f.created_at)) as f64 / 86_400e6,
-            created_at: f.created_at,
-            id: f.id.clone(),
-        })
-        .collect();
+    let mut ranked = ranking_inputs(&found, &crowding, (&named, &naming), &asked_times, now);
     crate::logic::recall::fill_episodes(params, args.mode, &mut ranked);
     let order = rank(params, args.mode, &ranked, args.k);
     tracing::debug!(
@@ -981,62 +1149,7 @@ pub async fn recall(
         pool = ranked.len(),
         "recall ranking"
     );
-    report.pool = ranked
-        .iter()
-        .map(|c| {
-            (
-                c.id.clone(),
-                c.session.clone(),
-                Signals {
-                    similarity: c.similarity,
-                    focused: c.focused,
-                    lexical: c.lexical,
-                    entity: c.entity,
-                    time: c.time,
-                    crowding: c.crowding,
-                    episode: c.episode,
-                    salience: c.salience,
-                    recency: (-c.age_days.max(0.0) / params.recency_days).exp(),
-                },
-            )
-        })
-        .collect();
-    for (n, &i) in order.iter().enumerate() {
-        let f = &found[i];
-        let c = &ranked[i];
-        let when = f
-            .resolved
-            .iter()
-            .map(|x| format!("{}: {}", x.expression, x.label()))
-            .collect();
-        report.memories.push(Recalled {
-            rank: n + 1,
-            id: f.id.clone(),
-            score: round4(rank_score(params, args.mode, c)),
-            similarity: round4(c.similarity),
-            explain: args.explain.then(|| {
-                let p = parts(params, args.mode, c);
-                Signals {
-                    similarity: round4(p.similarity),
-                    focused: round4(p.focused),
-                    lexical: round4(p.lexical),
-                    entity: round4(p.entity),
-                    time: round4(p.time),
-                    crowding: round4(p.crowding),
-                    episode: round4(p.episode),
-                    salience: round4(p.salience),
-                    recency: round4(p.recency),
-                }
-            }),
-            tier: f.tier.clone(),
-            state: f.state.clone(),
-            kind: f.kind.clone(),
-            text: f.text.clone(),
-            created_at: format_timestamp(f.created_at),
-            when,
-            superseded_by: f.superseded_by.clone(),
-        });
-    }
+    fill_report(&mut report, params, args, &found, &ranked, &order);
     if !named.is_empty() {
         report.notes.push(format!(
             "the query names {}",
@@ -1048,59 +1161,7 @@ pub async fn recall(
         ));
     }
     if !args.no_activate && !report.memories.is_empty() {
-        let key = format!(
-            "{}|{}|{:?}|{}|{}",
-            args.user, args.query, args.mode, args.k, report.now
-        );
-        let id = derived_id(&format!("recall|{key}"));
-        let logged = json_rows(
-            &store
-                .scan_columns(
-                    "audit_log",
-                    Some(&format!("id = {}", sql_string(&id))),
-                    &["after_state"],
-                )
-                .await?,
-        );
-        let changes: Vec<Map<String, Value>> = if let Some(row) = logged.first() {
-            // The same recall at the same clock: finish what it logged, add nothing.
-            report
-                .notes
-                .push("this recall was logged at this clock already: not activated twice".into());
-            let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
-            after["activated"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_object().cloned())
-                .collect()
-        } else {
-            let ids: Vec<String> = report.memories.iter().map(|m| m.id.clone()).collect();
-            let rows = store
-                .rows_with_ids(
-                    "memories",
-                    &ids,
-                    None,
-                    &MEMORIES.columns_except("embedding"),
-                )
-                .await?;
-            let changes = rows
-                .iter()
-                .map(|r| activation(scores, r, now))
-                .collect::<Result<Vec<_>>>()?;
-            let mut audit = AuditRow::new("recall", "RECALL", &key, now);
-            audit.id = id;
-            audit.run_id = format!("recall-{}", &audit.id[..8]);
-            audit.user_id = Some(args.user.clone());
-            audit.source_ids = ids;
-            audit.reasoning = Some(format!("recall {:?} ({:?} mode)", args.query, args.mode));
-            audit.after_state = Some(json!({"activated": changes}).to_string());
-            store.write_audit(&[audit]).await?;
-            changes
-        };
-        crate::crash::point("recall.after-audit");
-        report.activated = apply(store, &changes, now).await?;
-        crate::crash::point("recall.after-activation");
+        activate(store, &config.scores, args, &mut report, now).await?;
     }
     Ok(report)
 }

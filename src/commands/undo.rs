@@ -27,7 +27,7 @@ use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, MEMORIES, REVIEW_QUEUE};
 use crate::store::audit::AuditRow;
 use crate::store::text_of;
-use crate::store::{batch_from_json, json_rows, sql_list, sql_string};
+use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string};
 
 const JOB: &str = "undo";
 
@@ -69,14 +69,11 @@ fn same(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     })
 }
 
-pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<ExitStatus> {
-    let scope = JobScope {
-        dry_run: args.dry_run,
-        ..JobScope::default()
-    };
-    let ctx = app.job_ctx(&scope, None).await?;
-    let store = &ctx.store;
-    let run_id = match (&args.run_id, &args.last) {
+type Row = Map<String, Value>;
+
+/// The run `undo` names: by id, or the latest finished run of `--last JOB`.
+async fn run_to_undo(store: &Store, args: &UndoArgs) -> Result<String> {
+    Ok(match (&args.run_id, &args.last) {
         (Some(id), _) => id.clone(),
         (None, Some(job)) => {
             let mut runs = json_rows(
@@ -98,8 +95,231 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
             }
         }
         (None, None) => bail!("name a run, or --last JOB"),
+    })
+}
+
+/// What an integrate or review run's decisions wrote, read from their audit rows: the
+/// memories as the run left them, the ones it changed as they were before, the ones it
+/// created, its links and the review items it queued.
+#[derive(Default)]
+struct Written {
+    memories: BTreeMap<String, Row>,
+    restore: BTreeMap<String, Row>,
+    created: BTreeSet<String>,
+    links: Vec<(String, String, String)>,
+    queued: Vec<String>,
+}
+
+fn written_by(decisions: &[Row]) -> Result<Written> {
+    let mut w = Written::default();
+    for d in decisions {
+        let after: Value = serde_json::from_str(d["after_state"].as_str().unwrap_or("{}"))?;
+        let before: Option<Row> = d["before_state"]
+            .as_str()
+            .and_then(|b| serde_json::from_str(b).ok());
+        let before_id = before.as_ref().map(|b| text_of(b, "id"));
+        for m in after["memories"].as_array().into_iter().flatten() {
+            let Some(m) = m.as_object() else { continue };
+            let id = text_of(m, "id");
+            w.memories.insert(id.clone(), m.clone());
+            match (&before, &before_id) {
+                (Some(b), Some(bid)) if *bid == id => {
+                    w.restore.insert(id, b.clone());
+                }
+                _ => {
+                    w.created.insert(id);
+                }
+            }
+        }
+        for l in after["links"].as_array().into_iter().flatten() {
+            w.links.push((
+                l["source_id"].as_str().unwrap_or("").to_string(),
+                l["target_id"].as_str().unwrap_or("").to_string(),
+                l["link_type"].as_str().unwrap_or("").to_string(),
+            ));
+        }
+        if let Some(id) = after["review"]["id"].as_str() {
+            w.queued.push(id.to_string());
+        }
+    }
+    Ok(w)
+}
+
+/// What later runs changed of what run `run_id` wrote (`current`: the written memories as
+/// they are now): each one a reason to refuse the whole undo.
+async fn conflicts(
+    store: &Store,
+    run_id: &str,
+    w: &Written,
+    current: &BTreeMap<String, Row>,
+) -> Result<Vec<String>> {
+    let mut conflicts: Vec<String> = Vec::new();
+    for (id, after) in &w.memories {
+        match current.get(id) {
+            // Already deleted by a killed undo of this run.
+            None if w.created.contains(id) => {}
+            None => conflicts.push(format!("memory {id} no longer exists")),
+            Some(now) if same(now, after) => {}
+            Some(now) if w.restore.get(id).is_some_and(|b| same(now, b)) => {} // restored already
+            Some(_) => conflicts.push(format!(
+                "memory {id} changed after run {run_id} (a later run rewrote it)"
+            )),
+        }
+    }
+    if !w.created.is_empty() {
+        let list = sql_list(&w.created.iter().cloned().collect::<Vec<_>>());
+        let own: BTreeSet<&(String, String, String)> = w.links.iter().collect();
+        for l in json_rows(
+            &store
+                .scan_columns(
+                    "links",
+                    Some(&format!("source_id IN ({list}) OR target_id IN ({list})")),
+                    &["source_id", "target_id", "link_type"],
+                )
+                .await?,
+        ) {
+            let key = (
+                text_of(&l, "source_id"),
+                text_of(&l, "target_id"),
+                text_of(&l, "link_type"),
+            );
+            if !own.contains(&key) {
+                conflicts.push(format!(
+                    "link {} -> {} ({}) was made by a later run to a memory run {run_id} created",
+                    key.0, key.1, key.2
+                ));
+            }
+        }
+    }
+    if !w.queued.is_empty() {
+        for r in json_rows(
+            &store
+                .scan_columns(
+                    REVIEW_QUEUE.name,
+                    Some(&format!(
+                        "id IN ({}) AND status <> 'pending'",
+                        sql_list(&w.queued)
+                    )),
+                    &["id", "status", "decided_by_run"],
+                )
+                .await?,
+        ) {
+            conflicts.push(format!(
+                "review item {} was {} by run {} since: undo that run first",
+                text_of(&r, "id"),
+                text_of(&r, "status"),
+                text_of(&r, "decided_by_run")
+            ));
+        }
+    }
+    Ok(conflicts)
+}
+
+/// The changed memories' earlier rows, re-embedded from their text by the model that embedded
+/// them (refused when this embedder is another), in one commit.
+async fn restore_rows(
+    app: &App,
+    store: &Store,
+    args: &UndoArgs,
+    restore: &BTreeMap<String, Row>,
+    now: i64,
+) -> Result<()> {
+    let dim = store.embedding_dim();
+    let embedder = app.embedder(&args.embedder, dim, 16).await?;
+    let model = embedder.model_name();
+    let mut rows: Vec<Value> = Vec::new();
+    let texts: Vec<String> = restore.values().map(|r| text_of(r, "text")).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    for ((id, before), e) in restore.iter().zip(embedder.embed(&refs).await?) {
+        let wanted = text_of(before, "embedding_model");
+        if !wanted.is_empty() && wanted != model {
+            bail!(
+                "memory {id} was embedded by {wanted}: run undo with the embedder of that model (this one is {model})"
+            );
+        }
+        let Embedded::Vector { values, .. } = e else {
+            return Err(anyhow!("the embedder refused memory {id}'s text"));
+        };
+        let mut row = Value::Object(before.clone());
+        row["embedding"] = json!(values);
+        row["embedding_model"] = json!(model);
+        rows.push(row);
+    }
+    let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
+    store.upsert_batch(&MEMORIES, batch).await?;
+    Ok(())
+}
+
+/// Reverts what `w` says the run wrote, each step one commit, in an order a rerun finishes:
+/// what later jobs derived from created memories, links, review items, restored rows, and
+/// the created memories last.
+async fn revert(
+    app: &App,
+    store: &Store,
+    args: &UndoArgs,
+    run_id: &str,
+    w: &Written,
+    reopen: bool,
+    now: i64,
+) -> Result<()> {
+    // What later jobs derived from the memories this run created (entities rebuild it).
+    let created = sql_list(&w.created.iter().cloned().collect::<Vec<_>>());
+    if !w.created.is_empty() {
+        store
+            .delete_where("memory_entities", &format!("memory_id IN ({created})"))
+            .await?;
+        store
+            .delete_where("entity_scans", &format!("memory_id IN ({created})"))
+            .await?;
+    }
+    let keys: Vec<(&str, &str, &str)> = w
+        .links
+        .iter()
+        .map(|(s, t, ty)| (s.as_str(), t.as_str(), ty.as_str()))
+        .collect();
+    store.delete_links(&keys).await?;
+    if !w.queued.is_empty() {
+        store
+            .delete_where(
+                REVIEW_QUEUE.name,
+                &format!("id IN ({}) AND status = 'pending'", sql_list(&w.queued)),
+            )
+            .await?;
+    }
+    if reopen {
+        store
+            .update_where(
+                REVIEW_QUEUE.name,
+                &format!("decided_by_run = {}", sql_string(run_id)),
+                &[
+                    ("status", "'pending'".into()),
+                    ("decided_at", "NULL".into()),
+                    ("decided_by_run", "NULL".into()),
+                ],
+            )
+            .await?;
+    }
+    crate::crash::point("undo.after-links");
+    if !w.restore.is_empty() {
+        restore_rows(app, store, args, &w.restore, now).await?;
+    }
+    crate::crash::point("undo.after-restore");
+    if !w.created.is_empty() {
+        store
+            .delete_where("memories", &format!("id IN ({created})"))
+            .await?;
+    }
+    Ok(())
+}
+
+pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<ExitStatus> {
+    let scope = JobScope {
+        dry_run: args.dry_run,
+        ..JobScope::default()
     };
-    let run_id_text = run_id;
+    let ctx = app.job_ctx(&scope, None).await?;
+    let store = &ctx.store;
+    let run_id_text = run_to_undo(store, args).await?;
     let runs = json_rows(
         &store
             .scan_columns(
@@ -134,43 +354,8 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
             )
             .await?,
     );
-    // What each decision wrote and what it changed.
-    let mut restore: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
-    let mut written: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
-    let mut created: BTreeSet<String> = BTreeSet::new();
-    let mut links: Vec<(String, String, String)> = Vec::new();
-    let mut queued: Vec<String> = Vec::new();
-    for d in &decisions {
-        let after: Value = serde_json::from_str(d["after_state"].as_str().unwrap_or("{}"))?;
-        let before: Option<Map<String, Value>> = d["before_state"]
-            .as_str()
-            .and_then(|b| serde_json::from_str(b).ok());
-        let before_id = before.as_ref().map(|b| text_of(b, "id"));
-        for m in after["memories"].as_array().into_iter().flatten() {
-            let Some(m) = m.as_object() else { continue };
-            let id = text_of(m, "id");
-            written.insert(id.clone(), m.clone());
-            match (&before, &before_id) {
-                (Some(b), Some(bid)) if *bid == id => {
-                    restore.insert(id, b.clone());
-                }
-                _ => {
-                    created.insert(id);
-                }
-            }
-        }
-        for l in after["links"].as_array().into_iter().flatten() {
-            links.push((
-                l["source_id"].as_str().unwrap_or("").to_string(),
-                l["target_id"].as_str().unwrap_or("").to_string(),
-                l["link_type"].as_str().unwrap_or("").to_string(),
-            ));
-        }
-        if let Some(id) = after["review"]["id"].as_str() {
-            queued.push(id.to_string());
-        }
-    }
-    let decided: Vec<Map<String, Value>> = json_rows(
+    let written = written_by(&decisions)?;
+    let decided: Vec<Row> = json_rows(
         &store
             .scan_columns(
                 REVIEW_QUEUE.name,
@@ -181,9 +366,8 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
     );
 
     // Refuse when a later run changed what this one wrote.
-    let mut conflicts: Vec<String> = Vec::new();
-    let ids: Vec<String> = written.keys().cloned().collect();
-    let current: BTreeMap<String, Map<String, Value>> = store
+    let ids: Vec<String> = written.memories.keys().cloned().collect();
+    let current: BTreeMap<String, Row> = store
         .rows_with_ids(
             "memories",
             &ids,
@@ -194,65 +378,7 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         .into_iter()
         .map(|r| (text_of(&r, "id"), r))
         .collect();
-    for (id, after) in &written {
-        match current.get(id) {
-            // Already deleted by a killed undo of this run.
-            None if created.contains(id) => {}
-            None => conflicts.push(format!("memory {id} no longer exists")),
-            Some(now) if same(now, after) => {}
-            Some(now) if restore.get(id).is_some_and(|b| same(now, b)) => {} // restored already
-            Some(_) => conflicts.push(format!(
-                "memory {id} changed after run {} (a later run rewrote it)",
-                run_id_text
-            )),
-        }
-    }
-    if !created.is_empty() {
-        let list = sql_list(&created.iter().cloned().collect::<Vec<_>>());
-        let own: BTreeSet<&(String, String, String)> = links.iter().collect();
-        for l in json_rows(
-            &store
-                .scan_columns(
-                    "links",
-                    Some(&format!("source_id IN ({list}) OR target_id IN ({list})")),
-                    &["source_id", "target_id", "link_type"],
-                )
-                .await?,
-        ) {
-            let key = (
-                text_of(&l, "source_id"),
-                text_of(&l, "target_id"),
-                text_of(&l, "link_type"),
-            );
-            if !own.contains(&key) {
-                conflicts.push(format!(
-                    "link {} -> {} ({}) was made by a later run to a memory run {} created",
-                    key.0, key.1, key.2, run_id_text
-                ));
-            }
-        }
-    }
-    if !queued.is_empty() {
-        for r in json_rows(
-            &store
-                .scan_columns(
-                    REVIEW_QUEUE.name,
-                    Some(&format!(
-                        "id IN ({}) AND status <> 'pending'",
-                        sql_list(&queued)
-                    )),
-                    &["id", "status", "decided_by_run"],
-                )
-                .await?,
-        ) {
-            conflicts.push(format!(
-                "review item {} was {} by run {} since: undo that run first",
-                text_of(&r, "id"),
-                text_of(&r, "status"),
-                text_of(&r, "decided_by_run")
-            ));
-        }
-    }
+    let conflicts = conflicts(store, &run_id_text, &written, &current).await?;
     let mut report = JobReport::new(JOB, &ctx);
     if !conflicts.is_empty() {
         report.status = crate::jobs::Status::Failed;
@@ -272,10 +398,10 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         return Ok(report.exit_status());
     }
     report.count("decisions", decisions.len() as u64);
-    report.count("memories_deleted", created.len() as u64);
-    report.count("memories_restored", restore.len() as u64);
-    report.count("links_removed", links.len() as u64);
-    report.count("reviews_removed", queued.len() as u64);
+    report.count("memories_deleted", written.created.len() as u64);
+    report.count("memories_restored", written.restore.len() as u64);
+    report.count("links_removed", written.links.len() as u64);
+    report.count("reviews_removed", written.queued.len() as u64);
     report.count("reviews_reopened", decided.len() as u64);
     if args.dry_run {
         report.print(app.json, out)?;
@@ -298,7 +424,8 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
             row.before_state = current
                 .get(&target)
                 .map(|r| Value::Object(r.clone()).to_string());
-            row.after_state = restore
+            row.after_state = written
+                .restore
                 .get(&target)
                 .map(|r| Value::Object(r.clone()).to_string());
             row.reasoning = Some(format!("undo of run {}", run_id_text));
@@ -307,80 +434,16 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         .collect();
     store.write_audit(&audit).await?;
     crate::crash::point("undo.after-audit");
-    // What later jobs derived from the memories this run created (entities rebuild it).
-    if !created.is_empty() {
-        let list = sql_list(&created.iter().cloned().collect::<Vec<_>>());
-        store
-            .delete_where("memory_entities", &format!("memory_id IN ({list})"))
-            .await?;
-        store
-            .delete_where("entity_scans", &format!("memory_id IN ({list})"))
-            .await?;
-    }
-    let keys: Vec<(&str, &str, &str)> = links
-        .iter()
-        .map(|(s, t, ty)| (s.as_str(), t.as_str(), ty.as_str()))
-        .collect();
-    store.delete_links(&keys).await?;
-    if !queued.is_empty() {
-        store
-            .delete_where(
-                REVIEW_QUEUE.name,
-                &format!("id IN ({}) AND status = 'pending'", sql_list(&queued)),
-            )
-            .await?;
-    }
-    if !decided.is_empty() {
-        store
-            .update_where(
-                REVIEW_QUEUE.name,
-                &format!("decided_by_run = {}", sql_string(&run_id_text)),
-                &[
-                    ("status", "'pending'".into()),
-                    ("decided_at", "NULL".into()),
-                    ("decided_by_run", "NULL".into()),
-                ],
-            )
-            .await?;
-    }
-    crate::crash::point("undo.after-links");
-    if !restore.is_empty() {
-        let dim = store.embedding_dim();
-        let embedder = app.embedder(&args.embedder, dim, 16).await?;
-        let model = embedder.model_name();
-        let mut rows: Vec<Value> = Vec::new();
-        let texts: Vec<String> = restore.values().map(|r| text_of(r, "text")).collect();
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        for ((id, before), e) in restore.iter().zip(embedder.embed(&refs).await?) {
-            let wanted = text_of(before, "embedding_model");
-            if !wanted.is_empty() && wanted != model {
-                bail!(
-                    "memory {id} was embedded by {wanted}: run undo with the embedder of that model (this one is {model})"
-                );
-            }
-            let Embedded::Vector { values, .. } = e else {
-                return Err(anyhow!("the embedder refused memory {id}'s text"));
-            };
-            let mut row = Value::Object(before.clone());
-            row["embedding"] = json!(values);
-            row["embedding_model"] = json!(model);
-            rows.push(row);
-        }
-        let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
-        store.upsert_batch(&MEMORIES, batch).await?;
-    }
-    crate::crash::point("undo.after-restore");
-    if !created.is_empty() {
-        store
-            .delete_where(
-                "memories",
-                &format!(
-                    "id IN ({})",
-                    sql_list(&created.iter().cloned().collect::<Vec<_>>())
-                ),
-            )
-            .await?;
-    }
+    revert(
+        app,
+        store,
+        args,
+        &run_id_text,
+        &written,
+        !decided.is_empty(),
+        now,
+    )
+    .await?;
     report.notes.push(format!(
         "run {} undone ({} at {})",
         run_id_text,

@@ -219,6 +219,232 @@ struct UndoPlan {
 }
 
 /// Reverts `run` (a finished run of a job other than integrate and review).
+/// Integrate decisions run `run_id` applied (a `batches poll` of integrate batches): they are
+/// undone from their audit rows, by their integrate run, so each such run is a conflict
+/// here (a version undo would leave the decisions standing and their facts in no table).
+async fn applied_decisions(
+    store: &Store,
+    run_id: &str,
+    versions: &Versions,
+    after: &BTreeMap<String, u64>,
+) -> Result<Vec<String>> {
+    let mut conflicts = Vec::new();
+    if let (Some(&b), Some(&a)) = (versions.before.get("audit_log"), after.get("audit_log"))
+        && a > b
+    {
+        let decisions = "operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE', 'REVIEW') \
+                         AND classification IN ('NEW', 'COEXIST', 'DUPLICATE', 'SUPERSEDE', 'MERGE')";
+        let ids = |batches: Vec<RecordBatch>| -> BTreeMap<String, String> {
+            json_rows(&batches)
+                .iter()
+                .map(|r| (text_of(r, "id"), text_of(r, "run_id")))
+                .collect()
+        };
+        let old = ids(store
+            .scan_at("audit_log", b, Some(decisions), &["id", "run_id"])
+            .await?);
+        let new = ids(store
+            .scan_at("audit_log", a, Some(decisions), &["id", "run_id"])
+            .await?);
+        let runs: BTreeSet<&String> = new
+            .iter()
+            .filter(|(id, _)| !old.contains_key(*id))
+            .map(|(_, run)| run)
+            .collect();
+        for run in runs {
+            conflicts.push(format!(
+                "run {run_id} applied decisions of integrate run {run}: undo that run instead \
+                 (`memlife undo {run}`)"
+            ));
+        }
+    }
+    Ok(conflicts)
+}
+
+/// Runs that wrote any of `changed_tables` while run `run_id` ran: the versions in between
+/// are not its alone.
+async fn overlapping_runs(
+    store: &Store,
+    run_id: &str,
+    versions: &Versions,
+    after: &BTreeMap<String, u64>,
+    changed_tables: &[&'static TableSpec],
+) -> Result<Vec<String>> {
+    let mut conflicts = Vec::new();
+    let others = json_rows(
+        &store
+            .scan_columns(
+                "runs",
+                Some(&format!(
+                    "run_id <> {} AND dry_run = false AND table_versions IS NOT NULL",
+                    sql_string(run_id)
+                )),
+                &["run_id", "job", "status", "table_versions"],
+            )
+            .await?,
+    );
+    for other in &others {
+        let Some(v) = versions_of(other) else {
+            continue;
+        };
+        for spec in changed_tables {
+            let (b, a) = (versions.before[spec.name], after[spec.name]);
+            let ob = v.before.get(spec.name).copied().unwrap_or(0);
+            let oa = v.after.as_ref().and_then(|m| m.get(spec.name).copied());
+            let overlaps = match oa {
+                // It wrote versions (ob, oa]; this run wrote (b, a].
+                Some(oa) => oa > ob && ob < a && oa > b,
+                // Unfinished: anything after its start may be its own.
+                None => ob < a && ob >= b,
+            };
+            if overlaps {
+                conflicts.push(format!(
+                    "run {} ({}) wrote {} while run {run_id} ran: the versions in between are \
+                     not this run's alone",
+                    text_of(other, "run_id"),
+                    text_of(other, "job"),
+                    spec.name
+                ));
+            }
+        }
+    }
+    Ok(conflicts)
+}
+
+/// What undoing run `run_id` does to one table it wrote (versions `b` to `a`): rows it added
+/// deleted, rows it removed or changed restored; a row a later run changed since is a
+/// conflict. `None` when the run left the table as it found it.
+async fn plan_table(
+    store: &Store,
+    spec: &'static TableSpec,
+    (b, a): (u64, u64),
+    run_id: &str,
+    conflicts: &mut Vec<String>,
+) -> Result<Option<UndoPlan>> {
+    let latest = store.version_of(spec.name).await?;
+    let cols = common_columns(store, spec, &[b, a, latest]).await?;
+    let old = read_hashes(store, spec, Some(b), None, &cols).await?;
+    let new = read_hashes(store, spec, Some(a), None, &cols).await?;
+    let mut diff = TableDiff::default();
+    for (k, h) in &new {
+        match old.get(k) {
+            None => diff.added.push(k.clone()),
+            Some(o) if o != h => diff.changed.push(k.clone()),
+            _ => {}
+        }
+    }
+    diff.removed = old
+        .keys()
+        .filter(|k| !new.contains_key(*k))
+        .cloned()
+        .collect();
+    if diff.is_empty() {
+        return Ok(None);
+    }
+    // Where each touched row stands now.
+    let touched: Vec<Key> = diff
+        .added
+        .iter()
+        .chain(&diff.changed)
+        .chain(&diff.removed)
+        .cloned()
+        .collect();
+    let current = read_hashes(store, spec, None, None, &cols).await?;
+    let (as_before, as_after) = (&old, &new);
+    let mut plan = UndoPlan {
+        spec,
+        before: b,
+        diff: TableDiff::default(),
+        delete: Vec::new(),
+        restore: Vec::new(),
+    };
+    for k in &touched {
+        let (now, was, left) = (current.get(k), as_before.get(k), as_after.get(k));
+        if now == was {
+            continue; // back as it was (or never there): reverted already
+        }
+        if now != left {
+            conflicts.push(format!(
+                "{} row {} changed after run {run_id} (a later run {} it)",
+                spec.name,
+                key_text(k),
+                if now.is_none() { "removed" } else { "rewrote" }
+            ));
+            continue;
+        }
+        if was.is_none() {
+            plan.delete.push(k.clone());
+        } else {
+            plan.restore.push(k.clone());
+        }
+    }
+    plan.diff = diff;
+    Ok(Some(plan))
+}
+
+/// Logs the plans (one UNDO row per table, before anything changes), then restores and
+/// deletes each table's rows, one commit each.
+async fn apply_undo(
+    ctx: &JobCtx<'_>,
+    log: &RunLog,
+    plans: &[UndoPlan],
+    run_id: &str,
+    job: &str,
+) -> Result<()> {
+    let store = &ctx.store;
+    let now = ctx.now.timestamp_micros();
+    // Logged before anything is deleted or rewritten: the keys, and the versions that hold
+    // every row on both sides.
+    let audit: Vec<AuditRow> = plans
+        .iter()
+        .map(|p| {
+            let mut row = AuditRow::new(log.run_id(), "UNDO", "", now);
+            row.id = derived_id(&format!("undo|{run_id}|{}", p.spec.name));
+            row.source_ids = vec![run_id.to_string()];
+            row.target_id = Some(p.spec.name.to_string());
+            row.classification = Some(format!("REVERTED {job}"));
+            row.reasoning = Some(format!(
+                "undo of run {run_id}: rows added by it deleted, rows it removed or changed \
+                 written back as of {} version {}",
+                p.spec.name, p.before
+            ));
+            row.before_state = Some(
+                json!({
+                    "table": p.spec.name,
+                    "version": store_version_hint(p),
+                    "deleted": p.delete,
+                    "restored": p.restore,
+                })
+                .to_string(),
+            );
+            row.after_state =
+                Some(json!({"table": p.spec.name, "as_of_version": p.before}).to_string());
+            row
+        })
+        .collect();
+    store.write_audit(&audit).await?;
+    crate::crash::point("undo.after-audit");
+    for p in plans {
+        if !p.restore.is_empty() {
+            let keys: BTreeSet<Key> = p.restore.iter().cloned().collect();
+            let batches = rows_at(store, p.spec, p.before, &keys, &columns(p.spec)).await?;
+            if let Some(first) = batches.first() {
+                let schema = first.schema();
+                let reader =
+                    arrow::array::RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
+                store.merge_rows(p.spec, Box::new(reader)).await?;
+            }
+        }
+        for chunk in p.delete.chunks(200) {
+            store
+                .delete_where(p.spec.name, &key_predicate(p.spec, chunk))
+                .await?;
+        }
+        crate::crash::point(&format!("undo.after-{}", p.spec.name));
+    }
+    Ok(())
+}
+
 pub async fn undo(
     ctx: &JobCtx<'_>,
     run: &Map<String, Value>,
@@ -301,138 +527,14 @@ pub async fn undo(
         }
     }
     let mut conflicts: Vec<String> = Vec::new();
-    // Integrate decisions this run applied (a `batches poll` of integrate batches) are undone
-    // from their audit rows, by their integrate run: a version undo would leave the decisions
-    // standing and their facts in no table.
-    if let (Some(&b), Some(&a)) = (versions.before.get("audit_log"), after.get("audit_log"))
-        && a > b
-    {
-        let decisions = "operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE', 'REVIEW') \
-                         AND classification IN ('NEW', 'COEXIST', 'DUPLICATE', 'SUPERSEDE', 'MERGE')";
-        let ids = |batches: Vec<RecordBatch>| -> BTreeMap<String, String> {
-            json_rows(&batches)
-                .iter()
-                .map(|r| (text_of(r, "id"), text_of(r, "run_id")))
-                .collect()
-        };
-        let old = ids(store
-            .scan_at("audit_log", b, Some(decisions), &["id", "run_id"])
-            .await?);
-        let new = ids(store
-            .scan_at("audit_log", a, Some(decisions), &["id", "run_id"])
-            .await?);
-        let runs: BTreeSet<&String> = new
-            .iter()
-            .filter(|(id, _)| !old.contains_key(*id))
-            .map(|(_, run)| run)
-            .collect();
-        for run in runs {
-            conflicts.push(format!(
-                "run {run_id} applied decisions of integrate run {run}: undo that run instead \
-                 (`memlife undo {run}`)"
-            ));
-        }
-    }
-    // Runs that wrote the same tables while this one ran.
-    let others = json_rows(
-        &store
-            .scan_columns(
-                "runs",
-                Some(&format!(
-                    "run_id <> {} AND dry_run = false AND table_versions IS NOT NULL",
-                    sql_string(&run_id)
-                )),
-                &["run_id", "job", "status", "table_versions"],
-            )
-            .await?,
-    );
-    for other in &others {
-        let Some(v) = versions_of(other) else {
-            continue;
-        };
-        for spec in &changed_tables {
-            let (b, a) = (versions.before[spec.name], after[spec.name]);
-            let ob = v.before.get(spec.name).copied().unwrap_or(0);
-            let oa = v.after.as_ref().and_then(|m| m.get(spec.name).copied());
-            let overlaps = match oa {
-                // It wrote versions (ob, oa]; this run wrote (b, a].
-                Some(oa) => oa > ob && ob < a && oa > b,
-                // Unfinished: anything after its start may be its own.
-                None => ob < a && ob >= b,
-            };
-            if overlaps {
-                conflicts.push(format!(
-                    "run {} ({}) wrote {} while run {run_id} ran: the versions in between are \
-                     not this run's alone",
-                    text_of(other, "run_id"),
-                    text_of(other, "job"),
-                    spec.name
-                ));
-            }
-        }
-    }
+    conflicts.extend(applied_decisions(store, &run_id, &versions, &after).await?);
+    conflicts.extend(overlapping_runs(store, &run_id, &versions, &after, &changed_tables).await?);
     let mut plans = Vec::new();
     for spec in changed_tables {
-        let (b, a) = (versions.before[spec.name], after[spec.name]);
-        let latest = store.version_of(spec.name).await?;
-        let cols = common_columns(store, spec, &[b, a, latest]).await?;
-        let old = read_hashes(store, spec, Some(b), None, &cols).await?;
-        let new = read_hashes(store, spec, Some(a), None, &cols).await?;
-        let mut diff = TableDiff::default();
-        for (k, h) in &new {
-            match old.get(k) {
-                None => diff.added.push(k.clone()),
-                Some(o) if o != h => diff.changed.push(k.clone()),
-                _ => {}
-            }
+        let range = (versions.before[spec.name], after[spec.name]);
+        if let Some(plan) = plan_table(store, spec, range, &run_id, &mut conflicts).await? {
+            plans.push(plan);
         }
-        diff.removed = old
-            .keys()
-            .filter(|k| !new.contains_key(*k))
-            .cloned()
-            .collect();
-        if diff.is_empty() {
-            continue;
-        }
-        // Where each touched row stands now.
-        let touched: Vec<Key> = diff
-            .added
-            .iter()
-            .chain(&diff.changed)
-            .chain(&diff.removed)
-            .cloned()
-            .collect();
-        let current = read_hashes(store, spec, None, None, &cols).await?;
-        let (as_before, as_after) = (&old, &new);
-        let mut plan = UndoPlan {
-            spec,
-            before: b,
-            diff: TableDiff::default(),
-            delete: Vec::new(),
-            restore: Vec::new(),
-        };
-        for k in &touched {
-            let (now, was, left) = (current.get(k), as_before.get(k), as_after.get(k));
-            if now == was {
-                continue; // back as it was (or never there): reverted already
-            }
-            if now != left {
-                conflicts.push(format!(
-                    "{} row {} changed after run {run_id} (a later run {} it)",
-                    spec.name,
-                    key_text(k),
-                    if now.is_none() { "removed" } else { "rewrote" }
-                ));
-                continue;
-            }
-            if was.is_none() {
-                plan.delete.push(k.clone());
-            } else {
-                plan.restore.push(k.clone());
-            }
-        }
-        plan.diff = diff;
-        plans.push(plan);
     }
     for p in &plans {
         report.count(&format!("{}_deleted", p.spec.name), p.delete.len() as u64);
@@ -470,56 +572,7 @@ pub async fn undo(
         return Ok(());
     }
     let log = RunLog::start(ctx, "undo", &json!({"undo": run_id})).await?;
-    let now = ctx.now.timestamp_micros();
-    // Logged before anything is deleted or rewritten: the keys, and the versions that hold
-    // every row on both sides.
-    let audit: Vec<AuditRow> = plans
-        .iter()
-        .map(|p| {
-            let mut row = AuditRow::new(log.run_id(), "UNDO", "", now);
-            row.id = derived_id(&format!("undo|{run_id}|{}", p.spec.name));
-            row.source_ids = vec![run_id.clone()];
-            row.target_id = Some(p.spec.name.to_string());
-            row.classification = Some(format!("REVERTED {job}"));
-            row.reasoning = Some(format!(
-                "undo of run {run_id}: rows added by it deleted, rows it removed or changed \
-                 written back as of {} version {}",
-                p.spec.name, p.before
-            ));
-            row.before_state = Some(
-                json!({
-                    "table": p.spec.name,
-                    "version": store_version_hint(p),
-                    "deleted": p.delete,
-                    "restored": p.restore,
-                })
-                .to_string(),
-            );
-            row.after_state =
-                Some(json!({"table": p.spec.name, "as_of_version": p.before}).to_string());
-            row
-        })
-        .collect();
-    store.write_audit(&audit).await?;
-    crate::crash::point("undo.after-audit");
-    for p in &plans {
-        if !p.restore.is_empty() {
-            let keys: BTreeSet<Key> = p.restore.iter().cloned().collect();
-            let batches = rows_at(store, p.spec, p.before, &keys, &columns(p.spec)).await?;
-            if let Some(first) = batches.first() {
-                let schema = first.schema();
-                let reader =
-                    arrow::array::RecordBatchIterator::new(batches.into_iter().map(Ok), schema);
-                store.merge_rows(p.spec, Box::new(reader)).await?;
-            }
-        }
-        for chunk in p.delete.chunks(200) {
-            store
-                .delete_where(p.spec.name, &key_predicate(p.spec, chunk))
-                .await?;
-        }
-        crate::crash::point(&format!("undo.after-{}", p.spec.name));
-    }
+    apply_undo(ctx, &log, &plans, &run_id, &job).await?;
     report.notes.push(format!("run {run_id} ({job}) undone"));
     log.finish(ctx, report).await?;
     Ok(())

@@ -386,19 +386,17 @@ fn new_memory(plan: &ConsolidationPlan, members: &[&Value], now: &str) -> Value 
 /// Steps 2 to 5 for a set of plans with disjoint members, each step one commit for all of
 /// them; every step checks what is already done, so plans written by a killed run complete
 /// here.
-async fn apply(
+type Planned = (ConsolidationPlan, Value, i64);
+
+/// The consolidated memories not written yet, embedded fresh, in one commit; how many.
+async fn create_memories(
     store: &Store,
     embedder: Option<&Embedder>,
-    plans: &[(ConsolidationPlan, Value, i64)],
+    plans: &[Planned],
     now: i64,
     phases: &mut BTreeMap<String, u64>,
-) -> Result<BTreeMap<&'static str, u64>> {
-    let mut counts = BTreeMap::new();
-    if plans.is_empty() {
-        return Ok(counts);
-    }
+) -> Result<u64> {
     let dim = store.embedding_dim();
-    // 2. The consolidated memories, embedded fresh (those not written yet).
     let new_ids: Vec<String> = plans.iter().map(|(p, ..)| p.new_id.clone()).collect();
     let existing: BTreeSet<String> = json_rows(
         &store
@@ -439,18 +437,22 @@ async fn apply(
         }
         let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
         store.upsert_batch(&MEMORIES, batch).await?;
-        counts.insert("memories_created", rows.len() as u64);
+        return Ok(rows.len() as u64);
     }
-    crate::crash::point("consolidate.after-memory");
-    // 3. Links: every link touching a member moves to its consolidated memory.
-    let holder: BTreeMap<&str, &str> = plans
-        .iter()
-        .flat_map(|(p, ..)| {
-            p.members
-                .iter()
-                .map(move |m| (m.as_str(), p.new_id.as_str()))
-        })
-        .collect();
+    Ok(0)
+}
+
+/// Every link touching a member moves to its consolidated memory (the strongest of links that
+/// become one), beside a `consolidates` link from it to each member; the old links go after.
+/// Returns the links moved.
+async fn move_links(
+    store: &Store,
+    plans: &[Planned],
+    holder: &BTreeMap<&str, &str>,
+    now: i64,
+) -> Result<u64> {
+    let dim = store.embedding_dim();
+    let new_ids: Vec<String> = plans.iter().map(|(p, ..)| p.new_id.clone()).collect();
     let all_members: Vec<String> = holder.keys().map(|m| m.to_string()).collect();
     let list = sql_list(&all_members);
     let touching = format!(
@@ -501,8 +503,17 @@ async fn apply(
     if !old_links.is_empty() {
         store.delete_where("links", &touching).await?;
     }
-    counts.insert("links_moved", old_links.len() as u64);
-    // 4. Entity rows.
+    Ok(old_links.len() as u64)
+}
+
+/// The members' entity rows move to their consolidated memory.
+async fn move_entity_rows(
+    store: &Store,
+    holder: &BTreeMap<&str, &str>,
+    list: &str,
+    now: i64,
+) -> Result<()> {
+    let dim = store.embedding_dim();
     let entity_rows = json_rows(
         &store
             .scan("memory_entities", Some(&format!("memory_id IN ({list})")))
@@ -530,6 +541,11 @@ async fn apply(
             .delete_where("memory_entities", &format!("memory_id IN ({list})"))
             .await?;
     }
+    Ok(())
+}
+
+/// Archives the members, at the time each plan's audit row recorded; how many.
+async fn archive_members(store: &Store, plans: &[Planned]) -> Result<u64> {
     // 5. Archive the members, at the time each plan's audit row recorded.
     let mut by_time: BTreeMap<i64, Vec<String>> = BTreeMap::new();
     for (plan, _, at) in plans {
@@ -553,6 +569,41 @@ async fn apply(
             )
             .await?;
     }
+    Ok(archived)
+}
+
+async fn apply(
+    store: &Store,
+    embedder: Option<&Embedder>,
+    plans: &[(ConsolidationPlan, Value, i64)],
+    now: i64,
+    phases: &mut BTreeMap<String, u64>,
+) -> Result<BTreeMap<&'static str, u64>> {
+    let mut counts = BTreeMap::new();
+    if plans.is_empty() {
+        return Ok(counts);
+    }
+    // 2. The consolidated memories, embedded fresh (those not written yet).
+    let created = create_memories(store, embedder, plans, now, phases).await?;
+    if created > 0 {
+        counts.insert("memories_created", created);
+    }
+    crate::crash::point("consolidate.after-memory");
+    // 3. Links: every link touching a member moves to its consolidated memory.
+    let holder: BTreeMap<&str, &str> = plans
+        .iter()
+        .flat_map(|(p, ..)| {
+            p.members
+                .iter()
+                .map(move |m| (m.as_str(), p.new_id.as_str()))
+        })
+        .collect();
+    counts.insert("links_moved", move_links(store, plans, &holder, now).await?);
+    // 4. Entity rows.
+    let members: Vec<String> = holder.keys().map(|m| m.to_string()).collect();
+    move_entity_rows(store, &holder, &sql_list(&members), now).await?;
+    // 5. Archive the members, at the time each plan's audit row recorded.
+    let archived = archive_members(store, plans).await?;
     counts.insert("memories_archived", archived);
     Ok(counts)
 }

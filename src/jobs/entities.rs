@@ -460,29 +460,26 @@ struct Reading<'a> {
     read_by: &'a [&'static str],
 }
 
-/// Resolves the mentions to entities and writes them, each step one commit: unlink the
-/// changed memories' old rows, entities, memory_entities, links, then the scans.
-async fn write_readings(
-    w: &Writer<'_>,
-    r: &Reading<'_>,
-    counts: &mut BTreeMap<String, u64>,
-) -> Result<()> {
+/// Mentions resolved to entities: one `Resolved` per (user, normalised name), `by_key` its
+/// position, `unmatched` the positions of names no known entity has (new, unless their
+/// vector matches one).
+struct Names {
+    resolved: Vec<Resolved>,
+    by_key: BTreeMap<(String, String), usize>,
+    unmatched: Vec<usize>,
+}
+
+/// Resolves the changed memories' mentions by name: one entity per (user, normalised name,
+/// type), the type voted over this run's mentions, matched to a known entity of that name
+/// (of the same type, or either side `other`), else new.
+fn resolve_by_name(r: &Reading<'_>, counts: &mut BTreeMap<String, u64>) -> Names {
     let Reading {
         memories,
-        scanned,
         known,
         changed,
         mentions,
-        read_by,
+        ..
     } = *r;
-    let now = w.now;
-    let dim = w.store.embedding_dim();
-    counts.insert(
-        "mentions".into(),
-        mentions.iter().map(|m| m.len() as u64).sum(),
-    );
-
-    // One entity per (user, normalised name, type): the type voted over this run's mentions.
     let mut groups: BTreeMap<(String, String), Vec<&Mention>> = BTreeMap::new();
     for (&i, found) in changed.iter().zip(mentions) {
         for mention in found {
@@ -549,7 +546,28 @@ async fn write_readings(
         resolved.push(entry);
     }
 
-    // New names: embedded, then matched to the user's existing entities of the same type.
+    Names {
+        resolved,
+        by_key,
+        unmatched,
+    }
+}
+
+/// New names embedded (each distinct name once), and matched to the user's existing entities
+/// of the same type by vector (`[entities] name_match`). Returns the name vectors by position
+/// in `names.resolved` and the embedder's model.
+async fn match_by_embedding(
+    w: &Writer<'_>,
+    known: &BTreeMap<String, Vec<Known>>,
+    names: &mut Names,
+    counts: &mut BTreeMap<String, u64>,
+) -> Result<(BTreeMap<usize, Vec<f32>>, String)> {
+    let Names {
+        resolved,
+        unmatched,
+        ..
+    } = names;
+    let unmatched: Vec<usize> = unmatched.clone();
     let mut name_vectors: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
     let mut model = String::new();
     if !unmatched.is_empty() {
@@ -621,32 +639,21 @@ async fn write_readings(
             }
         }
     }
-    // Several new names may have become one entity: resolved rows are per name, rows of the
-    // entity table per id.
-    let mut entity_rows: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (r, e) in resolved.iter().enumerate() {
-        entity_rows.entry(e.id.clone()).or_default().push(r);
-    }
-    counts.insert(
-        "entities_new".into(),
-        entity_rows
-            .values()
-            .filter(|rs| rs.iter().all(|&r| resolved[r].new))
-            .count() as u64,
-    );
+    Ok((name_vectors, model))
+}
 
-    // memory_entities of the changed memories.
-    let mut pairs: BTreeSet<(String, String, String)> = BTreeSet::new(); // (memory, entity, user)
-    for (&i, found) in changed.iter().zip(mentions) {
-        let m = &memories[i];
-        for mention in found {
-            let r = by_key[&(m.user.clone(), normalise_name(&mention.name))];
-            pairs.insert((m.id.clone(), resolved[r].id.clone(), m.user.clone()));
-        }
-    }
-    counts.insert("memory_entities".into(), pairs.len() as u64);
-
-    // Links: each changed memory to the memories naming the entity just before it.
+/// `shares_entity` links: each changed memory to the memories naming the entity just before
+/// it, and later memories that now have it among their nearest earlier ones. Keyed by
+/// (source, target, link type), with the user.
+async fn entity_links(
+    w: &Writer<'_>,
+    r: &Reading<'_>,
+    pairs: &BTreeSet<(String, String, String)>,
+    resolved: &[Resolved],
+) -> Result<BTreeMap<(String, String, String), String>> {
+    let Reading {
+        memories, changed, ..
+    } = *r;
     let changed_ids: BTreeSet<&str> = changed.iter().map(|&i| memories[i].id.as_str()).collect();
     let order: BTreeMap<&str, (i64, &str, &str)> = memories
         .iter()
@@ -666,7 +673,7 @@ async fn write_readings(
             members.entry(entity).or_default().insert((at, memory));
         }
     }
-    for (memory, entity, _) in &pairs {
+    for (memory, entity, _) in pairs {
         let at = order[memory.as_str()].0;
         members
             .entry(entity.clone())
@@ -678,7 +685,7 @@ async fn write_readings(
         .map(|e| (e.id.as_str(), e.name.as_str()))
         .collect();
     let mut links: BTreeMap<(String, String, String), String> = BTreeMap::new();
-    for (memory, entity, user) in &pairs {
+    for (memory, entity, user) in pairs {
         let Some(list) = members.get(entity) else {
             continue;
         };
@@ -712,35 +719,21 @@ async fn write_readings(
             }
         }
     }
-    counts.insert("links".into(), links.len() as u64);
+    Ok(links)
+}
 
-    if w.dry_run {
-        return Ok(());
-    }
-
-    // 1. The old reading of changed memories goes: their entity rows and entity links.
-    let previously: Vec<String> = changed
-        .iter()
-        .map(|&i| memories[i].id.clone())
-        .filter(|id| scanned.contains_key(id))
-        .collect();
-    for chunk in previously.chunks(1000) {
-        let ids = sql_list(chunk);
-        w.store
-            .delete_where(MEMORY_ENTITIES.name, &format!("memory_id IN ({ids})"))
-            .await?;
-        w.store
-            .delete_where(
-                LINKS.name,
-                &format!(
-                    "link_type LIKE '{SHARES_ENTITY_PREFIX}%' AND (source_id IN ({ids}) OR target_id IN ({ids}))"
-                ),
-            )
-            .await?;
-    }
-    crate::crash::point("entities.after-unlink");
-
-    // 2. Entities: new ones whole; existing ones rewritten with their new type or aliases.
+/// Writes the entities a run resolved: new ones whole, existing ones again when they gain a
+/// type, aliases or come back from archive; then flags the existing ones a new or changed
+/// memory names, for `memlife describe`.
+async fn write_entities(
+    w: &Writer<'_>,
+    resolved: &[Resolved],
+    entity_rows: &BTreeMap<String, Vec<usize>>,
+    (name_vectors, model): (&BTreeMap<usize, Vec<f32>>, &str),
+    pairs: &BTreeSet<(String, String, String)>,
+    counts: &mut BTreeMap<String, u64>,
+) -> Result<()> {
+    let (now, dim) = (w.now, w.store.embedding_dim());
     let existing_ids: Vec<String> = entity_rows
         .iter()
         .filter(|(_, rs)| rs.iter().any(|&r| !resolved[r].new))
@@ -756,7 +749,7 @@ async fn write_readings(
         }
     }
     let mut rows: Vec<Value> = Vec::new();
-    for (id, rs) in &entity_rows {
+    for (id, rs) in entity_rows {
         let first = &resolved[rs[0]];
         let aliases: BTreeSet<String> = rs
             .iter()
@@ -806,7 +799,7 @@ async fn write_readings(
                     "aliases": aliases.into_iter().collect::<Vec<_>>(),
                     "embedding": vector,
                     "name_embedding": vector,
-                    "embedding_model": vector.map(|_| model.clone()),
+                    "embedding_model": vector.map(|_| model),
                     "is_dirty": true,
                 }));
             }
@@ -841,6 +834,104 @@ async fn write_readings(
             )
             .await?;
     }
+
+    Ok(())
+}
+
+/// Resolves the mentions to entities and writes them, each step one commit: unlink the
+/// changed memories' old rows, entities, memory_entities, links, then the scans.
+async fn write_readings(
+    w: &Writer<'_>,
+    r: &Reading<'_>,
+    counts: &mut BTreeMap<String, u64>,
+) -> Result<()> {
+    let Reading {
+        memories,
+        scanned,
+        changed,
+        mentions,
+        read_by,
+        ..
+    } = *r;
+    let now = w.now;
+    let dim = w.store.embedding_dim();
+    counts.insert(
+        "mentions".into(),
+        mentions.iter().map(|m| m.len() as u64).sum(),
+    );
+    let mut names = resolve_by_name(r, counts);
+    let (name_vectors, model) = if names.unmatched.is_empty() {
+        (BTreeMap::new(), String::new())
+    } else {
+        match_by_embedding(w, r.known, &mut names, counts).await?
+    };
+    let Names {
+        resolved, by_key, ..
+    } = names;
+    // Several new names may have become one entity: resolved rows are per name, rows of the
+    // entity table per id.
+    let mut entity_rows: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (r, e) in resolved.iter().enumerate() {
+        entity_rows.entry(e.id.clone()).or_default().push(r);
+    }
+    counts.insert(
+        "entities_new".into(),
+        entity_rows
+            .values()
+            .filter(|rs| rs.iter().all(|&r| resolved[r].new))
+            .count() as u64,
+    );
+
+    // memory_entities of the changed memories.
+    let mut pairs: BTreeSet<(String, String, String)> = BTreeSet::new(); // (memory, entity, user)
+    for (&i, found) in changed.iter().zip(mentions) {
+        let m = &memories[i];
+        for mention in found {
+            let r = by_key[&(m.user.clone(), normalise_name(&mention.name))];
+            pairs.insert((m.id.clone(), resolved[r].id.clone(), m.user.clone()));
+        }
+    }
+    counts.insert("memory_entities".into(), pairs.len() as u64);
+
+    let links = entity_links(w, r, &pairs, &resolved).await?;
+    counts.insert("links".into(), links.len() as u64);
+
+    if w.dry_run {
+        return Ok(());
+    }
+
+    // 1. The old reading of changed memories goes: their entity rows and entity links.
+    let previously: Vec<String> = changed
+        .iter()
+        .map(|&i| memories[i].id.clone())
+        .filter(|id| scanned.contains_key(id))
+        .collect();
+    for chunk in previously.chunks(1000) {
+        let ids = sql_list(chunk);
+        w.store
+            .delete_where(MEMORY_ENTITIES.name, &format!("memory_id IN ({ids})"))
+            .await?;
+        w.store
+            .delete_where(
+                LINKS.name,
+                &format!(
+                    "link_type LIKE '{SHARES_ENTITY_PREFIX}%' AND (source_id IN ({ids}) OR target_id IN ({ids}))"
+                ),
+            )
+            .await?;
+    }
+    crate::crash::point("entities.after-unlink");
+
+    // 2. Entities.
+    write_entities(
+        w,
+        &resolved,
+        &entity_rows,
+        (&name_vectors, &model),
+        &pairs,
+        counts,
+    )
+    .await?;
     crate::crash::point("entities.after-entities");
 
     // 3. memory_entities, 4. links, 5. the scans.

@@ -828,8 +828,8 @@ async fn classify(
     answers
 }
 
-pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
-    let config = ctx.app.config().await?;
+/// The integration parameters of a run: memlife.toml's `[integrate]` with the flags over it.
+fn params_of(config: &crate::config::Config, args: &IntegrateArgs) -> Result<IntegrateParams> {
     let mut p = config.integrate.clone();
     if let Some(k) = args.top_k {
         p.top_k = k;
@@ -841,6 +841,400 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
         p.min_confidence = c;
     }
     p.enable_delete |= args.enable_delete;
+    Ok(p)
+}
+
+/// The facts still to integrate (by position), with each fact's next decision id: a fact
+/// integrated already (by any run, and not undone) is counted and skipped, and a fact whose id
+/// names a memory is a failure.
+async fn facts_to_do(
+    store: &Store,
+    facts: &[Map<String, Value>],
+    file: &str,
+    counts: &mut BTreeMap<String, u64>,
+    report: &mut JobReport,
+) -> Result<(Vec<Option<String>>, Vec<usize>)> {
+    let ids: Vec<String> = facts.iter().map(|f| text_of(f, "id")).collect();
+    let next = next_decisions(store, &ids).await?;
+    let existing: BTreeSet<String> = store
+        .rows_with_ids("memories", &ids, None, &["id"])
+        .await?
+        .iter()
+        .map(|r| text_of(r, "id"))
+        .collect();
+    let mut todo: Vec<usize> = Vec::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        if next[i].is_none() {
+            add(counts, "already_integrated", 1);
+        } else if existing.contains(&id) {
+            report.failures.push(ItemFailure {
+                item: format!("{file}: fact {id}"),
+                reason: format!("id '{id}' already names a memory: give the fact another id"),
+            });
+        } else {
+            todo.push(i);
+        }
+    }
+    Ok((next, todo))
+}
+
+/// Embeds every fact to do once: the vectors by fact id, and the facts embedded (a fact the
+/// model refuses is a failure).
+async fn embed_facts(
+    embedder: &Embedder,
+    facts: &[Map<String, Value>],
+    todo: &[usize],
+    file: &str,
+    report: &mut JobReport,
+) -> Result<(BTreeMap<String, Vec<f32>>, Vec<usize>)> {
+    let texts: Vec<&str> = todo
+        .iter()
+        .map(|&i| facts[i]["text"].as_str().unwrap_or(""))
+        .collect();
+    let mut vectors: BTreeMap<String, Vec<f32>> = BTreeMap::new();
+    let mut embedded = Vec::new();
+    for (&i, e) in todo.iter().zip(embedder.embed(&texts).await?) {
+        match e {
+            Embedded::Vector { values, .. } => {
+                vectors.insert(text_of(&facts[i], "id"), values);
+                embedded.push(i);
+            }
+            Embedded::Refused(why) => report.failures.push(ItemFailure {
+                item: format!("{file}: fact {}", text_of(&facts[i], "id")),
+                reason: format!("not embedded: {why}"),
+            }),
+        }
+    }
+    Ok((vectors, embedded))
+}
+
+/// The candidate of a decision that names one (apply, review, or coexist beside it).
+fn candidate_of(d: &Decision) -> Option<usize> {
+    match d {
+        Decision::Apply { candidate, .. }
+        | Decision::Review { candidate, .. }
+        | Decision::Coexist {
+            related: Some(candidate),
+            ..
+        } => Some(*candidate),
+        _ => None,
+    }
+}
+
+/// What every round of an online run shares: the inputs, and the state rounds leave for the
+/// next (the users' current memories, the vectors, counts, the report and the LLM outcomes).
+struct Rounds<'a> {
+    ctx: &'a JobCtx<'a>,
+    llm: &'a Llm,
+    embedder: &'a Embedder,
+    run_id: &'a str,
+    facts: &'a [Map<String, Value>],
+    views: Vec<MemoryView>,
+    next: &'a [Option<String>],
+    p: &'a IntegrateParams,
+    threshold: f32,
+    now: i64,
+    now_text: String,
+    memories: BTreeMap<String, UserMemories>,
+    vectors: BTreeMap<String, Vec<f32>>,
+    counts: BTreeMap<String, u64>,
+    outcomes: Vec<Outcome>,
+}
+
+/// One round's facts (by position in the file) with their candidates.
+type Round = Vec<(usize, Vec<MemoryView>)>;
+
+impl Rounds<'_> {
+    /// Each fact's candidates from the store as earlier rounds left it.
+    fn candidates(&self, round_facts: &[usize]) -> Round {
+        round_facts
+            .iter()
+            .map(|&f| {
+                let user = text_of(&self.facts[f], "user_id");
+                let vector = &self.vectors[&text_of(&self.facts[f], "id")];
+                let found = self
+                    .memories
+                    .get(&user)
+                    .map(|m| {
+                        m.candidates(vector, self.threshold, self.p.top_k)
+                            .into_iter()
+                            .map(|(i, _)| m.views[i].clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (f, found)
+            })
+            .collect()
+    }
+
+    /// One integrate.merge call per MERGE decision; the merged texts by slot. A failed merge
+    /// keeps both (COEXIST) and is a failure of the report.
+    async fn merges(
+        &mut self,
+        round: &Round,
+        decisions: &mut [Decision],
+        report: &mut JobReport,
+    ) -> BTreeMap<usize, String> {
+        let mut merge_items = Vec::new();
+        for (slot, d) in decisions.iter().enumerate() {
+            if let Decision::Apply {
+                class: Class::Merge,
+                candidate,
+                ..
+            } = d
+            {
+                let (f, cands) = &round[slot];
+                merge_items.push(Item {
+                    custom_id: slot.to_string(),
+                    input: TaskInput {
+                        task: Task::IntegrateMerge,
+                        memories: vec![cands[*candidate].clone(), self.views[*f].clone()],
+                        proposal: None,
+                        now: self.now_text.clone(),
+                        question: None,
+                    },
+                });
+            }
+        }
+        let mut merged: BTreeMap<usize, String> = BTreeMap::new();
+        if merge_items.is_empty() {
+            return merged;
+        }
+        let merge_outcomes = self.llm.run(merge_items.clone()).await;
+        for (item, outcome) in merge_items.iter().zip(&merge_outcomes) {
+            let slot: usize = item.custom_id.parse().unwrap_or(0);
+            match (&outcome.failure, &outcome.reply) {
+                (None, Some(Reply::Merge(m))) if !m.text.trim().is_empty() => {
+                    merged.insert(slot, m.text.trim().to_string());
+                }
+                (failure, _) => {
+                    let why = failure.clone().unwrap_or_else(|| "empty merge".into());
+                    report.failures.push(ItemFailure {
+                        item: format!("fact {}", text_of(&self.facts[round[slot].0], "id")),
+                        reason: format!("integrate.merge: {why}; kept beside the memory"),
+                    });
+                    if let Decision::Apply {
+                        candidate,
+                        confidence,
+                        ..
+                    } = decisions[slot]
+                    {
+                        decisions[slot] = Decision::Coexist {
+                            related: Some(candidate),
+                            confidence,
+                            reasoning: format!("the merge failed ({why}): kept both"),
+                        };
+                    }
+                }
+            }
+        }
+        self.outcomes.extend(merge_outcomes);
+        merged
+    }
+
+    /// The full rows (without vectors) of the candidates the decisions name; their vectors
+    /// are carried over from the users' memories (a row rewritten unchanged in text keeps its
+    /// vector) and merged texts are embedded together.
+    async fn touched_rows(
+        &mut self,
+        round: &Round,
+        decisions: &[Decision],
+        merged: &BTreeMap<usize, String>,
+    ) -> Result<BTreeMap<String, Map<String, Value>>> {
+        let touched: Vec<(String, String)> = decisions
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, d)| {
+                candidate_of(d).map(|c| {
+                    (
+                        text_of(&self.facts[round[slot].0], "user_id"),
+                        round[slot].1[c].id.clone(),
+                    )
+                })
+            })
+            .collect();
+        let touched_ids: Vec<String> = touched.iter().map(|(_, id)| id.clone()).collect();
+        let rows = self
+            .ctx
+            .store
+            .rows_with_ids(
+                "memories",
+                &touched_ids,
+                None,
+                &MEMORIES.columns_except("embedding"),
+            )
+            .await?
+            .into_iter()
+            .map(|r| (text_of(&r, "id"), r))
+            .collect();
+        for (user, id) in &touched {
+            if self.vectors.contains_key(id) {
+                continue;
+            }
+            let found = self.memories.get(user).and_then(|m| {
+                m.ids
+                    .iter()
+                    .position(|x| x == id)
+                    .map(|i| m.vectors[i].clone())
+            });
+            if let Some(v) = found {
+                self.vectors.insert(id.clone(), v);
+            }
+        }
+        let merged_ids: Vec<(String, String)> = merged
+            .iter()
+            .filter_map(|(slot, text)| match &decisions[*slot] {
+                Decision::Apply { candidate, .. } => {
+                    Some((round[*slot].1[*candidate].id.clone(), text.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        if !merged_ids.is_empty() {
+            let texts: Vec<&str> = merged_ids.iter().map(|(_, t)| t.as_str()).collect();
+            for ((id, _), e) in merged_ids.iter().zip(self.embedder.embed(&texts).await?) {
+                if let Embedded::Vector { values, .. } = e {
+                    self.vectors.insert(id.clone(), values);
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Keeps the users' current memories as the decision of fact `f` leaves them (so later
+    /// rounds see it) and counts the decision.
+    fn track(
+        &mut self,
+        f: usize,
+        d: &Decision,
+        cands: &[MemoryView],
+        candidate_id: Option<&String>,
+        merged: Option<&String>,
+    ) {
+        let user = text_of(&self.facts[f], "user_id");
+        let fact_id = text_of(&self.facts[f], "id");
+        let fact_vector = self.vectors[&fact_id].clone();
+        let state = self.memories.entry(user).or_default();
+        let counted = match d {
+            Decision::Add | Decision::Coexist { .. } => {
+                state.upsert(self.views[f].clone(), fact_vector);
+                if matches!(d, Decision::Add) {
+                    "added"
+                } else {
+                    "coexisting"
+                }
+            }
+            Decision::Review { .. } => "queued_for_review",
+            Decision::Apply { class, .. } => {
+                let old = candidate_id.cloned().unwrap_or_default();
+                match class {
+                    Class::Duplicate => "duplicates",
+                    Class::Supersede => {
+                        state.remove(&old);
+                        state.upsert(self.views[f].clone(), fact_vector);
+                        if self.p.enable_delete {
+                            add(&mut self.counts, "archived", 1);
+                        }
+                        "superseded"
+                    }
+                    Class::Merge => {
+                        let mut view = cands
+                            .iter()
+                            .find(|c| c.id == old)
+                            .cloned()
+                            .expect("candidate");
+                        view.text = merged.cloned().unwrap_or_default();
+                        if let Some(v) = self.vectors.get(&old) {
+                            state.upsert(view, v.clone());
+                        }
+                        "merged"
+                    }
+                    Class::Coexist => return,
+                }
+            }
+        };
+        add(&mut self.counts, counted, 1);
+    }
+
+    /// One round: the r-th fact of every user judged against its candidates, decided,
+    /// planned and (unless a dry run) written.
+    async fn integrate(&mut self, round_facts: &[usize], report: &mut JobReport) -> Result<()> {
+        let round = self.candidates(round_facts);
+        let answers = classify(
+            self.llm,
+            &round,
+            &self.views,
+            &self.now_text,
+            &mut self.outcomes,
+        )
+        .await;
+        let mut decisions: Vec<Decision> = round
+            .iter()
+            .zip(&answers)
+            .map(|((_, c), a)| decide(c.len(), a, self.p))
+            .collect();
+        for (slot, a) in answers.iter().enumerate() {
+            let failed: Vec<&str> = a
+                .iter()
+                .filter(|a| a.class.is_none())
+                .map(|a| a.reasoning.as_str())
+                .collect();
+            if !failed.is_empty() {
+                report.failures.push(ItemFailure {
+                    item: format!("fact {}", text_of(&self.facts[round[slot].0], "id")),
+                    reason: format!("integrate.classify: {}", failed.join("; ")),
+                });
+            }
+        }
+        let merged = self.merges(&round, &mut decisions, report).await;
+        let rows = self.touched_rows(&round, &decisions, &merged).await?;
+        let mut plans = Vec::new();
+        for (slot, d) in decisions.iter().enumerate() {
+            let (f, cands) = &round[slot];
+            let candidate_id = candidate_of(d).map(|c| &cands[c].id);
+            let candidate = candidate_id.and_then(|id| rows.get(id));
+            let d = match (candidate_id, candidate) {
+                // The candidate vanished since it was read: keep the fact as new.
+                (Some(_), None) => Decision::Coexist {
+                    related: None,
+                    confidence: 0.0,
+                    reasoning: "the candidate changed while it was judged: kept as new".into(),
+                },
+                _ => d.clone(),
+            };
+            plans.push(plan(
+                self.run_id,
+                self.next[*f]
+                    .as_deref()
+                    .expect("facts to integrate have a decision id"),
+                &self.facts[*f],
+                &d,
+                candidate,
+                merged.get(&slot).map(String::as_str),
+                self.p,
+                self.now,
+            ));
+            self.track(*f, &d, cands, candidate_id, merged.get(&slot));
+        }
+        if !self.ctx.dry_run {
+            write_plans(
+                &self.ctx.store,
+                self.embedder,
+                &plans,
+                &self.vectors,
+                self.now,
+                JobName::Integrate.as_str(),
+            )
+            .await?;
+        }
+        add(&mut self.counts, "rounds", 1);
+        Ok(())
+    }
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
+    let config = ctx.app.config().await?;
+    let p = params_of(config, args)?;
     let now = ctx.now.timestamp_micros();
     let now_text = format_timestamp(now);
     let dim = ctx.store.embedding_dim();
@@ -904,66 +1298,15 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
             add(&mut counts, "reviews_expired", expired);
         }
     }
-
-    // Facts already integrated (by any run, and not undone) are not integrated again.
-    let next = next_decisions(
-        &ctx.store,
-        &facts.iter().map(|f| text_of(f, "id")).collect::<Vec<_>>(),
-    )
-    .await?;
-    let existing: BTreeSet<String> = ctx
-        .store
-        .rows_with_ids(
-            "memories",
-            &facts.iter().map(|f| text_of(f, "id")).collect::<Vec<_>>(),
-            None,
-            &["id"],
-        )
-        .await?
-        .iter()
-        .map(|r| text_of(r, "id"))
-        .collect();
-    let mut todo: Vec<usize> = Vec::new();
-    for (i, f) in facts.iter().enumerate() {
-        let id = text_of(f, "id");
-        if next[i].is_none() {
-            add(&mut counts, "already_integrated", 1);
-        } else if existing.contains(&id) {
-            report.failures.push(ItemFailure {
-                item: format!("{file}: fact {id}"),
-                reason: format!("id '{id}' already names a memory: give the fact another id"),
-            });
-        } else {
-            todo.push(i);
-        }
-    }
-
-    // Embed every fact once.
-    let texts: Vec<&str> = todo
-        .iter()
-        .map(|&i| facts[i]["text"].as_str().unwrap_or(""))
-        .collect();
-    let mut vectors: BTreeMap<String, Vec<f32>> = BTreeMap::new();
-    let mut embedded = Vec::new();
-    for (&i, e) in todo.iter().zip(embedder.embed(&texts).await?) {
-        match e {
-            Embedded::Vector { values, .. } => {
-                vectors.insert(text_of(&facts[i], "id"), values);
-                embedded.push(i);
-            }
-            Embedded::Refused(why) => report.failures.push(ItemFailure {
-                item: format!("{file}: fact {}", text_of(&facts[i], "id")),
-                reason: format!("not embedded: {why}"),
-            }),
-        }
-    }
+    let (next, todo) = facts_to_do(&ctx.store, &facts, &file, &mut counts, &mut report).await?;
+    let (vectors, embedded) = embed_facts(&embedder, &facts, &todo, &file, &mut report).await?;
     let users: Vec<String> = embedded
         .iter()
         .map(|&i| text_of(&facts[i], "user_id"))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let (mut memories, other_model) = current_memories(&ctx.store, &users, &model, now).await?;
+    let (memories, other_model) = current_memories(&ctx.store, &users, &model, now).await?;
     if other_model > 0 {
         report.notes.push(format!(
             "{other_model} current memories are embedded by another model than {model} and \
@@ -996,260 +1339,32 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
         log.finish(ctx, &mut report).await?;
         return Ok(report);
     }
-    let rounds = by_user.values().map(Vec::len).max().unwrap_or(0);
-    let views: Vec<MemoryView> = facts.iter().map(fact_view).collect();
-    let mut outcomes = Vec::new();
-    for r in 0..rounds {
+    let mut rounds = Rounds {
+        ctx,
+        llm: &llm,
+        embedder: &embedder,
+        run_id: &run_id,
+        facts: &facts,
+        views: facts.iter().map(fact_view).collect(),
+        next: &next,
+        p: &p,
+        threshold,
+        now,
+        now_text,
+        memories,
+        vectors,
+        counts,
+        outcomes: Vec::new(),
+    };
+    let count = by_user.values().map(Vec::len).max().unwrap_or(0);
+    for r in 0..count {
         let round_facts: Vec<usize> = by_user.values().filter_map(|f| f.get(r).copied()).collect();
-        // Candidates from the store as earlier rounds left it.
-        let mut round: Vec<(usize, Vec<MemoryView>)> = Vec::new();
-        for &f in &round_facts {
-            let user = text_of(&facts[f], "user_id");
-            let vector = &vectors[&text_of(&facts[f], "id")];
-            let found = memories
-                .get(&user)
-                .map(|m| {
-                    m.candidates(vector, threshold, p.top_k)
-                        .into_iter()
-                        .map(|(i, _)| m.views[i].clone())
-                        .collect()
-                })
-                .unwrap_or_default();
-            round.push((f, found));
-        }
-        let answers = classify(&llm, &round, &views, &now_text, &mut outcomes).await;
-        let mut decisions: Vec<Decision> = round
-            .iter()
-            .zip(&answers)
-            .map(|((_, c), a)| decide(c.len(), a, &p))
-            .collect();
-        for (slot, a) in answers.iter().enumerate() {
-            if a.iter().any(|a| a.class.is_none()) {
-                let failed: Vec<&str> = a
-                    .iter()
-                    .filter(|a| a.class.is_none())
-                    .map(|a| a.reasoning.as_str())
-                    .collect();
-                report.failures.push(ItemFailure {
-                    item: format!("fact {}", text_of(&facts[round[slot].0], "id")),
-                    reason: format!("integrate.classify: {}", failed.join("; ")),
-                });
-            }
-        }
-        // Merges: one integrate.merge call each; a failed merge keeps both (COEXIST).
-        let mut merge_items = Vec::new();
-        for (slot, d) in decisions.iter().enumerate() {
-            if let Decision::Apply {
-                class: Class::Merge,
-                candidate,
-                ..
-            } = d
-            {
-                let (f, cands) = &round[slot];
-                merge_items.push(Item {
-                    custom_id: slot.to_string(),
-                    input: TaskInput {
-                        task: Task::IntegrateMerge,
-                        memories: vec![cands[*candidate].clone(), views[*f].clone()],
-                        proposal: None,
-                        now: now_text.clone(),
-                        question: None,
-                    },
-                });
-            }
-        }
-        let mut merged: BTreeMap<usize, String> = BTreeMap::new();
-        if !merge_items.is_empty() {
-            let merge_outcomes = llm.run(merge_items.clone()).await;
-            for (item, outcome) in merge_items.iter().zip(&merge_outcomes) {
-                let slot: usize = item.custom_id.parse().unwrap_or(0);
-                match (&outcome.failure, &outcome.reply) {
-                    (None, Some(Reply::Merge(m))) if !m.text.trim().is_empty() => {
-                        merged.insert(slot, m.text.trim().to_string());
-                    }
-                    (failure, _) => {
-                        let why = failure.clone().unwrap_or_else(|| "empty merge".into());
-                        report.failures.push(ItemFailure {
-                            item: format!("fact {}", text_of(&facts[round[slot].0], "id")),
-                            reason: format!("integrate.merge: {why}; kept beside the memory"),
-                        });
-                        if let Decision::Apply {
-                            candidate,
-                            confidence,
-                            ..
-                        } = decisions[slot]
-                        {
-                            decisions[slot] = Decision::Coexist {
-                                related: Some(candidate),
-                                confidence,
-                                reasoning: format!("the merge failed ({why}): kept both"),
-                            };
-                        }
-                    }
-                }
-            }
-            outcomes.extend(merge_outcomes);
-        }
-        // Full rows of the candidates decisions name.
-        let touched: Vec<(String, String)> = decisions
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, d)| match d {
-                Decision::Apply { candidate, .. }
-                | Decision::Review { candidate, .. }
-                | Decision::Coexist {
-                    related: Some(candidate),
-                    ..
-                } => Some((
-                    text_of(&facts[round[slot].0], "user_id"),
-                    round[slot].1[*candidate].id.clone(),
-                )),
-                _ => None,
-            })
-            .collect();
-        let touched_ids: Vec<String> = touched.iter().map(|(_, id)| id.clone()).collect();
-        let rows: BTreeMap<String, Map<String, Value>> = ctx
-            .store
-            .rows_with_ids(
-                "memories",
-                &touched_ids,
-                None,
-                &MEMORIES.columns_except("embedding"),
-            )
-            .await?
-            .into_iter()
-            .map(|r| (text_of(&r, "id"), r))
-            .collect();
-        // Rows rewritten unchanged in text keep their vectors.
-        for (user, id) in &touched {
-            if vectors.contains_key(id) {
-                continue;
-            }
-            let found = memories.get(user).and_then(|m| {
-                m.ids
-                    .iter()
-                    .position(|x| x == id)
-                    .map(|i| m.vectors[i].clone())
-            });
-            if let Some(v) = found {
-                vectors.insert(id.clone(), v);
-            }
-        }
-        // Merged texts are embedded together.
-        let merged_ids: Vec<(String, String)> = merged
-            .iter()
-            .filter_map(|(slot, text)| match &decisions[*slot] {
-                Decision::Apply { candidate, .. } => {
-                    Some((round[*slot].1[*candidate].id.clone(), text.clone()))
-                }
-                _ => None,
-            })
-            .collect();
-        if !merged_ids.is_empty() {
-            let texts: Vec<&str> = merged_ids.iter().map(|(_, t)| t.as_str()).collect();
-            for ((id, _), e) in merged_ids.iter().zip(embedder.embed(&texts).await?) {
-                if let Embedded::Vector { values, .. } = e {
-                    vectors.insert(id.clone(), values);
-                }
-            }
-        }
-        let mut plans = Vec::new();
-        for (slot, d) in decisions.iter().enumerate() {
-            let (f, cands) = &round[slot];
-            let candidate_id = match d {
-                Decision::Apply { candidate, .. }
-                | Decision::Review { candidate, .. }
-                | Decision::Coexist {
-                    related: Some(candidate),
-                    ..
-                } => Some(&cands[*candidate].id),
-                _ => None,
-            };
-            let candidate = candidate_id.and_then(|id| rows.get(id));
-            let d = match (candidate_id, candidate) {
-                // The candidate vanished since it was read: keep the fact as new.
-                (Some(_), None) => Decision::Coexist {
-                    related: None,
-                    confidence: 0.0,
-                    reasoning: "the candidate changed while it was judged: kept as new".into(),
-                },
-                _ => d.clone(),
-            };
-            let plan = plan(
-                &run_id,
-                next[*f]
-                    .as_deref()
-                    .expect("facts to integrate have a decision id"),
-                &facts[*f],
-                &d,
-                candidate,
-                merged.get(&slot).map(String::as_str),
-                &p,
-                now,
-            );
-            let user = text_of(&facts[*f], "user_id");
-            let fact_id = text_of(&facts[*f], "id");
-            let state = memories.entry(user).or_default();
-            match &d {
-                Decision::Add | Decision::Coexist { .. } => {
-                    state.upsert(views[*f].clone(), vectors[&fact_id].clone());
-                    add(
-                        &mut counts,
-                        if matches!(d, Decision::Add) {
-                            "added"
-                        } else {
-                            "coexisting"
-                        },
-                        1,
-                    );
-                }
-                Decision::Review { .. } => add(&mut counts, "queued_for_review", 1),
-                Decision::Apply { class, .. } => {
-                    let old = candidate_id.cloned().unwrap_or_default();
-                    match class {
-                        Class::Duplicate => add(&mut counts, "duplicates", 1),
-                        Class::Supersede => {
-                            state.remove(&old);
-                            state.upsert(views[*f].clone(), vectors[&fact_id].clone());
-                            add(&mut counts, "superseded", 1);
-                            if p.enable_delete {
-                                add(&mut counts, "archived", 1);
-                            }
-                        }
-                        Class::Merge => {
-                            let mut view = cands
-                                .iter()
-                                .find(|c| c.id == old)
-                                .cloned()
-                                .expect("candidate");
-                            view.text = merged.get(&slot).cloned().unwrap_or_default();
-                            if let Some(v) = vectors.get(&old) {
-                                state.upsert(view, v.clone());
-                            }
-                            add(&mut counts, "merged", 1);
-                        }
-                        Class::Coexist => {}
-                    }
-                }
-            }
-            plans.push(plan);
-        }
-        if !ctx.dry_run {
-            write_plans(
-                &ctx.store,
-                &embedder,
-                &plans,
-                &vectors,
-                now,
-                JobName::Integrate.as_str(),
-            )
-            .await?;
-        }
-        add(&mut counts, "rounds", 1);
+        rounds.integrate(&round_facts, &mut report).await?;
     }
+    let mut counts = rounds.counts;
     add(&mut counts, "facts_integrated", embedded.len() as u64);
     report.counts = counts;
-    report.llm = Some(llm.usage(&outcomes));
+    report.llm = Some(llm.usage(&rounds.outcomes));
     log.finish(ctx, &mut report).await?;
     Ok(report)
 }

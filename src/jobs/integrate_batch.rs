@@ -110,6 +110,100 @@ pub(super) struct Prepared<'a> {
 }
 
 /// Submits round 1 for `integrate --mode batch` (see the module doc).
+/// A fact's SUBMIT audit row (the fact without its vector, and its candidates: what the
+/// applier reads back) and its classify requests, one per candidate.
+fn submission(
+    run_id: &str,
+    user: &str,
+    fact: &Map<String, Value>,
+    decision_id: &str,
+    candidates: &[&MemoryView],
+    now: i64,
+) -> (AuditRow, Vec<Item>) {
+    let id = text_of(fact, "id");
+    let view = fact_view(fact);
+    let now_text = format_timestamp(now);
+    let mut row = AuditRow::new(run_id, "SUBMIT", &format!("{run_id}|{id}"), now);
+    row.id = submit_id(decision_id);
+    row.user_id = Some(user.to_string());
+    row.source_ids = vec![id.clone()];
+    row.reasoning = Some(format!(
+        "judged against {} candidates in a batch",
+        candidates.len()
+    ));
+    let mut stored = Value::Object(fact.clone());
+    stored["embedding"] = Value::Null;
+    row.target_id = candidates.first().map(|c| c.id.clone());
+    row.after_state = Some(
+        json!({
+            "fact": stored,
+            "candidates": candidates.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+        })
+        .to_string(),
+    );
+    let items = candidates
+        .iter()
+        .enumerate()
+        .map(|(j, c)| Item {
+            custom_id: custom_id(&id, j),
+            input: TaskInput {
+                task: Task::IntegrateClassify,
+                memories: vec![(*c).clone(), view.clone()],
+                proposal: None,
+                now: now_text.clone(),
+                question: None,
+            },
+        })
+        .collect();
+    (row, items)
+}
+
+/// Sends each user's classify requests as batches (a fact's requests stay in one batch; the
+/// API takes 50,000 per file).
+async fn send_batches(
+    ctx: &JobCtx<'_>,
+    llm: &Llm,
+    run_id: &str,
+    items_by_user: BTreeMap<String, Vec<Vec<Item>>>,
+    counts: &mut BTreeMap<String, u64>,
+    report: &mut JobReport,
+) -> Result<()> {
+    for (user, facts) in items_by_user {
+        // A fact's requests stay in one batch (the API takes 50,000 per file).
+        let mut chunk: Vec<Item> = Vec::new();
+        let mut chunks = Vec::new();
+        for items in facts {
+            if chunk.len() + items.len() > 50_000 {
+                chunks.push(std::mem::take(&mut chunk));
+            }
+            chunk.extend(items);
+        }
+        chunks.push(chunk);
+        for chunk in chunks.into_iter().filter(|c| !c.is_empty()) {
+            let record = crate::llm::batch::submit(
+                &ctx.store,
+                llm,
+                JOB,
+                run_id,
+                Some(&user),
+                Task::IntegrateClassify,
+                &chunk,
+            )
+            .await?;
+            add(counts, "batches_submitted", 1);
+            add(counts, "items_submitted", chunk.len() as u64);
+            report.notes.push(format!(
+                "user {user}: {} classify requests submitted as batch {} ({}); `memlife batches \
+                 poll` applies them",
+                chunk.len(),
+                record.batch_key,
+                record.remote_batch_id.as_deref().unwrap_or("?")
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(super) async fn submit(
     ctx: &JobCtx<'_>,
     log: &RunLog,
@@ -119,7 +213,6 @@ pub(super) async fn submit(
     report: &mut JobReport,
 ) -> Result<()> {
     let run_id = log.run_id();
-    let now_text = format_timestamp(prep.now);
     let pending = facts_in_pending_batches(&ctx.store).await?;
     let mut adds = Vec::new();
     let mut submits: Vec<AuditRow> = Vec::new();
@@ -175,42 +268,10 @@ pub(super) async fn submit(
                 continue;
             }
             earlier.push(vector);
-            let view = fact_view(fact);
             let candidates: Vec<&MemoryView> =
                 found.iter().map(|(i, _)| &memories.views[*i]).collect();
-            let mut row = AuditRow::new(run_id, "SUBMIT", &format!("{run_id}|{id}"), prep.now);
-            row.id = submit_id(decision_id);
-            row.user_id = Some(user.clone());
-            row.source_ids = vec![id.clone()];
-            row.reasoning = Some(format!(
-                "judged against {} candidates in a batch",
-                candidates.len()
-            ));
-            let mut stored = Value::Object(fact.clone());
-            stored["embedding"] = Value::Null;
-            row.target_id = candidates.first().map(|c| c.id.clone());
-            row.after_state = Some(
-                json!({
-                    "fact": stored,
-                    "candidates": candidates.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
-                })
-                .to_string(),
-            );
+            let (row, items) = submission(run_id, user, fact, decision_id, &candidates, prep.now);
             submits.push(row);
-            let items = candidates
-                .iter()
-                .enumerate()
-                .map(|(j, c)| Item {
-                    custom_id: custom_id(&id, j),
-                    input: TaskInput {
-                        task: Task::IntegrateClassify,
-                        memories: vec![(*c).clone(), view.clone()],
-                        proposal: None,
-                        now: now_text.clone(),
-                        question: None,
-                    },
-                })
-                .collect();
             items_by_user.entry(user.clone()).or_default().push(items);
             add(counts, "facts_submitted", 1);
         }
@@ -232,39 +293,7 @@ pub(super) async fn submit(
     // The facts' rows are logged before any batch holds them.
     ctx.store.write_audit(&submits).await?;
     crate::crash::point("integrate.after-submit-rows");
-    for (user, facts) in items_by_user {
-        // A fact's requests stay in one batch (the API takes 50,000 per file).
-        let mut chunk: Vec<Item> = Vec::new();
-        let mut chunks = Vec::new();
-        for items in facts {
-            if chunk.len() + items.len() > 50_000 {
-                chunks.push(std::mem::take(&mut chunk));
-            }
-            chunk.extend(items);
-        }
-        chunks.push(chunk);
-        for chunk in chunks.into_iter().filter(|c| !c.is_empty()) {
-            let record = crate::llm::batch::submit(
-                &ctx.store,
-                llm,
-                JOB,
-                run_id,
-                Some(&user),
-                Task::IntegrateClassify,
-                &chunk,
-            )
-            .await?;
-            add(counts, "batches_submitted", 1);
-            add(counts, "items_submitted", chunk.len() as u64);
-            report.notes.push(format!(
-                "user {user}: {} classify requests submitted as batch {} ({}); `memlife batches \
-                 poll` applies them",
-                chunk.len(),
-                record.batch_key,
-                record.remote_batch_id.as_deref().unwrap_or("?")
-            ));
-        }
-    }
+    send_batches(ctx, llm, run_id, items_by_user, counts, report).await?;
     let deferred = counts.get("deferred").copied().unwrap_or(0);
     if deferred > 0 {
         report.notes.push(format!(

@@ -495,6 +495,140 @@ fn parse_as<T: for<'de> Deserialize<'de>>(json: &str) -> Result<T, String> {
 
 /// Parses and validates a model's text for `input`. The error says what was wrong; it never
 /// quotes the prompt.
+/// A refine reply's action agrees with its parts: keep has none, trim one, split two or
+/// more, and no part is empty.
+fn check_refine(r: &RefineReply) -> Result<(), String> {
+    unit("confidence", r.confidence)?;
+    match r.action {
+        RefineAction::Keep if !r.parts.is_empty() => {
+            return Err("keep must come with no parts".into());
+        }
+        RefineAction::Trim if r.parts.len() != 1 => {
+            return Err(format!(
+                "trim needs exactly one part, got {}",
+                r.parts.len()
+            ));
+        }
+        RefineAction::Split if r.parts.len() < 2 => {
+            return Err(format!(
+                "split needs two or more parts, got {}",
+                r.parts.len()
+            ));
+        }
+        _ => {}
+    }
+    if r.parts.iter().any(|p| p.trim().is_empty()) {
+        return Err("a part is empty".into());
+    }
+    Ok(())
+}
+
+/// A proposal's groups: two or more memory ids each, every id from the request and in one
+/// group only, a text each.
+fn check_propose(r: &ProposeReply, ids: &BTreeSet<&str>) -> Result<(), String> {
+    let mut used = BTreeSet::new();
+    for group in &r.groups {
+        unit("confidence", group.confidence)?;
+        if group.memory_ids.len() < 2 {
+            return Err("a group needs two or more memory ids".into());
+        }
+        for id in &group.memory_ids {
+            if !ids.contains(id.as_str()) {
+                return Err(format!("memory id {id:?} was not in the request"));
+            }
+            if !used.insert(id.clone()) {
+                return Err(format!("memory id {id:?} is in two groups"));
+            }
+        }
+        if group.text.trim().is_empty() {
+            return Err("a group's text is empty".into());
+        }
+    }
+    Ok(())
+}
+
+/// An extraction answers every memory of the request once, with names written in the memory
+/// and types of the schema.
+fn check_extract(r: &ExtractReply, input: &TaskInput) -> Result<(), String> {
+    let texts: std::collections::BTreeMap<&str, String> = input
+        .memories
+        .iter()
+        .map(|m| (m.id.as_str(), m.text.to_lowercase()))
+        .collect();
+    let mut seen = BTreeSet::new();
+    for m in &r.memories {
+        let Some(text) = texts.get(m.id.as_str()) else {
+            return Err(format!("memory id {:?} was not in the request", m.id));
+        };
+        if !seen.insert(m.id.as_str()) {
+            return Err(format!("memory id {:?} is listed twice", m.id));
+        }
+        for e in &m.entities {
+            let name = e.name.trim();
+            if name.is_empty() {
+                return Err(format!("an entity of {:?} has an empty name", m.id));
+            }
+            if !crate::model::schema::ENTITY_TYPES.contains(&e.entity_type.as_str()) {
+                return Err(format!(
+                    "entity type {:?} is not one of the schema's",
+                    e.entity_type
+                ));
+            }
+            // A name the memory does not contain is invented: the reply is not trusted.
+            if !text.contains(&name.to_lowercase()) {
+                return Err(format!("{name:?} is not written in memory {:?}", m.id));
+            }
+        }
+    }
+    if seen.len() != texts.len() {
+        return Err(format!(
+            "{} of {} memories answered",
+            seen.len(),
+            texts.len()
+        ));
+    }
+    Ok(())
+}
+
+/// An answer cites only memories it was shown, and each temporal resolution names an
+/// expression written in its memory.
+fn check_answer(r: &AnswerReply, input: &TaskInput, ids: &BTreeSet<&str>) -> Result<(), String> {
+    unit("confidence", r.confidence)?;
+    if r.answer.trim().is_empty() {
+        return Err("answer is empty".into());
+    }
+    for id in &r.source_memory_ids {
+        if !ids.contains(id.as_str()) {
+            return Err(format!("source memory id {id:?} was not in the request"));
+        }
+    }
+    let texts: std::collections::BTreeMap<&str, String> = input
+        .memories
+        .iter()
+        .map(|m| (m.id.as_str(), m.text.to_lowercase()))
+        .collect();
+    for t in &r.temporal_resolutions {
+        let Some(text) = texts.get(t.memory_id.as_str()) else {
+            return Err(format!(
+                "temporal resolution of memory {:?}, which was not in the request",
+                t.memory_id
+            ));
+        };
+        // An expression the memory does not contain was invented.
+        let expression = t.expression.trim().to_lowercase();
+        if expression.is_empty() || !text.contains(&expression) {
+            return Err(format!(
+                "{:?} is not written in memory {:?}",
+                t.expression, t.memory_id
+            ));
+        }
+        if t.resolved.trim().is_empty() {
+            return Err(format!("{:?} resolved to nothing", t.expression));
+        }
+    }
+    Ok(())
+}
+
 pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
     let json = extract_json_object(text).ok_or_else(|| {
         format!(
@@ -524,50 +658,12 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
         }
         Task::Refine => {
             let r: RefineReply = parse_as(json)?;
-            unit("confidence", r.confidence)?;
-            match r.action {
-                RefineAction::Keep if !r.parts.is_empty() => {
-                    return Err("keep must come with no parts".into());
-                }
-                RefineAction::Trim if r.parts.len() != 1 => {
-                    return Err(format!(
-                        "trim needs exactly one part, got {}",
-                        r.parts.len()
-                    ));
-                }
-                RefineAction::Split if r.parts.len() < 2 => {
-                    return Err(format!(
-                        "split needs two or more parts, got {}",
-                        r.parts.len()
-                    ));
-                }
-                _ => {}
-            }
-            if r.parts.iter().any(|p| p.trim().is_empty()) {
-                return Err("a part is empty".into());
-            }
+            check_refine(&r)?;
             Reply::Refine(r)
         }
         Task::ConsolidatePropose => {
             let r: ProposeReply = parse_as(json)?;
-            let mut used = BTreeSet::new();
-            for group in &r.groups {
-                unit("confidence", group.confidence)?;
-                if group.memory_ids.len() < 2 {
-                    return Err("a group needs two or more memory ids".into());
-                }
-                for id in &group.memory_ids {
-                    if !ids.contains(id.as_str()) {
-                        return Err(format!("memory id {id:?} was not in the request"));
-                    }
-                    if !used.insert(id.clone()) {
-                        return Err(format!("memory id {id:?} is in two groups"));
-                    }
-                }
-                if group.text.trim().is_empty() {
-                    return Err("a group's text is empty".into());
-                }
-            }
+            check_propose(&r, &ids)?;
             Reply::Propose(r)
         }
         Task::ConsolidateVerify => {
@@ -597,80 +693,12 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
         }
         Task::EntitiesExtract => {
             let r: ExtractReply = parse_as(json)?;
-            let texts: std::collections::BTreeMap<&str, String> = input
-                .memories
-                .iter()
-                .map(|m| (m.id.as_str(), m.text.to_lowercase()))
-                .collect();
-            let mut seen = BTreeSet::new();
-            for m in &r.memories {
-                let Some(text) = texts.get(m.id.as_str()) else {
-                    return Err(format!("memory id {:?} was not in the request", m.id));
-                };
-                if !seen.insert(m.id.as_str()) {
-                    return Err(format!("memory id {:?} is listed twice", m.id));
-                }
-                for e in &m.entities {
-                    let name = e.name.trim();
-                    if name.is_empty() {
-                        return Err(format!("an entity of {:?} has an empty name", m.id));
-                    }
-                    if !crate::model::schema::ENTITY_TYPES.contains(&e.entity_type.as_str()) {
-                        return Err(format!(
-                            "entity type {:?} is not one of the schema's",
-                            e.entity_type
-                        ));
-                    }
-                    // A name the memory does not contain is invented: the reply is not trusted.
-                    if !text.contains(&name.to_lowercase()) {
-                        return Err(format!("{name:?} is not written in memory {:?}", m.id));
-                    }
-                }
-            }
-            if seen.len() != texts.len() {
-                return Err(format!(
-                    "{} of {} memories answered",
-                    seen.len(),
-                    texts.len()
-                ));
-            }
+            check_extract(&r, input)?;
             Reply::Extract(r)
         }
         Task::RecallAnswer => {
             let r: AnswerReply = parse_as(json)?;
-            unit("confidence", r.confidence)?;
-            if r.answer.trim().is_empty() {
-                return Err("answer is empty".into());
-            }
-            for id in &r.source_memory_ids {
-                if !ids.contains(id.as_str()) {
-                    return Err(format!("source memory id {id:?} was not in the request"));
-                }
-            }
-            let texts: std::collections::BTreeMap<&str, String> = input
-                .memories
-                .iter()
-                .map(|m| (m.id.as_str(), m.text.to_lowercase()))
-                .collect();
-            for t in &r.temporal_resolutions {
-                let Some(text) = texts.get(t.memory_id.as_str()) else {
-                    return Err(format!(
-                        "temporal resolution of memory {:?}, which was not in the request",
-                        t.memory_id
-                    ));
-                };
-                // An expression the memory does not contain was invented.
-                let expression = t.expression.trim().to_lowercase();
-                if expression.is_empty() || !text.contains(&expression) {
-                    return Err(format!(
-                        "{:?} is not written in memory {:?}",
-                        t.expression, t.memory_id
-                    ));
-                }
-                if t.resolved.trim().is_empty() {
-                    return Err(format!("{:?} resolved to nothing", t.expression));
-                }
-            }
+            check_answer(&r, input, &ids)?;
             Reply::Answer(r)
         }
     };

@@ -132,9 +132,11 @@ fn synth_pairs(
     Ok(pairs)
 }
 
-pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Result<()> {
+/// The labelled pairs (`{"old", "new", "label"}` per line) of the files; lines of other
+/// tasks are skipped, an unknown label is an error naming the file and line.
+fn read_pairs(files: &[std::path::PathBuf]) -> Result<Vec<(String, String, String)>> {
     let mut pairs = Vec::new();
-    for path in &args.pairs {
+    for path in files {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         for (n, line) in text
@@ -159,6 +161,74 @@ pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Res
             pairs.push((old.to_string(), new.to_string(), label.to_string()));
         }
     }
+    Ok(pairs)
+}
+
+/// The result as text: the confusion matrix, destructive errors, supersession accuracy.
+fn print_result(
+    result: &Value,
+    matrix: &BTreeMap<String, BTreeMap<String, u64>>,
+    destructive: &[Value],
+    (supersede_right, supersede_total): (u64, u64),
+    out: &mut dyn Write,
+) -> Result<()> {
+    let pairs = result["pairs"].as_u64().unwrap_or(0) as usize;
+    writeln!(
+        out,
+        "integrate end to end: {} pairs, embedder {}, judge {}",
+        pairs,
+        result["embedder"].as_str().unwrap_or(""),
+        result["judge"].as_str().unwrap_or("")
+    )?;
+    let outcomes: Vec<String> = {
+        let mut all: Vec<String> = matrix.values().flat_map(|m| m.keys().cloned()).collect();
+        all.sort();
+        all.dedup();
+        all
+    };
+    writeln!(
+        out,
+        "{:<10} {}",
+        "label",
+        outcomes
+            .iter()
+            .map(|o| format!("{o:>18}"))
+            .collect::<String>()
+    )?;
+    for label in LABELS {
+        let row = matrix.get(*label);
+        writeln!(
+            out,
+            "{label:<10} {}",
+            outcomes
+                .iter()
+                .map(|o| format!("{:>18}", row.and_then(|r| r.get(o)).copied().unwrap_or(0)))
+                .collect::<String>()
+        )?;
+    }
+    writeln!(
+        out,
+        "destructive errors (COEXIST or SUPERSEDE ending DUPLICATE or MERGE): {} of {} ({:.1}%)",
+        destructive.len(),
+        pairs,
+        100.0 * destructive.len() as f64 / pairs as f64
+    )?;
+    writeln!(
+        out,
+        "supersession accuracy: {supersede_right} of {supersede_total}"
+    )?;
+    for d in destructive {
+        writeln!(
+            out,
+            "  {} -> {}: {:?} / {:?}",
+            d["label"], d["outcome"], d["old"], d["new"]
+        )?;
+    }
+    Ok(())
+}
+
+pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Result<()> {
+    let mut pairs = read_pairs(&args.pairs)?;
     if let (Some(memories), Some(truth)) = (&args.synth, &args.truth) {
         pairs.extend(synth_pairs(memories, truth)?);
     }
@@ -309,56 +379,12 @@ pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Res
         writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;
         return Ok(());
     }
-    writeln!(
+    print_result(
+        &result,
+        &matrix,
+        &destructive,
+        (supersede_right, supersede_total),
         out,
-        "integrate end to end: {} pairs, embedder {}, judge {}",
-        pairs.len(),
-        args.embedder,
-        result["judge"].as_str().unwrap_or("")
     )?;
-    let outcomes: Vec<String> = {
-        let mut all: Vec<String> = matrix.values().flat_map(|m| m.keys().cloned()).collect();
-        all.sort();
-        all.dedup();
-        all
-    };
-    writeln!(
-        out,
-        "{:<10} {}",
-        "label",
-        outcomes
-            .iter()
-            .map(|o| format!("{o:>18}"))
-            .collect::<String>()
-    )?;
-    for label in LABELS {
-        let row = matrix.get(*label);
-        writeln!(
-            out,
-            "{label:<10} {}",
-            outcomes
-                .iter()
-                .map(|o| format!("{:>18}", row.and_then(|r| r.get(o)).copied().unwrap_or(0)))
-                .collect::<String>()
-        )?;
-    }
-    writeln!(
-        out,
-        "destructive errors (COEXIST or SUPERSEDE ending DUPLICATE or MERGE): {} of {} ({:.1}%)",
-        destructive.len(),
-        pairs.len(),
-        100.0 * destructive.len() as f64 / pairs.len() as f64
-    )?;
-    writeln!(
-        out,
-        "supersession accuracy: {supersede_right} of {supersede_total}"
-    )?;
-    for d in &destructive {
-        writeln!(
-            out,
-            "  {} -> {}: {:?} / {:?}",
-            d["label"], d["outcome"], d["old"], d["new"]
-        )?;
-    }
     Ok(())
 }

@@ -144,6 +144,123 @@ fn r_anchor(said: &[(NaiveDate, String)], text: &str) -> NaiveDate {
         .unwrap_or(NaiveDate::MIN)
 }
 
+/// Each turn of a conversation by dialogue id: its session's date and its text.
+fn turns_of(
+    conv: &serde_json::Map<String, Value>,
+) -> BTreeMap<String, (Option<NaiveDate>, String)> {
+    let mut turns: BTreeMap<String, (Option<NaiveDate>, String)> = BTreeMap::new();
+    for (key, value) in conv {
+        let Some(session) = key.strip_prefix("session_") else {
+            continue;
+        };
+        let Some(list) = value.as_array() else {
+            continue;
+        };
+        let date = conv
+            .get(&format!("session_{session}_date_time"))
+            .and_then(Value::as_str)
+            .and_then(session_date);
+        for t in list {
+            if let (Some(dia), Some(text)) = (t["dia_id"].as_str(), t["text"].as_str()) {
+                turns.insert(dia.to_string(), (date, text.to_string()));
+            }
+        }
+    }
+    turns
+}
+
+/// The expression of the evidence turns (`said`: each with the day it was said) that best
+/// answers `question`: one its neighbours name, of the future when the question asks about
+/// it, explicit before implied, nearest the question's words.
+fn best_expression(
+    question: &str,
+    said: &[(NaiveDate, String)],
+) -> Option<(crate::logic::temporal::Resolution, String)> {
+    let q: BTreeSet<String> = words(question).into_iter().collect();
+    let lower = question.to_lowercase();
+    let future = [
+        "will ",
+        "going to",
+        "planning",
+        "plan to",
+        "when is ",
+        "when are ",
+    ]
+    .iter()
+    .any(|m| lower.contains(m));
+    said.iter()
+        .flat_map(|(d, t)| resolve(t, *d).into_iter().map(move |r| (r, t)))
+        .enumerate()
+        .max_by_key(|(i, (r, t))| {
+            let (named, nearest) = closeness(&q, t, r);
+            // A question about the future wants an expression of the future.
+            let ahead = r.start > r_anchor(said, t);
+            (
+                named,
+                ahead == future,
+                !r.implied,
+                nearest,
+                std::cmp::Reverse(*i),
+            )
+        })
+        .map(|(_, (r, t))| (r, t.clone()))
+        // An expression none of whose neighbours the question names, in a turn that
+        // names the question's subject elsewhere, dates something else.
+        .filter(|(r, t)| {
+            let stem = |w: &str| w.chars().take(4).collect::<String>();
+            let asked: BTreeSet<String> = q.iter().map(|w| stem(w)).collect();
+            closeness(&q, t, r).0 > 0
+                || words(t).iter().filter(|w| asked.contains(&stem(w))).count() < 2
+        })
+}
+
+/// The report as text: the counts, then the cases by outcome.
+fn print_report(report: &Report, out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "temporal questions: {} ({} with a gold answer that is not a date or interval)",
+        report.questions, report.gold_not_a_date
+    )?;
+    writeln!(
+        out,
+        "resolved {} of {} dated questions (coverage {:.1}%); {} correct (accuracy {:.1}%)",
+        report.resolved,
+        report.dated,
+        report.coverage * 100.0,
+        report.correct,
+        report.accuracy * 100.0
+    )?;
+    for outcome in ["wrong", "unresolved", "gold not a date", "correct"] {
+        let cases: Vec<&Case> = report
+            .cases
+            .iter()
+            .filter(|c| c.outcome == outcome)
+            .collect();
+        if cases.is_empty() {
+            continue;
+        }
+        writeln!(out, "\n{outcome} ({}):", cases.len())?;
+        for c in cases {
+            writeln!(
+                out,
+                "- [{}] {} gold {:?}{} | said {} | {} -> {} | {}",
+                c.sample,
+                c.question,
+                c.gold,
+                c.gold_interval
+                    .as_deref()
+                    .map(|g| format!(" ({g})"))
+                    .unwrap_or_default(),
+                c.said_on.as_deref().unwrap_or("?"),
+                c.expression.as_deref().unwrap_or("-"),
+                c.resolved.as_deref().unwrap_or("-"),
+                c.evidence.chars().take(140).collect::<String>()
+            )?;
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: &TemporalEvalArgs, json: bool, out: &mut dyn Write) -> Result<ExitStatus> {
     let text = std::fs::read_to_string(&args.locomo)
         .with_context(|| format!("reading {}", args.locomo.display()))?;
@@ -161,25 +278,7 @@ pub fn run(args: &TemporalEvalArgs, json: bool, out: &mut dyn Write) -> Result<E
         let conv = sample["conversation"]
             .as_object()
             .ok_or_else(|| anyhow!("{}: sample {id} has no conversation", args.locomo.display()))?;
-        // dia_id -> (session date, text)
-        let mut turns: BTreeMap<String, (Option<NaiveDate>, String)> = BTreeMap::new();
-        for (key, value) in conv {
-            let Some(session) = key.strip_prefix("session_") else {
-                continue;
-            };
-            let Some(list) = value.as_array() else {
-                continue;
-            };
-            let date = conv
-                .get(&format!("session_{session}_date_time"))
-                .and_then(Value::as_str)
-                .and_then(session_date);
-            for t in list {
-                if let (Some(dia), Some(text)) = (t["dia_id"].as_str(), t["text"].as_str()) {
-                    turns.insert(dia.to_string(), (date, text.to_string()));
-                }
-            }
-        }
+        let turns = turns_of(conv);
         for qa in sample["qa"].as_array().into_iter().flatten() {
             if qa["category"].as_i64() != Some(2) {
                 continue;
@@ -225,43 +324,7 @@ pub fn run(args: &TemporalEvalArgs, json: bool, out: &mut dyn Write) -> Result<E
                 continue;
             };
             report.dated += 1;
-            let q: BTreeSet<String> = words(&question).into_iter().collect();
-            let lower = question.to_lowercase();
-            let future = [
-                "will ",
-                "going to",
-                "planning",
-                "plan to",
-                "when is ",
-                "when are ",
-            ]
-            .iter()
-            .any(|m| lower.contains(m));
-            let best = said
-                .iter()
-                .flat_map(|(d, t)| resolve(t, *d).into_iter().map(move |r| (r, t)))
-                .enumerate()
-                .max_by_key(|(i, (r, t))| {
-                    let (named, nearest) = closeness(&q, t, r);
-                    // A question about the future wants an expression of the future.
-                    let ahead = r.start > r_anchor(&said, t);
-                    (
-                        named,
-                        ahead == future,
-                        !r.implied,
-                        nearest,
-                        std::cmp::Reverse(*i),
-                    )
-                })
-                .map(|(_, (r, t))| (r, t.clone()))
-                // An expression none of whose neighbours the question names, in a turn that
-                // names the question's subject elsewhere, dates something else.
-                .filter(|(r, t)| {
-                    let stem = |w: &str| w.chars().take(4).collect::<String>();
-                    let asked: BTreeSet<String> = q.iter().map(|w| stem(w)).collect();
-                    closeness(&q, t, r).0 > 0
-                        || words(t).iter().filter(|w| asked.contains(&stem(w))).count() < 2
-                });
+            let best = best_expression(&question, &said);
             let Some((r, t)) = best else {
                 case.outcome = "unresolved";
                 report.cases.push(case);
@@ -290,47 +353,6 @@ pub fn run(args: &TemporalEvalArgs, json: bool, out: &mut dyn Write) -> Result<E
         writeln!(out)?;
         return Ok(ExitStatus::Success);
     }
-    writeln!(
-        out,
-        "temporal questions: {} ({} with a gold answer that is not a date or interval)",
-        report.questions, report.gold_not_a_date
-    )?;
-    writeln!(
-        out,
-        "resolved {} of {} dated questions (coverage {:.1}%); {} correct (accuracy {:.1}%)",
-        report.resolved,
-        report.dated,
-        report.coverage * 100.0,
-        report.correct,
-        report.accuracy * 100.0
-    )?;
-    for outcome in ["wrong", "unresolved", "gold not a date", "correct"] {
-        let cases: Vec<&Case> = report
-            .cases
-            .iter()
-            .filter(|c| c.outcome == outcome)
-            .collect();
-        if cases.is_empty() {
-            continue;
-        }
-        writeln!(out, "\n{outcome} ({}):", cases.len())?;
-        for c in cases {
-            writeln!(
-                out,
-                "- [{}] {} gold {:?}{} | said {} | {} -> {} | {}",
-                c.sample,
-                c.question,
-                c.gold,
-                c.gold_interval
-                    .as_deref()
-                    .map(|g| format!(" ({g})"))
-                    .unwrap_or_default(),
-                c.said_on.as_deref().unwrap_or("?"),
-                c.expression.as_deref().unwrap_or("-"),
-                c.resolved.as_deref().unwrap_or("-"),
-                c.evidence.chars().take(140).collect::<String>()
-            )?;
-        }
-    }
+    print_report(&report, out)?;
     Ok(ExitStatus::Success)
 }
