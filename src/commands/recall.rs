@@ -950,23 +950,22 @@ async fn naming_counts(
     if named.is_empty() {
         return Ok(naming);
     }
-    let rows = json_rows(
-        &store
-            .scan_columns(
-                "memory_entities",
-                Some(&format!(
-                    "user_id = {} AND entity_id IN ({})",
-                    sql_string(user),
-                    sql_list(&named.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>())
-                )),
-                &["memory_id", "entity_id"],
-            )
-            .await?,
-    );
-    let mut pairs: std::collections::BTreeSet<(String, String)> = Default::default();
-    for r in rows {
-        pairs.insert((text_of(&r, "memory_id"), text_of(&r, "entity_id")));
+    #[derive(serde::Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+    struct Naming {
+        memory_id: String,
+        entity_id: String,
     }
+    let filter = format!(
+        "user_id = {} AND entity_id IN ({})",
+        sql_string(user),
+        sql_list(&named.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>())
+    );
+    let pairs: std::collections::BTreeSet<Naming> = store
+        .scan_rows::<Naming>("memory_entities", Some(&filter))
+        .await?
+        .into_iter()
+        .collect();
+    let pairs = pairs.into_iter().map(|n| (n.memory_id, n.entity_id));
     for (memory, _) in pairs {
         *naming.entry(memory).or_default() += 1;
     }
@@ -988,21 +987,19 @@ async fn activate(
         args.user, args.query, args.mode, args.k, report.now
     );
     let id = derived_id(&format!("recall|{key}"));
-    let logged = json_rows(
-        &store
-            .scan_columns(
-                "audit_log",
-                Some(&format!("id = {}", sql_string(&id))),
-                &["after_state"],
-            )
-            .await?,
-    );
+    #[derive(serde::Deserialize)]
+    struct Logged {
+        after_state: Option<String>,
+    }
+    let logged = store
+        .scan_rows::<Logged>("audit_log", Some(&format!("id = {}", sql_string(&id))))
+        .await?;
     let changes: Vec<Map<String, Value>> = if let Some(row) = logged.first() {
         // The same recall at the same clock: finish what it logged, add nothing.
         report
             .notes
             .push("this recall was logged at this clock already: not activated twice".into());
-        let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
+        let after: Value = serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))?;
         after["activated"]
             .as_array()
             .into_iter()

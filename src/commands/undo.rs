@@ -76,21 +76,18 @@ async fn run_to_undo(store: &Store, args: &UndoArgs) -> Result<String> {
     Ok(match (&args.run_id, &args.last) {
         (Some(id), _) => id.clone(),
         (None, Some(job)) => {
-            let mut runs = json_rows(
-                &store
-                    .scan_columns(
-                        "runs",
-                        Some(&format!(
-                            "job = {} AND dry_run = false AND status <> 'running'",
-                            sql_string(job)
-                        )),
-                        &["run_id", "started_at"],
-                    )
-                    .await?,
+            #[derive(serde::Deserialize)]
+            struct Started {
+                run_id: String,
+                started_at: i64,
+            }
+            let filter = format!(
+                "job = {} AND dry_run = false AND status <> 'running'",
+                sql_string(job)
             );
-            runs.sort_by_key(|r| text_of(r, "started_at"));
-            match runs.last() {
-                Some(r) => text_of(r, "run_id"),
+            let runs = store.scan_rows::<Started>("runs", Some(&filter)).await?;
+            match runs.into_iter().max_by_key(|r| r.started_at) {
+                Some(r) => r.run_id,
                 None => bail!("no {job} run to undo"),
             }
         }
@@ -169,20 +166,15 @@ async fn conflicts(
     if !w.created.is_empty() {
         let list = sql_list(&w.created.iter().cloned().collect::<Vec<_>>());
         let own: BTreeSet<&(String, String, String)> = w.links.iter().collect();
-        for l in json_rows(
-            &store
-                .scan_columns(
-                    "links",
-                    Some(&format!("source_id IN ({list}) OR target_id IN ({list})")),
-                    &["source_id", "target_id", "link_type"],
-                )
-                .await?,
-        ) {
-            let key = (
-                text_of(&l, "source_id"),
-                text_of(&l, "target_id"),
-                text_of(&l, "link_type"),
-            );
+        #[derive(serde::Deserialize)]
+        struct LinkKey {
+            source_id: String,
+            target_id: String,
+            link_type: String,
+        }
+        let filter = format!("source_id IN ({list}) OR target_id IN ({list})");
+        for l in store.scan_rows::<LinkKey>("links", Some(&filter)).await? {
+            let key = (l.source_id, l.target_id, l.link_type);
             if !own.contains(&key) {
                 conflicts.push(format!(
                     "link {} -> {} ({}) was made by a later run to a memory run {run_id} created",
@@ -192,23 +184,22 @@ async fn conflicts(
         }
     }
     if !w.queued.is_empty() {
-        for r in json_rows(
-            &store
-                .scan_columns(
-                    REVIEW_QUEUE.name,
-                    Some(&format!(
-                        "id IN ({}) AND status <> 'pending'",
-                        sql_list(&w.queued)
-                    )),
-                    &["id", "status", "decided_by_run"],
-                )
-                .await?,
-        ) {
+        #[derive(serde::Deserialize)]
+        struct Decided {
+            id: String,
+            status: String,
+            decided_by_run: Option<String>,
+        }
+        let filter = format!("id IN ({}) AND status <> 'pending'", sql_list(&w.queued));
+        for r in store
+            .scan_rows::<Decided>(REVIEW_QUEUE.name, Some(&filter))
+            .await?
+        {
             conflicts.push(format!(
                 "review item {} was {} by run {} since: undo that run first",
-                text_of(&r, "id"),
-                text_of(&r, "status"),
-                text_of(&r, "decided_by_run")
+                r.id,
+                r.status,
+                r.decided_by_run.unwrap_or_default()
             ));
         }
     }
@@ -355,15 +346,12 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
             .await?,
     );
     let written = written_by(&decisions)?;
-    let decided: Vec<Row> = json_rows(
-        &store
-            .scan_columns(
-                REVIEW_QUEUE.name,
-                Some(&format!("decided_by_run = {}", sql_string(&run_id_text))),
-                &["id", "status"],
-            )
-            .await?,
-    );
+    let decided = store
+        .count_rows(
+            REVIEW_QUEUE.name,
+            Some(&format!("decided_by_run = {}", sql_string(&run_id_text))),
+        )
+        .await?;
 
     // Refuse when a later run changed what this one wrote.
     let ids: Vec<String> = written.memories.keys().cloned().collect();
@@ -402,7 +390,7 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
     report.count("memories_restored", written.restore.len() as u64);
     report.count("links_removed", written.links.len() as u64);
     report.count("reviews_removed", written.queued.len() as u64);
-    report.count("reviews_reopened", decided.len() as u64);
+    report.count("reviews_reopened", decided as u64);
     if args.dry_run {
         report.print(app.json, out)?;
         return Ok(report.exit_status());
@@ -434,16 +422,7 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         .collect();
     store.write_audit(&audit).await?;
     crate::crash::point("undo.after-audit");
-    revert(
-        app,
-        store,
-        args,
-        &run_id_text,
-        &written,
-        !decided.is_empty(),
-        now,
-    )
-    .await?;
+    revert(app, store, args, &run_id_text, &written, decided > 0, now).await?;
     report.notes.push(format!(
         "run {} undone ({} at {})",
         run_id_text,

@@ -314,6 +314,152 @@ fn link(
 
 /// What the decision about `fact` writes. `candidate` is the full current row of the memory
 /// it was judged against (when it has one); `merged` the merge's text (MERGE only).
+/// The review item of a fact the judge was unsure about: the fact, its candidate, the
+/// judge's class and confidence, pending until `review_ttl_days` from `now`.
+fn review_item(
+    run_id: &str,
+    fact: &Map<String, Value>,
+    c: &Map<String, Value>,
+    (class, confidence, reasoning): (Class, f64, &str),
+    p: &IntegrateParams,
+    now: i64,
+) -> Value {
+    let now_text = format_timestamp(now);
+    let fact_id = text_of(fact, "id");
+    let user = text_of(fact, "user_id");
+    let mut fact_row = Value::Object(fact.clone());
+    fact_row["embedding"] = Value::Null;
+    json!({
+        "id": derived_id(&format!("review|{fact_id}")),
+        "run_id": run_id,
+        "user_id": user,
+        "fact_id": fact_id,
+        "fact": fact_row.to_string(),
+        "candidate_id": c["id"],
+        "candidate_text": c["text"],
+        "classification": class.as_str(),
+        "confidence": confidence.clamp(0.0, 1.0),
+        "reasoning": reasoning,
+        "status": "pending",
+        "created_at": now_text,
+        "expires_at": format_timestamp(now + p.review_ttl_days * 86_400_000_000),
+    })
+}
+
+/// A SUPERSEDE: the candidate `c` closed (valid until the fact's start, superseded by it, in
+/// its chain; archived too, with a DELETE audit row, when `enable_delete`), the fact joins the
+/// chain, and a `supersedes` link from the fact. Returns the memories, links and the DELETE row.
+#[allow(clippy::too_many_arguments)]
+fn superseding(
+    run_id: &str,
+    fact: &Map<String, Value>,
+    c: &Map<String, Value>,
+    mut new_row: Value,
+    (confidence, reasoning, judged): (f64, &str, Option<f64>),
+    before: Option<String>,
+    p: &IntegrateParams,
+    now: i64,
+) -> (Vec<Value>, Vec<Value>, Option<AuditRow>) {
+    let now_text = format_timestamp(now);
+    let fact_id = text_of(fact, "id");
+    let user = text_of(fact, "user_id");
+    let old_id = text_of(c, "id");
+    let mut old = Value::Object(c.clone());
+    old["embedding"] = Value::Null;
+    let mut delete = None;
+    let from = time_of(fact, "valid_from")
+        .or(time_of(fact, "created_at"))
+        .unwrap_or(now);
+    let until = from.max(time_of(c, "valid_from").unwrap_or(i64::MIN));
+    let chain = c
+        .get("supersession_chain_id")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| old_id.clone());
+    old["valid_until"] = json!(format_timestamp(until));
+    old["superseded_by"] = json!(fact_id);
+    old["supersession_chain_id"] = json!(chain);
+    old["updated_at"] = json!(now_text);
+    if p.enable_delete {
+        old["archived_at"] = json!(now_text);
+        old["state"] = json!("archived");
+        old["tier"] = json!("archived");
+        let mut d = AuditRow::new(run_id, "DELETE", "", now);
+        d.id = derived_id(&format!("integrate-delete|{fact_id}"));
+        d.user_id = Some(user.clone());
+        d.source_ids = vec![fact_id.clone()];
+        d.target_id = Some(old_id.clone());
+        d.classification = Some("SUPERSEDE".into());
+        d.confidence = judged;
+        d.reasoning = Some("superseded, archived (enable_delete): never erased".into());
+        d.before_state = before;
+        d.after_state = Some(json!({"archived_at": now_text}).to_string());
+        delete = Some(d);
+    }
+    new_row["supersession_chain_id"] = json!(chain);
+    let links = vec![link(
+        &fact_id,
+        &old_id,
+        &user,
+        "supersedes",
+        confidence,
+        reasoning,
+        &now_text,
+    )];
+    (vec![old, new_row], links, delete)
+}
+
+/// A MERGE: the candidate `c` takes the merged text (the higher importance, the earlier
+/// creation, both sets of tags, the fact among its sources); the fact is kept, archived, so
+/// its own words stay recoverable; a `merged_into` link from the fact.
+fn merging(
+    fact: &Map<String, Value>,
+    c: &Map<String, Value>,
+    mut new_row: Value,
+    merged: Option<&str>,
+    confidence: f64,
+    now: i64,
+) -> (Vec<Value>, Vec<Value>) {
+    let now_text = format_timestamp(now);
+    let fact_id = text_of(fact, "id");
+    let user = text_of(fact, "user_id");
+    let old_id = text_of(c, "id");
+    let mut old = Value::Object(c.clone());
+    old["embedding"] = Value::Null;
+    let text = merged.unwrap_or("");
+    let importance = c["importance"]
+        .as_f64()
+        .unwrap_or(0.5)
+        .max(fact["importance"].as_f64().unwrap_or(0.5));
+    let created = time_of(c, "created_at")
+        .into_iter()
+        .chain(time_of(fact, "created_at"))
+        .min()
+        .unwrap_or(now);
+    let mut sources = list_of(&c["consolidates_memory_ids"]);
+    sources.push(fact_id.clone());
+    old["text"] = json!(text);
+    old["importance"] = json!(importance);
+    old["created_at"] = json!(format_timestamp(created));
+    old["updated_at"] = json!(now_text);
+    old["tags"] = json!(union_tags(&list_of(&c["tags"]), &list_of(&fact["tags"])));
+    old["consolidates_memory_ids"] = json!(sources);
+    // The fact is kept, archived, so its own words stay recoverable.
+    new_row["archived_at"] = json!(now_text);
+    new_row["state"] = json!("archived");
+    new_row["tier"] = json!("archived");
+    let links = vec![link(
+        &fact_id,
+        &old_id,
+        &user,
+        "merged_into",
+        confidence,
+        "merged into the target (integrate: MERGE)",
+        &now_text,
+    )];
+    (vec![old, new_row], links)
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
     run_id: &str,
@@ -374,23 +520,7 @@ pub fn plan(
             row.confidence = Some(confidence.clamp(0.0, 1.0));
             row.reasoning = Some(reasoning.clone());
             let c = candidate.expect("a review has a candidate");
-            let mut fact_row = Value::Object(fact.clone());
-            fact_row["embedding"] = Value::Null;
-            let review = json!({
-                "id": derived_id(&format!("review|{fact_id}")),
-                "run_id": run_id,
-                "user_id": user,
-                "fact_id": fact_id,
-                "fact": fact_row.to_string(),
-                "candidate_id": c["id"],
-                "candidate_text": c["text"],
-                "classification": class.as_str(),
-                "confidence": confidence.clamp(0.0, 1.0),
-                "reasoning": reasoning,
-                "status": "pending",
-                "created_at": now_text,
-                "expires_at": format_timestamp(now + p.review_ttl_days * 86_400_000_000),
-            });
+            let review = review_item(run_id, fact, c, (*class, *confidence, reasoning), p, now);
             (vec![], vec![], Some(review), text_of(c, "id"))
         }
         Decision::Apply {
@@ -418,81 +548,22 @@ pub fn plan(
                     }
                 }
                 Class::Supersede => {
-                    let from = time_of(fact, "valid_from")
-                        .or(time_of(fact, "created_at"))
-                        .unwrap_or(now);
-                    let until = from.max(time_of(c, "valid_from").unwrap_or(i64::MIN));
-                    let chain = c
-                        .get("supersession_chain_id")
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                        .unwrap_or_else(|| old_id.clone());
-                    old["valid_until"] = json!(format_timestamp(until));
-                    old["superseded_by"] = json!(fact_id);
-                    old["supersession_chain_id"] = json!(chain);
-                    old["updated_at"] = json!(now_text);
-                    if p.enable_delete {
-                        old["archived_at"] = json!(now_text);
-                        old["state"] = json!("archived");
-                        old["tier"] = json!("archived");
-                        let mut delete = AuditRow::new(run_id, "DELETE", "", now);
-                        delete.id = derived_id(&format!("integrate-delete|{fact_id}"));
-                        delete.user_id = Some(user.clone());
-                        delete.source_ids = vec![fact_id.clone()];
-                        delete.target_id = Some(old_id.clone());
-                        delete.classification = Some("SUPERSEDE".into());
-                        delete.confidence = row.confidence;
-                        delete.reasoning =
-                            Some("superseded, archived (enable_delete): never erased".into());
-                        delete.before_state = before.clone();
-                        delete.after_state = Some(json!({"archived_at": now_text}).to_string());
-                        audit.push(delete);
-                    }
-                    new_row["supersession_chain_id"] = json!(chain);
-                    let links = vec![link(
-                        &fact_id,
-                        &old_id,
-                        &user,
-                        "supersedes",
-                        *confidence,
-                        reasoning,
-                        &now_text,
-                    )];
-                    (vec![old, new_row], links, None, fact_id.clone())
+                    let (memories, links, delete) = superseding(
+                        run_id,
+                        fact,
+                        c,
+                        new_row,
+                        (*confidence, reasoning, row.confidence),
+                        before.clone(),
+                        p,
+                        now,
+                    );
+                    audit.extend(delete);
+                    (memories, links, None, fact_id.clone())
                 }
                 Class::Merge => {
-                    let text = merged.unwrap_or("");
-                    let importance = c["importance"]
-                        .as_f64()
-                        .unwrap_or(0.5)
-                        .max(fact["importance"].as_f64().unwrap_or(0.5));
-                    let created = time_of(c, "created_at")
-                        .into_iter()
-                        .chain(time_of(fact, "created_at"))
-                        .min()
-                        .unwrap_or(now);
-                    let mut sources = list_of(&c["consolidates_memory_ids"]);
-                    sources.push(fact_id.clone());
-                    old["text"] = json!(text);
-                    old["importance"] = json!(importance);
-                    old["created_at"] = json!(format_timestamp(created));
-                    old["updated_at"] = json!(now_text);
-                    old["tags"] = json!(union_tags(&list_of(&c["tags"]), &list_of(&fact["tags"])));
-                    old["consolidates_memory_ids"] = json!(sources);
-                    // The fact is kept, archived, so its own words stay recoverable.
-                    new_row["archived_at"] = json!(now_text);
-                    new_row["state"] = json!("archived");
-                    new_row["tier"] = json!("archived");
-                    let links = vec![link(
-                        &fact_id,
-                        &old_id,
-                        &user,
-                        "merged_into",
-                        *confidence,
-                        "merged into the target (integrate: MERGE)",
-                        &now_text,
-                    )];
-                    (vec![old, new_row], links, None, old_id)
+                    let (memories, links) = merging(fact, c, new_row, merged, *confidence, now);
+                    (memories, links, None, old_id)
                 }
                 Class::Coexist => unreachable!("COEXIST is Decision::Coexist"),
             }

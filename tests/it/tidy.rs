@@ -217,6 +217,84 @@ fn columns_are_read_by_name_never_by_position() {
     assert_eq!(positional_columns(&planted).len(), 1);
 }
 
+/// Functions allowed over `MAX_FUNCTION_LINES`, each with why (file, function, reason). None
+/// today: a function grows past the limit only with its reason written here.
+const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[];
+
+const MAX_FUNCTION_LINES: usize = 150;
+
+/// Functions (`fn` at any indent, closed by the `}` at the same indent) longer than the limit:
+/// (file, name, lines).
+fn long_functions(files: &[(PathBuf, String)]) -> Vec<(String, String, usize)> {
+    let mut found = Vec::new();
+    for (path, text) in files {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
+            let indent = line.len() - line.trim_start().len();
+            let code = line.trim_start();
+            let code = ["pub(crate) ", "pub(super) ", "pub "]
+                .iter()
+                .find_map(|p| code.strip_prefix(p))
+                .unwrap_or(code);
+            let code = code.strip_prefix("async ").unwrap_or(code);
+            let name = code
+                .strip_prefix("fn ")
+                .map(|rest| rest.split(['(', '<']).next().unwrap_or("").to_string());
+            let one_line = line.trim_end().ends_with('}') && line.contains('{');
+            let Some(name) = name.filter(|_| !line.trim_end().ends_with(';') && !one_line) else {
+                i += 1;
+                continue;
+            };
+            let close = " ".repeat(indent) + "}";
+            let end = (i + 1..lines.len())
+                .find(|&j| lines[j].trim_end() == close)
+                .unwrap_or(lines.len() - 1);
+            if end - i + 1 > MAX_FUNCTION_LINES {
+                let file = path
+                    .strip_prefix(root())
+                    .unwrap_or(path)
+                    .display()
+                    .to_string();
+                found.push((file, name, end - i + 1));
+            }
+            i = end + 1;
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_is_longer_than_150_lines_but_the_named_exceptions() {
+    let found: Vec<(String, String, usize)> = long_functions(&sources("src"))
+        .into_iter()
+        .filter(|(file, name, _)| {
+            !LONG_FUNCTIONS
+                .iter()
+                .any(|(f, n, _)| f == file && n == name)
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines (split them, or name them in \
+         LONG_FUNCTIONS with the reason): {found:?}"
+    );
+    let body = "    let x = 1;\n".repeat(MAX_FUNCTION_LINES);
+    let planted = [(
+        root().join("src/jobs/example.rs"),
+        format!("pub async fn long_one(a: u8) -> u8 {{\n{body}}}\nfn short() {{}}\n"),
+    )];
+    assert_eq!(
+        long_functions(&planted),
+        [(
+            "src/jobs/example.rs".to_string(),
+            "long_one".to_string(),
+            MAX_FUNCTION_LINES + 2
+        )]
+    );
+}
+
 /// The layers, each with the layers above it that it must not name: commands use jobs,
 /// jobs use the LLM layer, embedders and the store, and none of those reach back up.
 const LAYERS_ABOVE: &[(&str, &[&str])] = &[

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::commands::bench::harness::{Workdir, cpu_name, memlife, spawn_mock};
+use crate::commands::bench::harness::{MockServer, Workdir, cpu_name, memlife, spawn_mock};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct IntegrateEvalArgs {
@@ -227,6 +227,51 @@ fn print_result(
     Ok(())
 }
 
+/// The judge the integration runs with: `--label-judge` starts `memlife mock-llm` answering
+/// each pair with its own label (its config added to `integrate`'s arguments), else the
+/// `--llm` asked for (with `--llm-config`). Returns the mock server (stopped when dropped)
+/// and the `--llm` value.
+fn judge(
+    args: &IntegrateEvalArgs,
+    pairs: &[(String, String, String)],
+    work: &Workdir,
+    integrate: &mut Vec<String>,
+) -> Result<(Option<MockServer>, String)> {
+    let p = |name: &str| work.path.join(name).to_string_lossy().into_owned();
+    let mut llm = args.llm.clone();
+    let mock = if args.label_judge {
+        let answers = p("answers.jsonl");
+        let lines: Vec<String> = pairs
+            .iter()
+            .map(|(old, new, label)| {
+                json!({"task": "integrate.classify", "texts": [old, new],
+                       "reply": {"classification": label, "confidence": 0.9,
+                                 "reasoning": "the pair's label"}})
+                .to_string()
+            })
+            .collect();
+        std::fs::write(&answers, lines.join("\n") + "\n")?;
+        let (mock, url) = spawn_mock(&["--answers".into(), answers])?;
+        let config = p("label-judge.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[providers.mock]\nbase_url = \"{url}\"\nmodel = \"mock\"\nmax_concurrency = 64\n\
+                 [roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n"
+            ),
+        )?;
+        integrate.extend(["--config".into(), config]);
+        llm = "providers".into();
+        Some(mock)
+    } else {
+        if let Some(c) = &args.llm_config {
+            integrate.extend(["--config".into(), c.to_string_lossy().into_owned()]);
+        }
+        None
+    };
+    Ok((mock, llm))
+}
+
 pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Result<()> {
     let mut pairs = read_pairs(&args.pairs)?;
     if let (Some(memories), Some(truth)) = (&args.synth, &args.truth) {
@@ -267,37 +312,7 @@ pub fn run(args: &IntegrateEvalArgs, json_out: bool, out: &mut dyn Write) -> Res
     memlife(&["--db", &db, "--json", "import", &old_file])?;
     memlife(&["--db", &db, "--json", "embed", "--embedder", &args.embedder])?;
     let mut integrate: Vec<String> = vec!["--db".into(), db.clone(), "--json".into()];
-    let mut llm = args.llm.clone();
-    let _mock = if args.label_judge {
-        let answers = p("answers.jsonl");
-        let lines: Vec<String> = pairs
-            .iter()
-            .map(|(old, new, label)| {
-                json!({"task": "integrate.classify", "texts": [old, new],
-                       "reply": {"classification": label, "confidence": 0.9,
-                                 "reasoning": "the pair's label"}})
-                .to_string()
-            })
-            .collect();
-        std::fs::write(&answers, lines.join("\n") + "\n")?;
-        let (mock, url) = spawn_mock(&["--answers".into(), answers])?;
-        let config = p("label-judge.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[providers.mock]\nbase_url = \"{url}\"\nmodel = \"mock\"\nmax_concurrency = 64\n\
-                 [roles]\nfast = [\"mock\"]\nreasoning = [\"mock\"]\n"
-            ),
-        )?;
-        integrate.extend(["--config".into(), config]);
-        llm = "providers".into();
-        Some(mock)
-    } else {
-        if let Some(c) = &args.llm_config {
-            integrate.extend(["--config".into(), c.to_string_lossy().into_owned()]);
-        }
-        None
-    };
+    let (_mock, llm) = judge(args, &pairs, &work, &mut integrate)?;
     integrate.extend(
         [
             "integrate",
