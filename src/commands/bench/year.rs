@@ -509,17 +509,11 @@ fn finish(
             ratios.insert(job.clone(), json!((b / a * 100.0).round() / 100.0));
         }
     }
-    let report = json!({
+    // The year's shape (what a resume checks), then what it measured.
+    let mut report = shape_of(bench, retention);
+    let measured = json!({
         "bench": "year",
         "cpu": cpu_name(),
-        "memories": bench.memories,
-        "days": bench.days,
-        "users": bench.users,
-        "facts_per_day": bench.facts_per_day,
-        "recalls_per_day": bench.recalls_per_day,
-        "optimize": !bench.no_optimize,
-        "embedder": bench.embedder,
-        "retention": retention,
         "wall_seconds": wall_seconds.round(),
         "samples": records,
         "fresh_copy": fresh,
@@ -528,6 +522,9 @@ fn finish(
         "bytes_over_fresh_rows": ratio(copied_bytes(&fresh_rows)),
         "last_day_over_day_1": ratios,
     });
+    for (k, v) in measured.as_object().into_iter().flatten() {
+        report[k] = v.clone();
+    }
     serde_json::to_writer_pretty(&mut *out, &report)?;
     writeln!(out)?;
     Ok(())
