@@ -719,18 +719,13 @@ fn activation(
 }
 
 /// Writes logged activations onto the current rows, in one commit (rows activated at this
-/// clock already are left alone). A column update (`Store::update_columns`): only the
-/// activated columns are written, so a recall neither reads nor rewrites embeddings, and
-/// leaves no deleted rows or new fragment behind.
+/// clock already are left alone). Whole rows, merged on the key: a column update
+/// (`Store::update_columns`) would rewrite the activated columns of every row of each
+/// fragment a recalled memory sits in, megabytes per recall on a large store.
 async fn apply(store: &Store, changes: &[Map<String, Value>], now: i64) -> Result<usize> {
     let ids: Vec<String> = changes.iter().map(|c| text_of(c, "id")).collect();
     let rows = store
-        .rows_with_ids(
-            "memories",
-            &ids,
-            None,
-            &MEMORIES.columns_except("embedding"),
-        )
+        .rows_with_ids("memories", &ids, None, &MEMORIES.columns_except(""))
         .await?;
     let by_id: BTreeMap<String, Map<String, Value>> =
         rows.into_iter().map(|r| (text_of(&r, "id"), r)).collect();
@@ -756,15 +751,7 @@ async fn apply(store: &Store, changes: &[Map<String, Value>], now: i64) -> Resul
     }
     let batch = batch_from_json(&MEMORIES, store.embedding_dim(), now, &out)
         .map_err(|e| anyhow!("activation rows: {e}"))?;
-    let schema = batch.schema();
-    let columns: Vec<usize> = std::iter::once("id")
-        .chain(ACTIVATED.iter().copied())
-        .map(|c| schema.index_of(c))
-        .collect::<Result<_, _>>()?;
-    let batch = batch.project(&columns)?;
-    let schema = batch.schema();
-    let reader = arrow::array::RecordBatchIterator::new([Ok(batch)], schema);
-    store.update_columns(&MEMORIES, Box::new(reader)).await?;
+    store.upsert_batch(&MEMORIES, batch).await?;
     Ok(out.len())
 }
 

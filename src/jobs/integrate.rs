@@ -979,19 +979,6 @@ async fn embed_facts(
     Ok((vectors, embedded))
 }
 
-/// The candidate of a decision that names one (apply, review, or coexist beside it).
-fn candidate_of(d: &Decision) -> Option<usize> {
-    match d {
-        Decision::Apply { candidate, .. }
-        | Decision::Review { candidate, .. }
-        | Decision::Coexist {
-            related: Some(candidate),
-            ..
-        } => Some(*candidate),
-        _ => None,
-    }
-}
-
 /// What every round of an online run shares: the inputs, and the state rounds leave for the
 /// next (the users' current memories, the vectors, counts, the report and the LLM outcomes).
 struct Rounds<'a> {
@@ -1116,7 +1103,7 @@ impl Rounds<'_> {
             .iter()
             .enumerate()
             .filter_map(|(slot, d)| {
-                candidate_of(d).map(|c| {
+                d.candidate().map(|c| {
                     (
                         text_of(&self.facts[round[slot].0], "user_id"),
                         round[slot].1[c].id.clone(),
@@ -1262,7 +1249,7 @@ impl Rounds<'_> {
         let mut plans = Vec::new();
         for (slot, d) in decisions.iter().enumerate() {
             let (f, cands) = &round[slot];
-            let candidate_id = candidate_of(d).map(|c| &cands[c].id);
+            let candidate_id = d.candidate().map(|c| &cands[c].id);
             let candidate = candidate_id.and_then(|id| rows.get(id));
             let d = match (candidate_id, candidate) {
                 // The candidate vanished since it was read: keep the fact as new.

@@ -455,19 +455,6 @@ async fn logged_answers(
     Ok(answers)
 }
 
-/// The candidate a decision names.
-fn named(decision: &Decision) -> Option<usize> {
-    match decision {
-        Decision::Apply { candidate, .. }
-        | Decision::Review { candidate, .. }
-        | Decision::Coexist {
-            related: Some(candidate),
-            ..
-        } => Some(*candidate),
-        _ => None,
-    }
-}
-
 /// Applies `integrate --mode batch` rounds in `batches poll` (see the module doc).
 pub struct IntegrateApplier;
 
@@ -617,7 +604,7 @@ async fn apply_classify(
             });
             continue;
         }
-        let candidate = named(&decision).and_then(|c| current.get(&views[c].id));
+        let candidate = decision.candidate().and_then(|c| current.get(&views[c].id));
         count(counts, &decision);
         plans.push(plan(
             &record.run_id,

@@ -146,6 +146,20 @@ impl Decision {
             Decision::Apply { class, .. } | Decision::Review { class, .. } => class.as_str(),
         }
     }
+
+    /// The candidate the decision names (by position): the one applied to, the one under
+    /// review, or the one a kept fact is related to.
+    pub fn candidate(&self) -> Option<usize> {
+        match self {
+            Decision::Apply { candidate, .. }
+            | Decision::Review { candidate, .. }
+            | Decision::Coexist {
+                related: Some(candidate),
+                ..
+            } => Some(*candidate),
+            _ => None,
+        }
+    }
 }
 
 fn precedence(class: Class) -> u8 {
@@ -305,6 +319,31 @@ pub fn chain_order(versions: &[(String, Option<String>)]) -> Result<Vec<String>,
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_decision_names_its_candidate_only_when_it_has_one() {
+        let apply = Decision::Apply {
+            class: Class::Merge,
+            candidate: 2,
+            confidence: 0.9,
+            reasoning: String::new(),
+        };
+        assert_eq!(apply.candidate(), Some(2));
+        let beside = Decision::Coexist {
+            related: Some(1),
+            confidence: 0.5,
+            reasoning: String::new(),
+        };
+        assert_eq!(beside.candidate(), Some(1));
+        let alone = Decision::Coexist {
+            related: None,
+            confidence: 0.0,
+            reasoning: String::new(),
+        };
+        assert_eq!(alone.candidate(), None);
+        assert_eq!(Decision::Add.candidate(), None);
+    }
+
     use super::*;
 
     fn answer(candidate: usize, class: Option<Class>, confidence: f64) -> Answer {
