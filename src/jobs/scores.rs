@@ -83,6 +83,8 @@ struct Computed {
     transitions: BTreeMap<&'static str, u64>,
     tiers: BTreeMap<&'static str, u64>,
     rows: u64,
+    /// Rows whose value differs, per column of `UPDATE_COLUMNS`.
+    column_changes: [u64; UPDATE_COLUMNS.len()],
     /// Rows that could not be scored (an unknown state or TTL policy), left as they are.
     failures: Vec<ItemFailure>,
 }
@@ -186,6 +188,7 @@ fn compute(
         transitions: BTreeMap::new(),
         tiers: BTreeMap::new(),
         rows: batch.num_rows() as u64,
+        column_changes: [0; UPDATE_COLUMNS.len()],
         failures: Vec::new(),
     };
     let mut kept = Vec::new();
@@ -212,14 +215,20 @@ fn compute(
                 ));
             }
         }
-        let differs = out.salience != salience.value(i)
-            || !anchor.is_valid(i)
-            || out.state.as_str() != states.value(i)
-            || out.tier != tiers_old.value(i)
-            || out.retention != retention_old.value(i)
-            || out.importance != importance_old.value(i)
-            || out.archived_at != opt_time(archived_old, i);
-        if differs {
+        // In the order of UPDATE_COLUMNS.
+        let column_differs = [
+            out.salience != salience.value(i),
+            !anchor.is_valid(i),
+            out.state.as_str() != states.value(i),
+            out.tier != tiers_old.value(i),
+            out.retention != retention_old.value(i),
+            out.importance != importance_old.value(i),
+            out.archived_at != opt_time(archived_old, i),
+        ];
+        for (count, differs) in computed.column_changes.iter_mut().zip(column_differs) {
+            *count += u64::from(differs);
+        }
+        if column_differs.contains(&true) {
             changed.push(i as u32);
             kept.push((out, used_anchor));
         }
@@ -260,6 +269,17 @@ fn compute(
     Ok(computed)
 }
 
+/// The columns scores writes, besides the key `id`.
+const UPDATE_COLUMNS: [&str; 7] = [
+    "salience",
+    "salience_anchor",
+    "state",
+    "tier",
+    "retention",
+    "importance",
+    "archived_at",
+];
+
 fn update_schema() -> Arc<Schema> {
     let field = |name: &str| {
         let spec = MEMORIES.field(name).expect("memories column");
@@ -269,16 +289,29 @@ fn update_schema() -> Arc<Schema> {
             spec.nullable(),
         )
     };
-    Arc::new(Schema::new(vec![
-        field("id"),
-        field("salience"),
-        field("salience_anchor"),
-        field("state"),
-        field("tier"),
-        field("retention"),
-        field("importance"),
-        field("archived_at"),
-    ]))
+    let names = std::iter::once("id").chain(UPDATE_COLUMNS);
+    Arc::new(Schema::new(names.map(field).collect::<Vec<_>>()))
+}
+
+/// The update batches cut to the key and the columns some row changes. Lance's column update
+/// rewrites a written column for every row of each fragment it touches, and salience decays
+/// every day while state, tier and the anchor rarely move: writing only the changed columns
+/// keeps the daily run from rewriting (and the retention window from keeping) the others.
+fn changed_columns_only(
+    updates: Vec<RecordBatch>,
+    changes: &[u64; UPDATE_COLUMNS.len()],
+) -> Result<Vec<RecordBatch>> {
+    let keep: Vec<usize> = std::iter::once(0)
+        .chain(
+            (0..UPDATE_COLUMNS.len())
+                .filter(|&c| changes[c] > 0)
+                .map(|c| c + 1),
+        )
+        .collect();
+    updates
+        .iter()
+        .map(|batch| Ok(batch.project(&keep)?))
+        .collect()
 }
 
 /// Inbound links per memory (of the user in scope).
@@ -478,11 +511,15 @@ pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
     let (mut transitions, mut tiers): (BTreeMap<&str, u64>, BTreeMap<&str, u64>) =
         Default::default();
     let mut processed = 0u64;
+    let mut column_changes = [0u64; UPDATE_COLUMNS.len()];
     while let Some(batch) = stream.try_next().await? {
         let t = Instant::now();
         let computed = compute(params, &batch, &inbound, now)?;
         compute_time += t.elapsed();
         processed += computed.rows;
+        for (total, n) in column_changes.iter_mut().zip(computed.column_changes) {
+            *total += n;
+        }
         for (k, v) in computed.transitions {
             *transitions.entry(k).or_default() += v;
         }
@@ -497,6 +534,9 @@ pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
     report.count("processed", processed);
     report.count("failed", report.failures.len() as u64);
     report.count("changed", changed);
+    for (name, n) in UPDATE_COLUMNS.iter().zip(column_changes) {
+        report.count(&format!("changed_{name}"), n);
+    }
     for name in ["promoted", "made_core", "archived", "expired", "revived"] {
         report.count(name, transitions.get(name).copied().unwrap_or(0));
     }
@@ -514,7 +554,8 @@ pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
         ctx.store.append_audit(&audit).await?;
         crate::crash::point("scores.after-audit");
         if !updates.is_empty() {
-            let schema = update_schema();
+            let updates = changed_columns_only(updates, &column_changes)?;
+            let schema = updates[0].schema();
             let reader = RecordBatchIterator::new(updates.into_iter().map(Ok), schema);
             ctx.store
                 .update_columns(&MEMORIES, Box::new(reader))

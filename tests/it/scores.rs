@@ -97,7 +97,31 @@ fn scores_apply_seed_002_and_are_idempotent() {
 
     // Later, salience only falls (no access in between), from the anchor, not compounded.
     let used_june: f64 = memory(&db, "used", "salience").parse().unwrap();
-    db.run(&["scores", "--now", "2025-09-01T00:00:00Z"]);
+    let states_june = stdout(&db.run(&[
+        "sql",
+        "SELECT id, state, tier, salience_anchor FROM memories ORDER BY id",
+    ]));
+    // A day later only salience moves: the columns no row changes are not rewritten.
+    let next_day = json(&db.run(&["--json", "scores", "--now", "2025-06-02T00:00:00Z"]));
+    assert!(
+        next_day["counts"]["changed_salience"].as_u64().unwrap() > 0,
+        "{next_day}"
+    );
+    for column in ["state", "tier", "salience_anchor"] {
+        assert_eq!(
+            next_day["counts"][format!("changed_{column}")],
+            0,
+            "{next_day}"
+        );
+    }
+    assert_eq!(
+        stdout(&db.run(&[
+            "sql",
+            "SELECT id, state, tier, salience_anchor FROM memories ORDER BY id"
+        ])),
+        states_june,
+        "columns no row changes are left as they were"
+    );
     db.run(&["scores", "--now", "2025-09-01T00:00:00Z"]);
     let used_sept: f64 = memory(&db, "used", "salience").parse().unwrap();
     assert!(used_sept < used_june);
