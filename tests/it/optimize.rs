@@ -292,7 +292,8 @@ fn the_window_is_measured_on_the_clock_the_runs_ran_at() {
 
 /// `memlife bench year` at a tiny scale: the report's shape, and what optimize does to the
 /// store over a week (fewer versions and files than the same week without it). The week with
-/// optimize is paused after day 1 (a `stop` file) and resumed: it ends with the same rows.
+/// optimize is paused after day 1 (a `stop` file) and day 3 (`--until-day`) and resumed: it
+/// ends with the same rows.
 #[test]
 fn a_week_of_bench_year_with_and_without_optimize() {
     let dir = tempfile::tempdir().unwrap();
@@ -350,6 +351,11 @@ fn a_week_of_bench_year_with_and_without_optimize() {
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("memories = 40"), "{}", stderr(&out));
+    // `--until-day` pauses after the day named.
+    assert_eq!(year(&["--resume", "--until-day", "3"]), Value::Null);
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(with_dir.join("year-state.json")).unwrap()).unwrap();
+    assert_eq!(state["day_done"], 3, "{state}");
     let with = year(&["--resume"]);
     let without = year(&["--no-optimize"]);
     let days: Vec<u64> = with["samples"]

@@ -62,6 +62,10 @@ pub struct YearBench {
     /// cut left). The other options must be the ones it started with.
     #[arg(long)]
     pub resume: bool,
+    /// Pause after this day (as the `stop` file does; needs `--keep`): to keep the machine
+    /// quiet for the days whose times are recorded, live the days between them in pieces.
+    #[arg(long)]
+    pub until_day: Option<usize>,
 }
 
 /// The nightly steps of day `day` (1-based).
@@ -391,6 +395,9 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
     if bench.days == 0 || bench.memories == 0 {
         bail!("--days and --memories must be at least 1");
     }
+    if bench.until_day.is_some() && bench.keep.is_none() {
+        bail!("--until-day needs --keep DIR: the work folder a later --resume goes on with");
+    }
     if bench.resume && bench.keep.is_none() {
         bail!("--resume needs --keep DIR: the work folder of the year to go on with");
     }
@@ -460,8 +467,11 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
             state.elapsed_seconds = elapsed();
             save_state(&work.path, &state)?;
             let stop = work.path.join(STOP_FILE);
-            if stop.exists() && day < bench.days {
-                std::fs::remove_file(&stop)?;
+            let until = bench.until_day.is_some_and(|last| day >= last);
+            if (stop.exists() || until) && day < bench.days {
+                if stop.exists() {
+                    std::fs::remove_file(&stop)?;
+                }
                 bar.finish_and_clear();
                 writeln!(
                     out,
