@@ -34,9 +34,10 @@ use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, ProposedGroup, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::logic::cluster::signature;
+use crate::logic::consolidate::{self as consolidation, Fate, Group, LinkEnds, Member, Merged};
 use crate::logic::shard::UserScope;
 use crate::model::clock::Clock;
-use crate::model::encoding::format_timestamp;
+use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, MEMORY_ENTITIES};
 use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
@@ -99,45 +100,39 @@ fn rows_signature(members: &[Value]) -> String {
     signature(&keyed)
 }
 
-/// Packs each user's clusters, in order, into requests of at least `per_call` memories (a
-/// cluster is never split; one that shares a memory with the pack starts a new one). A pack's
-/// signature is that of all its members, so a pack of one cluster keeps the cluster's.
+/// Packs each user's clusters, in order, into requests of at least `per_call` memories
+/// (`logic::consolidate::pack`). A pack's signature is that of all its members, so a pack of
+/// one cluster keeps the cluster's.
 fn pack(clusters: Vec<(ClusterRow, Vec<Value>)>, per_call: usize) -> Vec<(ClusterRow, Vec<Value>)> {
-    let mut out: Vec<(ClusterRow, Vec<Value>)> = Vec::new();
-    let mut open: Option<(ClusterRow, Vec<Value>)> = None;
-    let seal = |p: (ClusterRow, Vec<Value>), out: &mut Vec<(ClusterRow, Vec<Value>)>| {
-        let (mut row, members) = p;
-        row.signature = rows_signature(&members);
-        out.push((row, members));
-    };
-    for (cluster, members) in clusters {
-        if let Some((row, _)) = &open
-            && (row.user != cluster.user
-                || row.member_ids.len() >= per_call
-                || cluster
-                    .member_ids
-                    .iter()
-                    .any(|id| row.member_ids.contains(id)))
-            && let Some(p) = open.take()
-        {
-            seal(p, &mut out);
-        }
-        match &mut open {
-            Some((row, pooled)) => {
-                row.member_ids.extend(cluster.member_ids.iter().cloned());
-                row.parts.push(cluster.member_ids.len());
-                pooled.extend(members);
+    let keys: Vec<(&str, &[String])> = clusters
+        .iter()
+        .map(|(c, _)| (c.user.as_str(), c.member_ids.as_slice()))
+        .collect();
+    let packs = consolidation::pack(&keys, per_call);
+    let mut clusters: Vec<Option<(ClusterRow, Vec<Value>)>> =
+        clusters.into_iter().map(Some).collect();
+    packs
+        .into_iter()
+        .map(|indexes| {
+            let mut parts = Vec::new();
+            let (mut user, mut member_ids, mut members) = (String::new(), Vec::new(), Vec::new());
+            for i in indexes {
+                let (cluster, rows) = clusters[i].take().expect("each cluster in one pack");
+                parts.push(cluster.member_ids.len());
+                user = cluster.user;
+                member_ids.extend(cluster.member_ids);
+                members.extend(rows);
             }
-            None => {
-                let parts = vec![cluster.member_ids.len()];
-                open = Some((ClusterRow { parts, ..cluster }, members));
-            }
-        }
-    }
-    if let Some(p) = open {
-        seal(p, &mut out);
-    }
-    out
+            let signature = rows_signature(&members);
+            let row = ClusterRow {
+                user,
+                member_ids,
+                signature,
+                parts,
+            };
+            (row, members)
+        })
+        .collect()
 }
 
 /// One approved group, ready to apply.
@@ -157,31 +152,41 @@ struct ConsolidationPlan {
 
 /// The clusters of each user's latest finished `cluster` run that covered them.
 async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
-    let runs = json_rows(
-        &ctx.store
-            .scan_columns(
-                "runs",
-                Some("job = 'cluster' AND status = 'done' AND dry_run = false"),
-                &["run_id", "user_id", "started_at", "params"],
-            )
-            .await?,
-    );
+    #[derive(serde::Deserialize)]
+    struct ClusterRun {
+        run_id: String,
+        user_id: Option<String>,
+        started_at: i64,
+        params: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Cluster {
+        user_id: String,
+        member_ids: Option<Vec<String>>,
+        signature: String,
+    }
+    let runs = ctx
+        .store
+        .scan_rows::<ClusterRun>(
+            "runs",
+            Some("job = 'cluster' AND status = 'done' AND dry_run = false"),
+        )
+        .await?;
     // Each run's users: one (`--user`), a shard (`--shard`, in its params), or all.
-    let mut runs: Vec<(String, UserScope, String)> = runs
+    let mut runs: Vec<(i64, UserScope, String)> = runs
         .into_iter()
         .map(|r| {
-            let params: Value =
-                serde_json::from_str(r["params"].as_str().unwrap_or("{}")).unwrap_or(Value::Null);
-            let scope = match (r["user_id"].as_str(), params["shard"].as_str()) {
-                (Some(user), _) => UserScope::One(user.to_string()),
+            let params: Value = r
+                .params
+                .as_deref()
+                .and_then(|p| serde_json::from_str(p).ok())
+                .unwrap_or(Value::Null);
+            let scope = match (r.user_id, params["shard"].as_str()) {
+                (Some(user), _) => UserScope::One(user),
                 (None, Some(shard)) => shard.parse().map_or(UserScope::All, UserScope::Shard),
                 (None, None) => UserScope::All,
             };
-            (
-                r["started_at"].as_str().unwrap_or("").to_string(),
-                scope,
-                r["run_id"].as_str().unwrap_or("").to_string(),
-            )
+            (r.started_at, scope, r.run_id)
         })
         .collect();
     // Newest first: for each user, the first run whose scope covers them.
@@ -196,32 +201,19 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
     let mut out = Vec::new();
     for (run_id, users) in users_of_run {
         let filter = format!("run_id = {}", sql_string(&run_id));
-        for row in json_rows(
-            &ctx.store
-                .scan_columns(
-                    "clusters",
-                    Some(&filter),
-                    &["member_ids", "signature", "seed_id", "user_id"],
-                )
-                .await?,
-        ) {
-            let user = row["user_id"].as_str().unwrap_or("");
-            if !users.contains(user) {
-                continue;
+        for cluster in ctx
+            .store
+            .scan_rows::<Cluster>("clusters", Some(&filter))
+            .await?
+        {
+            if users.contains(&cluster.user_id) {
+                out.push(ClusterRow {
+                    user: cluster.user_id,
+                    member_ids: cluster.member_ids.unwrap_or_default(),
+                    signature: cluster.signature,
+                    parts: Vec::new(),
+                });
             }
-            out.push(ClusterRow {
-                user: user.to_string(),
-                member_ids: row["member_ids"]
-                    .as_array()
-                    .map(|ids| {
-                        ids.iter()
-                            .filter_map(|v| v.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                signature: row["signature"].as_str().unwrap_or("").to_string(),
-                parts: Vec::new(),
-            });
         }
     }
     // In user order, as before (the order clusters are proposed and logged in).
@@ -295,90 +287,56 @@ fn is_live(row: &Value) -> bool {
     row["archived_at"].is_null() && row["state"].as_str() != Some("archived")
 }
 
-/// The consolidated memory's row (without its embedding) from the members' rows.
-fn new_memory(plan: &ConsolidationPlan, members: &[&Value], now: &str) -> Value {
-    let mut importance: Vec<f64> = members
-        .iter()
-        .filter_map(|m| m["importance"].as_f64())
-        .collect();
-    importance.sort_by(f64::total_cmp);
-    let median = match importance.len() {
-        0 => 0.5,
-        n if n % 2 == 1 => importance[n / 2],
-        n => (importance[n / 2 - 1] + importance[n / 2]) / 2.0,
-    };
-    let earliest = |field: &str| {
-        members
-            .iter()
-            .filter_map(|m| m[field].as_str())
-            .min()
-            .map(str::to_string)
-    };
-    let tags: BTreeSet<&str> = members
-        .iter()
-        .flat_map(|m| m["tags"].as_array().into_iter().flatten())
-        .filter_map(Value::as_str)
-        .collect();
-    let kinds: BTreeSet<&str> = members.iter().filter_map(|m| m["kind"].as_str()).collect();
-    let max = |field: &str, default: f64| {
-        members
-            .iter()
-            .filter_map(|m| m[field].as_f64())
-            .fold(None, |acc: Option<f64>, v| {
-                Some(acc.map_or(v, |a| a.max(v)))
-            })
-            .unwrap_or(default)
-    };
-    let min = |field: &str, default: f64| {
-        members
-            .iter()
-            .filter_map(|m| m[field].as_f64())
-            .fold(None, |acc: Option<f64>, v| {
-                Some(acc.map_or(v, |a| a.min(v)))
-            })
-            .unwrap_or(default)
-    };
-    let sum = |field: &str| {
-        members
-            .iter()
-            .filter_map(|m| m[field].as_i64())
-            .sum::<i64>()
-    };
-    // The furthest state a member reached (candidate < active < core): folding candidates
-    // nobody has used yet makes no active memory, which `scores` would archive as it fades.
-    let rank = |s: &str| ["candidate", "active", "core"].iter().position(|x| *x == s);
-    let state = members
-        .iter()
-        .filter_map(|m| m["state"].as_str())
-        .filter_map(|s| rank(s).map(|r| (r, s)))
-        .max()
-        .map_or("active", |(_, s)| s);
+/// A member row as the pure core's consolidation reads it.
+fn member_of(row: &Value) -> Member<'_> {
+    let time = |field: &str| row[field].as_str().and_then(parse_timestamp);
+    Member {
+        id: row["id"].as_str().unwrap_or(""),
+        text: row["text"].as_str().unwrap_or(""),
+        live: is_live(row),
+        kind: row["kind"].as_str(),
+        state: row["state"].as_str(),
+        importance: row["importance"].as_f64(),
+        salience: row["salience"].as_f64(),
+        confidence: row["confidence"].as_f64(),
+        retention: row["retention"].as_f64(),
+        access_count: row["access_count"].as_i64(),
+        recall_frequency: row["recall_frequency"].as_i64(),
+        last_accessed_at: time("last_accessed_at"),
+        created_at: time("created_at"),
+        valid_from: time("valid_from"),
+        tags: row["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect(),
+    }
+}
+
+/// The consolidated memory's row (without its embedding): the plan's text, the fields its
+/// members give (`logic::consolidate::merged`).
+fn new_memory(plan: &ConsolidationPlan, merged: &Merged, now: &str) -> Value {
+    let time = |t: Option<i64>| t.map(format_timestamp);
     json!({
         "id": plan.new_id,
         "user_id": plan.user,
         "text": plan.text,
-        "kind": if kinds.len() == 1 { kinds.iter().next().copied().unwrap_or("fact") } else { "fact" },
+        "kind": merged.kind,
         "source": "consolidate",
-        "importance": median,
-        "salience": max("salience", 0.5),
-        "confidence": min("confidence", 0.8),
-        "retention": max("retention", 1.0),
-        "state": state,
+        "importance": merged.importance,
+        "salience": merged.salience,
+        "confidence": merged.confidence,
+        "retention": merged.retention,
+        "state": merged.state,
         "tier": "hot",
-        "access_count": sum("access_count"),
-        "recall_frequency": sum("recall_frequency"),
-        // A fact told again is used again: decay runs from the last telling (or use) of any
-        // member, not from the first, or folding a fact told in February and in August would
-        // leave it as faded as February's telling and `scores` would cool it at once.
-        "last_accessed_at": members
-            .iter()
-            .flat_map(|m| [m["last_accessed_at"].as_str(), m["created_at"].as_str()])
-            .flatten()
-            .max(),
-        "created_at": earliest("created_at"),
+        "access_count": merged.access_count,
+        "recall_frequency": merged.recall_frequency,
+        "last_accessed_at": time(merged.last_accessed_at),
+        "created_at": time(merged.created_at),
         "updated_at": now,
-        "valid_from": earliest("valid_from"),
-        "tags": tags,
+        "valid_from": time(merged.valid_from),
+        "tags": merged.tags,
         "consolidates_memory_ids": plan.members,
     })
 }
@@ -398,18 +356,7 @@ async fn create_memories(
 ) -> Result<u64> {
     let dim = store.embedding_dim();
     let new_ids: Vec<String> = plans.iter().map(|(p, ..)| p.new_id.clone()).collect();
-    let existing: BTreeSet<String> = json_rows(
-        &store
-            .scan_columns(
-                "memories",
-                Some(&format!("id IN ({})", sql_list(&new_ids))),
-                &["id"],
-            )
-            .await?,
-    )
-    .into_iter()
-    .filter_map(|r| r["id"].as_str().map(str::to_string))
-    .collect();
+    let existing = store.ids_present(MEMORIES.name, &new_ids, None).await?;
     let missing: Vec<&(ConsolidationPlan, Value, i64)> = plans
         .iter()
         .filter(|(p, ..)| !existing.contains(&p.new_id))
@@ -460,33 +407,24 @@ async fn move_links(
         sql_list(&new_ids)
     );
     let old_links = json_rows(&store.scan("links", Some(&touching)).await?);
-    let mut moved: BTreeMap<(String, String, String), Value> = BTreeMap::new();
-    for link in &old_links {
-        let end = |field: &str| {
-            let id = link[field].as_str().unwrap_or("");
-            holder.get(id).copied().unwrap_or(id).to_string()
-        };
-        let (source, target) = (end("source_id"), end("target_id"));
-        if source == target {
-            continue; // a link between members of one consolidation
-        }
-        let key = (
-            source.clone(),
-            target.clone(),
-            link["link_type"].as_str().unwrap_or("").to_string(),
-        );
-        let confidence = link["confidence"].as_f64().unwrap_or(0.0);
-        let keep = moved
-            .get(&key)
-            .is_none_or(|kept| kept["confidence"].as_f64().unwrap_or(0.0) < confidence);
-        if keep {
-            let mut row = link.clone();
-            row.insert("source_id".into(), json!(source));
-            row.insert("target_id".into(), json!(target));
-            moved.insert(key, Value::Object(row));
-        }
-    }
-    let mut rows: Vec<Value> = moved.into_values().collect();
+    let ends: Vec<LinkEnds> = old_links
+        .iter()
+        .map(|link| LinkEnds {
+            source: link["source_id"].as_str().unwrap_or(""),
+            target: link["target_id"].as_str().unwrap_or(""),
+            link_type: link["link_type"].as_str().unwrap_or(""),
+            confidence: link["confidence"].as_f64().unwrap_or(0.0),
+        })
+        .collect();
+    let mut rows: Vec<Value> = consolidation::relink(&ends, holder)
+        .into_iter()
+        .map(|moved| {
+            let mut row = old_links[moved.from].clone();
+            row.insert("source_id".into(), json!(moved.source));
+            row.insert("target_id".into(), json!(moved.target));
+            Value::Object(row)
+        })
+        .collect();
     let created = format_timestamp(now);
     for (plan, ..) in plans {
         for member in &plan.members {
@@ -514,32 +452,31 @@ async fn move_entity_rows(
     now: i64,
 ) -> Result<()> {
     let dim = store.embedding_dim();
-    let entity_rows = json_rows(
-        &store
-            .scan("memory_entities", Some(&format!("memory_id IN ({list})")))
-            .await?,
-    );
+    #[derive(serde::Deserialize)]
+    struct Naming {
+        memory_id: String,
+        entity_id: String,
+        user_id: Option<String>,
+    }
+    let filter = format!("memory_id IN ({list})");
+    let entity_rows = store
+        .scan_rows::<Naming>(MEMORY_ENTITIES.name, Some(&filter))
+        .await?;
     if !entity_rows.is_empty() {
-        let moved: BTreeMap<(String, String), Value> = entity_rows
+        let pairs: Vec<(&str, &str)> = entity_rows
             .iter()
-            .map(|r| {
-                let memory = holder
-                    .get(r["memory_id"].as_str().unwrap_or(""))
-                    .copied()
-                    .unwrap_or("");
-                let entity = r["entity_id"].as_str().unwrap_or("").to_string();
-                (
-                    (memory.to_string(), entity.clone()),
-                    json!({"memory_id": memory, "entity_id": entity, "user_id": r["user_id"]}),
-                )
+            .map(|r| (r.memory_id.as_str(), r.entity_id.as_str()))
+            .collect();
+        let rows: Vec<Value> = consolidation::moved_entity_rows(&pairs, holder)
+            .into_iter()
+            .map(|(from, memory)| {
+                let r = &entity_rows[from];
+                json!({"memory_id": memory, "entity_id": r.entity_id, "user_id": r.user_id})
             })
             .collect();
-        let rows: Vec<Value> = moved.into_values().collect();
         let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
         store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
-        store
-            .delete_where("memory_entities", &format!("memory_id IN ({list})"))
-            .await?;
+        store.delete_where(MEMORY_ENTITIES.name, &filter).await?;
     }
     Ok(())
 }
@@ -611,11 +548,8 @@ async fn apply(
 /// Which of `ids` are live memories (not archived).
 async fn live_ids(store: &Store, ids: &[String]) -> Result<BTreeSet<String>> {
     Ok(store
-        .rows_with_ids("memories", ids, Some("archived_at IS NULL"), &["id"])
-        .await?
-        .into_iter()
-        .filter_map(|r| r["id"].as_str().map(str::to_string))
-        .collect())
+        .ids_present(MEMORIES.name, ids, Some("archived_at IS NULL"))
+        .await?)
 }
 
 fn string_list(value: &Value) -> Vec<String> {
@@ -638,24 +572,23 @@ async fn unfinished(store: &Store) -> Result<Vec<(ConsolidationPlan, Value, i64)
         "operation = 'CONSOLIDATE' AND classification = 'APPROVED'",
     )
     .await?;
-    let heads = json_rows(
-        &store
-            .scan_columns(AUDIT_LOG.name, Some(approved), &["id", "source_ids"])
-            .await?,
-    );
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: String,
+        source_ids: Option<Vec<String>>,
+    }
+    let heads = store
+        .scan_rows::<Head>(AUDIT_LOG.name, Some(approved))
+        .await?;
     let members: Vec<String> = heads
         .iter()
-        .flat_map(|r| string_list(&r["source_ids"]))
+        .flat_map(|r| r.source_ids.iter().flatten().cloned())
         .collect();
     let live = live_ids(store, &members).await?;
     let pending: Vec<String> = heads
-        .iter()
-        .filter(|r| {
-            string_list(&r["source_ids"])
-                .iter()
-                .any(|m| live.contains(m))
-        })
-        .filter_map(|r| r["id"].as_str().map(str::to_string))
+        .into_iter()
+        .filter(|r| r.source_ids.iter().flatten().any(|m| live.contains(m)))
+        .map(|r| r.id)
         .collect();
     if pending.is_empty() {
         return Ok(Vec::new());
@@ -979,50 +912,32 @@ async fn commit(
         links_of_user.entry(user).or_default().push(link);
     }
     let mut ready = Vec::new();
-    // Each plan's members as read now; unchanged when all are there, live, with the texts
-    // the judge saw.
-    let current: Vec<(Vec<&Value>, bool)> = plans
+    // Each plan's members as read now: the group folds when all are there, live, with the
+    // texts the judge saw, and none went into an earlier group of the run (full mode's layers).
+    let current: BTreeMap<&str, Member> = plans
         .iter()
-        .map(|plan| {
-            let members: Vec<&Value> = plan
-                .members
-                .iter()
-                .filter_map(|id| rows_by_id.get(id))
-                .collect();
-            let unchanged = members.len() == plan.members.len()
-                && members.iter().all(|m| {
-                    is_live(m)
-                        && plan
-                            .texts
-                            .get(m["id"].as_str().unwrap_or(""))
-                            .map(String::as_str)
-                            == m["text"].as_str()
-                });
-            (members, unchanged)
+        .flat_map(|p| &p.members)
+        .filter_map(|id| rows_by_id.get(id))
+        .map(|row| (row["id"].as_str().unwrap_or(""), member_of(row)))
+        .collect();
+    let groups: Vec<Group> = plans
+        .iter()
+        .map(|p| Group {
+            members: &p.members,
+            texts: &p.texts,
         })
         .collect();
-    // A memory in two clusters (full mode's layers) goes into the first unchanged group only.
-    let unclaimed = {
-        let claims: Vec<Vec<&str>> = plans
-            .iter()
-            .zip(&current)
-            .map(|(p, (_, unchanged))| match unchanged {
-                true => p.members.iter().map(String::as_str).collect(),
-                false => Vec::new(),
-            })
-            .collect();
-        crate::logic::consolidate::first_claims(&claims)
-    };
-    for ((plan, (members, unchanged)), unclaimed) in plans.into_iter().zip(current).zip(unclaimed) {
-        let unchanged = unchanged && unclaimed;
+    let fates = consolidation::fates(&groups, &current);
+    drop(groups);
+    for (plan, fate) in plans.into_iter().zip(fates) {
         let mut row = AuditRow::new(run_id, "CONSOLIDATE", &plan.key, now_micros);
         row.user_id = Some(plan.user.clone());
         row.source_ids = plan.members.clone();
         row.confidence = Some(plan.confidence.clamp(0.0, 1.0));
         row.reasoning = Some(plan.reasoning.clone());
-        if !unchanged {
+        if fate != Fate::Apply {
             add(counts, "groups_stale", 1);
-            if !unclaimed {
+            if fate == Fate::Overlapping {
                 add(counts, "groups_overlapping", 1);
                 let why = "a member went into another group of this run";
                 row.reasoning = Some(format!("{why}; {}", plan.reasoning));
@@ -1032,7 +947,17 @@ async fn commit(
             rows.push(row);
             continue;
         }
-        let memory = new_memory(&plan, &members, &now);
+        let members: Vec<&Value> = plan
+            .members
+            .iter()
+            .filter_map(|id| rows_by_id.get(id))
+            .collect();
+        let folded: Vec<Member> = plan
+            .members
+            .iter()
+            .filter_map(|id| current.get(id.as_str()).cloned())
+            .collect();
+        let memory = new_memory(&plan, &consolidation::merged(&folded), &now);
         let links: Vec<&serde_json::Map<String, Value>> = links_of_user
             .get(&plan.user)
             .into_iter()

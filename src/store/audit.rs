@@ -133,17 +133,7 @@ impl Store {
         &self,
         ids: &[String],
     ) -> Result<std::collections::BTreeSet<String>> {
-        #[derive(serde::Deserialize)]
-        struct Id {
-            id: String,
-        }
-        let mut found = std::collections::BTreeSet::new();
-        for chunk in ids.chunks(500) {
-            let filter = format!("id IN ({})", super::sql_list(chunk));
-            let rows: Vec<Id> = self.scan_rows(AUDIT_LOG.name, Some(&filter)).await?;
-            found.extend(rows.into_iter().map(|r| r.id));
-        }
-        Ok(found)
+        self.ids_present(AUDIT_LOG.name, ids, None).await
     }
 
     /// Appends audit rows in one commit without matching ids: for large sets of rows whose ids

@@ -560,6 +560,27 @@ impl Store {
         Ok(rows)
     }
 
+    /// Which of `ids` are rows of `table` (with `filter`, when given): one scan of the `id`
+    /// column per 500 ids.
+    pub async fn ids_present(
+        &self,
+        table: &str,
+        ids: &[String],
+        filter: Option<&str>,
+    ) -> Result<std::collections::BTreeSet<String>> {
+        #[derive(serde::Deserialize)]
+        struct Id {
+            id: String,
+        }
+        let mut found = std::collections::BTreeSet::new();
+        for chunk in ids.chunks(500) {
+            let condition = ids_condition(chunk, filter);
+            let rows: Vec<Id> = self.scan_rows(table, Some(&condition)).await?;
+            found.extend(rows.into_iter().map(|r| r.id));
+        }
+        Ok(found)
+    }
+
     /// Rows of `table` whose `id` is one of `ids` and that match `filter`, as `T`s: a
     /// thousand ids per scan.
     pub async fn typed_rows_with_ids<T: serde::de::DeserializeOwned>(
