@@ -190,7 +190,7 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
         })
         .collect();
     // Newest first: for each user, the first run whose scope covers them.
-    runs.sort_by(|a, b| b.0.cmp(&a.0));
+    runs.sort_by_key(|r| std::cmp::Reverse(r.0));
     // Each user's latest run, then one scan of the clusters per run (not per user).
     let mut users_of_run: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for user in super::users_of(ctx, "memories").await? {
