@@ -236,6 +236,17 @@ fn compute(
     if changed.is_empty() {
         return Ok(computed);
     }
+    computed.update = Some(update_batch(batch, changed, &kept)?);
+    Ok(computed)
+}
+
+/// The key and every update column of the changed rows (`changed`: their row numbers in
+/// `batch`), with their new values.
+fn update_batch(
+    batch: &RecordBatch,
+    changed: Vec<u32>,
+    kept: &[(ScoreOutput, f64)],
+) -> Result<RecordBatch> {
     let take = arrow::array::UInt32Array::from(changed);
     let id_column = arrow::compute::take(batch.column_by_name("id").unwrap(), &take, None)?;
     let columns: Vec<ArrayRef> = vec![
@@ -265,8 +276,7 @@ fn compute(
             .with_timezone("UTC"),
         ),
     ];
-    computed.update = Some(RecordBatch::try_new(update_schema(), columns)?);
-    Ok(computed)
+    Ok(RecordBatch::try_new(update_schema(), columns)?)
 }
 
 /// The columns scores writes, besides the key `id`.
