@@ -157,22 +157,24 @@ pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
     sections(store, SECTIONS, &[], false, out).await?;
     writeln!(
         out,
-        "\nStorage per table (`memlife optimize` compacts fragments and removes old versions)"
+        "\nStorage per table (`memlife optimize` compacts fragments and removes old versions; open \
+         files: what a read of the current version opens; data files: every version's)"
     )?;
     writeln!(
         out,
-        "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11}",
-        "table", "rows", "versions", "fragments", "data files", "bytes"
+        "{:<16} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11}",
+        "table", "rows", "versions", "fragments", "open files", "data files", "bytes"
     )?;
     let storage = store.storage_of_all_tables().await?;
     for t in &storage {
         writeln!(
             out,
-            "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11}",
+            "{:<16} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11}",
             t.table,
             t.rows,
             t.versions,
             t.fragments,
+            t.open_files,
             t.data_files.map_or("-".to_string(), |d| d.to_string()),
             crate::jobs::optimize::human_bytes(t.bytes)
         )?;

@@ -42,6 +42,10 @@ pub struct TableStorage {
     pub small_fragments: usize,
     /// Data files on disk, of every version (local folders only; `None` on object storage).
     pub data_files: Option<usize>,
+    /// Files a full read of the current version opens: its fragments' data files (a column
+    /// update adds one to each fragment it touches) and deletion files. Each costs a query
+    /// an open and a metadata read, so this, not `data_files`, is what slows reads.
+    pub open_files: usize,
     /// Bytes on disk, of every version, indexes and manifests included (local folders; on
     /// object storage the current version's data and index bytes, from the manifest).
     pub bytes: u64,
@@ -162,6 +166,19 @@ impl Store {
                 columns: index.columns,
             });
         }
+        let open_files = match table.dataset() {
+            Some(dataset) => dataset
+                .get()
+                .await?
+                .get_fragments()
+                .iter()
+                .map(|f| {
+                    let f = f.metadata();
+                    f.files.len() + usize::from(f.deletion_file.is_some())
+                })
+                .sum(),
+            None => 0,
+        };
         let on_disk = self.table_dir(name).filter(|d| d.exists()).map(|d| {
             let (_, bytes, data_files) = walk(&d);
             (bytes, data_files)
@@ -175,6 +192,7 @@ impl Store {
             fragments: stats.fragment_stats.num_fragments,
             small_fragments: stats.fragment_stats.num_small_fragments,
             data_files: on_disk.map(|(_, d)| d),
+            open_files,
             bytes: on_disk.map_or(stats.total_bytes as u64, |(b, _)| b),
             live_bytes: stats.total_bytes as u64,
             indexes,

@@ -149,6 +149,10 @@ fn compaction_merges_small_fragments_and_rewrites_a_large_one_only_past_its_dele
     assert_eq!(report["counts"]["fragments_written"], 1, "{report}");
     assert_eq!(fragments(&db), 2);
     let after = storage(&db, "memories");
+    assert_eq!(
+        after["open_files"], 2,
+        "one data file per fragment: {after}"
+    );
     assert!(
         after["bytes"].as_u64().unwrap() < large_bytes * 3 / 2,
         "no second copy of the large fragment: {after} (live {large_bytes})"
@@ -165,6 +169,9 @@ fn compaction_merges_small_fragments_and_rewrites_a_large_one_only_past_its_dele
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     let scored = db.rows("SELECT id, salience, tier, retention FROM memories ORDER BY id");
+    // Each column update attached a file to both fragments: a read opens those too.
+    let open = storage(&db, "memories")["open_files"].as_u64().unwrap();
+    assert!(open > 2, "scores' column files are opened by reads: {open}");
     let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
     assert_eq!(report["counts"]["fragments_compacted"], 0, "{report}");
     assert_eq!(
@@ -181,8 +188,13 @@ fn compaction_merges_small_fragments_and_rewrites_a_large_one_only_past_its_dele
     .unwrap();
     let out = db.run(&["import", &file]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // At 1/8 of the table (252 rows, so 256), the 500 new rows are a large fragment.
     let config = db.path("memlife.toml");
-    std::fs::write(&config, "[retention]\ncompact_deleted_fraction = 0.3\n").unwrap();
+    std::fs::write(
+        &config,
+        "[retention]\ncompact_deleted_fraction = 0.3\ncompact_fragment_fraction = 0.125\n",
+    )
+    .unwrap();
     let report = json(&db.run(&[
         "--config", &config, "--json", "optimize", "--tables", "memories",
     ]));
@@ -192,7 +204,10 @@ fn compaction_merges_small_fragments_and_rewrites_a_large_one_only_past_its_dele
          too (at least 256 rows); the merged 15 have no small neighbour: {report}"
     );
     assert_eq!(fragments(&db), 3);
-    let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
+    std::fs::write(&config, "[retention]\ncompact_fragment_fraction = 0.125\n").unwrap();
+    let report = json(&db.run(&[
+        "--config", &config, "--json", "optimize", "--tables", "memories",
+    ]));
     assert_eq!(
         report["counts"]["fragments_compacted"], 2,
         "25% deleted is over 0.2: the large one is rewritten, with its small neighbour: {report}"

@@ -86,22 +86,23 @@ fn steps_of(day: usize, optimize: bool) -> Vec<&'static str> {
 fn storage(db: &str) -> Result<Value> {
     let (stats, _) = memlife(&["--db", db, "--json", "stats"])?;
     let mut out = serde_json::Map::new();
-    let mut total = (0u64, 0u64, 0u64);
+    let mut total = (0u64, 0u64, 0u64, 0u64);
     for t in stats["storage"].as_array().into_iter().flatten() {
-        let (v, f, b) = (
+        let (v, f, o, b) = (
             t["versions"].as_u64().unwrap_or(0),
             t["data_files"].as_u64().unwrap_or(0),
+            t["open_files"].as_u64().unwrap_or(0),
             t["bytes"].as_u64().unwrap_or(0),
         );
-        total = (total.0 + v, total.1 + f, total.2 + b);
+        total = (total.0 + v, total.1 + f, total.2 + o, total.3 + b);
         out.insert(
             t["table"].as_str().unwrap_or("?").to_string(),
-            json!({"versions": v, "data_files": f, "bytes": b, "rows": t["rows"]}),
+            json!({"versions": v, "data_files": f, "open_files": o, "bytes": b, "rows": t["rows"]}),
         );
     }
     out.insert(
         "total".into(),
-        json!({"versions": total.0, "data_files": total.1, "bytes": total.2}),
+        json!({"versions": total.0, "data_files": total.1, "open_files": total.2, "bytes": total.3}),
     );
     Ok(Value::Object(out))
 }
