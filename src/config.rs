@@ -346,7 +346,7 @@ pub enum ThresholdSource {
 
 impl ThresholdSource {
     /// How a job report names the source: "the calibrated threshold of MODEL".
-    pub fn describe(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             ThresholdSource::Config => "the config file's",
             ThresholdSource::Calibrated => "the calibrated",

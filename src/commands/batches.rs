@@ -97,7 +97,7 @@ async fn poll(
     out: &mut dyn Write,
 ) -> Result<ExitStatus> {
     let (json, config, store) = (app.json, app.config().await?, &ctx.store);
-    let pending = batch::load(store, "status IN ('submitted', 'ready', 'applying')").await?;
+    let pending = batch::records(store, "status IN ('submitted', 'ready', 'applying')").await?;
     let mut report = JobReport::new(POLL, ctx);
     if pending.is_empty() {
         // A poll killed after its last batch was applied left a `running` row.
@@ -177,7 +177,7 @@ async fn retry(
             r.attempts
         ));
     }
-    let still_failed = batch::load(store, "status = 'failed'").await?;
+    let still_failed = batch::records(store, "status = 'failed'").await?;
     for r in still_failed {
         report.failures.push(ItemFailure {
             item: r.batch_key,
@@ -215,7 +215,7 @@ async fn cleanup(
 
 /// `batches list`: the batch records, newest last (writes nothing).
 async fn list(store: &Store, json: bool, out: &mut dyn Write) -> Result<ExitStatus> {
-    let records = batch::load(store, "batch_key IS NOT NULL").await?;
+    let records = batch::records(store, "batch_key IS NOT NULL").await?;
     if json {
         let rows: Vec<serde_json::Value> = records
             .iter()

@@ -217,7 +217,7 @@ pub async fn check(store: &Store, examples: usize) -> Result<CheckReport> {
     let name = "llm_batches: every applied batch's results are present";
     report.invariants_checked.push(name.into());
     let mut missing = Vec::new();
-    for record in batch::load(store, "status = 'applied'").await? {
+    for record in batch::records(store, "status = 'applied'").await? {
         let Some(applier) = JobName::parse(&record.job).and_then(JobName::applier) else {
             continue;
         };

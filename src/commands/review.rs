@@ -21,7 +21,7 @@ use crate::app::App;
 use crate::embedders::EmbedderArgs;
 use crate::exit::ExitStatus;
 use crate::jobs::integrate::resume;
-use crate::jobs::review_queue::{Verdict, items, settle};
+use crate::jobs::review_queue::{Verdict, queued, settle};
 use crate::jobs::{ItemFailure, JobReport, JobScope, RunLog};
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, LlmArgs};
@@ -123,7 +123,7 @@ pub async fn run(app: &App, args: &ReviewArgs, out: &mut dyn Write) -> Result<Ex
             if let Some(u) = user {
                 filter = format!("{filter} AND user_id = {}", sql_string(u));
             }
-            let mut rows = items(&ctx.store, &filter).await?;
+            let mut rows = queued(&ctx.store, &filter).await?;
             rows.sort_by(|a, b| {
                 text_of(a, "created_at")
                     .cmp(&text_of(b, "created_at"))
@@ -181,7 +181,7 @@ async fn apply_verdict(
         report.count("resumed", resumed);
     }
     let chosen = if verdict == Verdict::Expire {
-        items(
+        queued(
             &ctx.store,
             &format!(
                 "status = 'pending' AND expires_at <= {}",
@@ -190,7 +190,7 @@ async fn apply_verdict(
         )
         .await?
     } else {
-        let found = items(&ctx.store, &format!("id IN ({})", sql_list(ids))).await?;
+        let found = queued(&ctx.store, &format!("id IN ({})", sql_list(ids))).await?;
         for id in ids {
             match found.iter().find(|r| text_of(r, "id") == *id) {
                 None => report.failures.push(ItemFailure {

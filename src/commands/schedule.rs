@@ -83,7 +83,7 @@ pub struct Schedule {
 
 /// Reads and checks a schedule file: every cadence readable, every command a memlife
 /// subcommand, names unique; errors name the file and the entry.
-pub fn read(path: &Path) -> Result<Schedule> {
+pub fn load(path: &Path) -> Result<Schedule> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("schedule {}: cannot read it", path.display()))?;
     parse(&text).with_context(|| format!("schedule {}", path.display()))
@@ -291,7 +291,7 @@ pub struct ScheduleArgs {
 }
 
 pub async fn schedule(args: &ScheduleArgs, out: &mut dyn Write) -> Result<ExitStatus> {
-    let s = read(&args.file)?;
+    let s = load(&args.file)?;
     match args.what.as_str() {
         "crontab" => out.write_all(crontab(&s).as_bytes())?,
         "dag" => out.write_all(dag(&s).as_bytes())?,
@@ -354,7 +354,7 @@ async fn last_started(
 }
 
 pub async fn run_due(app: &App, args: &RunDueArgs, out: &mut dyn Write) -> Result<ExitStatus> {
-    let s = read(&args.file)?;
+    let s = load(&args.file)?;
     if let Some(unknown) = args
         .only
         .iter()

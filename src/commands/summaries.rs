@@ -190,7 +190,7 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
     )
     .map_err(|e| anyhow!("--budget {}: {e}", params.token_budget))?;
     let chosen: Vec<&SummaryCandidate> = selection.chosen.iter().map(|&i| &candidates[i]).collect();
-    let version = summaries::version(&args.user, &chosen);
+    let version = summaries::block_version(&args.user, &chosen);
 
     // The same selection as the file's one block: leave the file exactly as it is.
     let unchanged = blocks_before == 1

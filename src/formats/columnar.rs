@@ -180,7 +180,7 @@ fn all_finite(values: &[f32]) -> bool {
 }
 
 /// Converts `batch` to `spec`'s schema, or declines (see the module docs).
-pub fn convert(
+pub fn conform(
     spec: &TableSpec,
     embedding_dim: usize,
     now_micros: i64,
@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn a_clean_batch_converts_to_what_the_row_path_builds() {
         let batch = input(&["a", "b"], &[Some(0.2), Some(0.9)], &["active", "core"]);
-        let fast = convert(&MEMORIES, 2, 42, &batch).unwrap();
+        let fast = conform(&MEMORIES, 2, 42, &batch).unwrap();
         let mut builder = RowBuilder::new(&MEMORIES, 2, 42);
         for row in 0..2 {
             builder
@@ -305,13 +305,13 @@ mod tests {
             input(&[""], &[Some(0.5)], &["active"]),
         ];
         for batch in cases {
-            assert!(convert(&MEMORIES, 2, 0, &batch).is_err());
+            assert!(conform(&MEMORIES, 2, 0, &batch).is_err());
         }
         // A table whose ids are derived from content is left to the row path.
         let no_id = input(&["a"], &[Some(0.5)], &["active"]);
         let no_id = no_id.project(&[1, 2, 3, 4, 5, 6]).unwrap();
         assert!(
-            convert(&MEMORIES, 2, 0, &no_id)
+            conform(&MEMORIES, 2, 0, &no_id)
                 .unwrap_err()
                 .contains("derived")
         );

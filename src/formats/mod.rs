@@ -574,7 +574,7 @@ impl RowSource for ParquetSource {
                     self.columns_noted = true;
                 }
                 // Clean Arrow input skips the row path (see `columnar`).
-                let converted = crate::formats::columnar::convert(
+                let converted = crate::formats::columnar::conform(
                     builder.spec(),
                     builder.embedding_dim(),
                     builder.now_micros(),

@@ -310,7 +310,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
                         report.notes.push(format!(
                             "cluster threshold {} ({} threshold of {}; --threshold overrides)",
                             t.cluster,
-                            source.describe(),
+                            source.label(),
                             memories.model
                         ));
                     }

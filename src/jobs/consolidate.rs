@@ -34,7 +34,7 @@ use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, ProposedGroup, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::logic::cluster::signature;
-use crate::logic::consolidate::{self as consolidation, Fate, Group, LinkEnds, Member, Merged};
+use crate::logic::consolidate::{self as consolidation, Fate, FoldMember, Group, LinkEnds, Merged};
 use crate::logic::shard::UserScope;
 use crate::model::clock::Clock;
 use crate::model::encoding::{format_timestamp, parse_timestamp};
@@ -288,9 +288,9 @@ fn is_live(row: &Value) -> bool {
 }
 
 /// A member row as the pure core's consolidation reads it.
-fn member_of(row: &Value) -> Member<'_> {
+fn member_of(row: &Value) -> FoldMember<'_> {
     let time = |field: &str| row[field].as_str().and_then(parse_timestamp);
-    Member {
+    FoldMember {
         id: row["id"].as_str().unwrap_or(""),
         text: row["text"].as_str().unwrap_or(""),
         live: is_live(row),
@@ -315,7 +315,7 @@ fn member_of(row: &Value) -> Member<'_> {
 }
 
 /// The consolidated memory's row (without its embedding): the plan's text, the fields its
-/// members give (`logic::consolidate::merged`).
+/// members give (`logic::consolidate::fold`).
 fn new_memory(plan: &ConsolidationPlan, merged: &Merged, now: &str) -> Value {
     let time = |t: Option<i64>| t.map(format_timestamp);
     json!({
@@ -914,7 +914,7 @@ async fn commit(
     let mut ready = Vec::new();
     // Each plan's members as read now: the group folds when all are there, live, with the
     // texts the judge saw, and none went into an earlier group of the run (full mode's layers).
-    let current: BTreeMap<&str, Member> = plans
+    let current: BTreeMap<&str, FoldMember> = plans
         .iter()
         .flat_map(|p| &p.members)
         .filter_map(|id| rows_by_id.get(id))
@@ -952,12 +952,12 @@ async fn commit(
             .iter()
             .filter_map(|id| rows_by_id.get(id))
             .collect();
-        let folded: Vec<Member> = plan
+        let folded: Vec<FoldMember> = plan
             .members
             .iter()
             .filter_map(|id| current.get(id.as_str()).cloned())
             .collect();
-        let memory = new_memory(&plan, &consolidation::merged(&folded), &now);
+        let memory = new_memory(&plan, &consolidation::fold(&folded), &now);
         let links: Vec<&serde_json::Map<String, Value>> = links_of_user
             .get(&plan.user)
             .into_iter()
@@ -1254,7 +1254,7 @@ impl Applier for ConsolidateApplier {
                 crate::crash::point("consolidate.batch.after-proposals");
                 if !verify.is_empty() {
                     let key = derived_id(&format!("consolidate.verify|{}", record.batch_key));
-                    let exists = !crate::llm::batch::load(
+                    let exists = !crate::llm::batch::records(
                         env.store,
                         &format!("batch_key = {}", sql_string(&key)),
                     )

@@ -21,7 +21,7 @@ use anyhow::{Result, anyhow};
 use serde_json::{Value, json};
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::logic::entity_gc::{GcEntity, GcPlan, StoredEntity, chain, plan_gc};
+use crate::logic::entity_gc::{GcEntity, GcPlan, StoredEntity, plan_gc, shares_entity_chain};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX};
@@ -615,7 +615,7 @@ async fn rebuild_chains(
         };
         list.sort();
         list.dedup();
-        for (a, b) in chain(list, args.links_per_memory) {
+        for (a, b) in shares_entity_chain(list, args.links_per_memory) {
             let key = (list[a].1.clone(), list[b].1.clone(), link_type(&e.name));
             users_of_link.insert(key.clone(), e.user.clone());
             wanted.insert(key);

@@ -84,7 +84,7 @@ async fn facts_in_pending_batches(store: &Store) -> Result<BTreeSet<String>> {
         sql_string(JOB)
     );
     let mut facts = BTreeSet::new();
-    for record in crate::llm::batch::load(store, &filter).await? {
+    for record in crate::llm::batch::records(store, &filter).await? {
         for item in record.items()? {
             if let Some(fact) = item.input.memories.get(1) {
                 facts.insert(fact.id.clone());
@@ -622,9 +622,10 @@ async fn apply_classify(
         return Ok(());
     }
     let key = merge_batch_key(&record.batch_key);
-    let exists = !crate::llm::batch::load(env.store, &format!("batch_key = {}", sql_string(&key)))
-        .await?
-        .is_empty();
+    let exists =
+        !crate::llm::batch::records(env.store, &format!("batch_key = {}", sql_string(&key)))
+            .await?
+            .is_empty();
     if !exists {
         match crate::llm::batch::submit_keyed(
             env.store,

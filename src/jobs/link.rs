@@ -129,7 +129,7 @@ async fn pairs_in_pending_batches(store: &Store, user: &str) -> Result<BTreeSet<
         sql_string(user)
     );
     let mut pairs = BTreeSet::new();
-    for record in crate::llm::batch::load(store, &filter).await? {
+    for record in crate::llm::batch::records(store, &filter).await? {
         for item in record.items()? {
             if let [source, target] = item.input.memories.as_slice() {
                 pairs.insert((source.id.clone(), target.id.clone()));
@@ -383,7 +383,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
                     report.notes.push(format!(
                         "pairs judged from cosine similarity {} ({} threshold of {}; --min-score overrides)",
                         thresholds.link,
-                        source.describe(),
+                        source.label(),
                         memories.model
                     ));
                 }

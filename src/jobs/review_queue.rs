@@ -31,7 +31,8 @@ impl Verdict {
     }
 }
 
-pub async fn items(store: &Store, filter: &str) -> Result<Vec<Map<String, Value>>> {
+/// The review queue's rows that `filter` keeps.
+pub async fn queued(store: &Store, filter: &str) -> Result<Vec<Map<String, Value>>> {
     Ok(json_rows(
         &store.scan(REVIEW_QUEUE.name, Some(filter)).await?,
     ))
@@ -163,7 +164,7 @@ pub async fn expire(ctx: &JobCtx<'_>, embedder: &Embedder, run_id: &str, now: i6
     if let Some(u) = &ctx.user {
         filter = format!("{filter} AND user_id = {}", sql_string(u));
     }
-    let due = items(&ctx.store, &filter).await?;
+    let due = queued(&ctx.store, &filter).await?;
     if due.is_empty() {
         return Ok(0);
     }

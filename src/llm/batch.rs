@@ -63,7 +63,7 @@ impl BatchRecord {
     }
 }
 
-pub async fn load(store: &Store, filter: &str) -> Result<Vec<BatchRecord>> {
+pub async fn records(store: &Store, filter: &str) -> Result<Vec<BatchRecord>> {
     let rows = json_rows(&store.scan(LLM_BATCHES.name, Some(filter)).await?);
     let mut records = rows
         .into_iter()
@@ -89,7 +89,7 @@ pub async fn memories_in_pending(
 ) -> Result<std::collections::BTreeSet<String>> {
     let filter = format!("job = {} AND status != 'applied'", sql_string(job));
     let mut out = std::collections::BTreeSet::new();
-    for record in load(store, &filter).await? {
+    for record in records(store, &filter).await? {
         for item in record.items()? {
             out.extend(item.input.memories.into_iter().map(|m| m.id));
         }
@@ -183,7 +183,7 @@ impl ClaimKeeper {
                     Ok(true) => {}
                     Ok(false) => {
                         // Lost a commit race, or lost the claim: only the stored token says.
-                        let ours = load(&store, &format!("batch_key = {}", sql_string(&key)))
+                        let ours = records(&store, &format!("batch_key = {}", sql_string(&key)))
                             .await
                             .ok()
                             .and_then(|r| r.into_iter().next())
@@ -353,7 +353,7 @@ pub async fn submit_keyed(
 ) -> Result<BatchRecord> {
     for item in items {
         item.input
-            .check()
+            .check_arity()
             .map_err(|e| anyhow!("item {}: {e}", item.custom_id))?;
     }
     let provider = batch_provider(llm, task)?;
@@ -522,7 +522,7 @@ pub async fn poll(
     // since the poll began.
     let mut checked = std::collections::BTreeSet::new();
     for round in 0..POLL_ROUNDS {
-        let running: Vec<BatchRecord> = load(store, "status = 'submitted'")
+        let running: Vec<BatchRecord> = records(store, "status = 'submitted'")
             .await?
             .into_iter()
             .filter(|r| !checked.contains(&r.batch_key))
@@ -650,13 +650,13 @@ async fn poll_round(
         "status = 'ready' OR (status = 'applying' AND claimed_at <= TIMESTAMP '{}')",
         stale.trim_end_matches('Z')
     );
-    for record in load(store, &filter).await? {
+    for record in records(store, &filter).await? {
         match apply_one(env, appliers, record, &stale, options.lease_secs).await {
             Ok(Some(applied)) => {
                 report.applied += 1;
                 report.items_applied += applied.items;
                 report.items_failed += applied.failed;
-                report.usage.merge(&applied.usage);
+                report.usage.add(&applied.usage);
                 for (k, v) in applied.counts {
                     *report.counts.entry(k).or_default() += v;
                 }
@@ -722,7 +722,7 @@ async fn apply_one(
     if !claimed {
         return Ok(None);
     }
-    let mine = load(store, &format!("batch_key = {}", sql_string(&key))).await?;
+    let mine = records(store, &format!("batch_key = {}", sql_string(&key))).await?;
     if mine.first().and_then(|r| r.claim_token.as_deref()) != Some(token.as_str()) {
         return Ok(None);
     }
@@ -816,7 +816,7 @@ pub async fn retry(store: &Store, llm: &Llm, stuck_after_secs: u64) -> Result<Ve
         stuck.trim_end_matches('Z')
     );
     let mut done = Vec::new();
-    for mut record in load(store, &filter).await? {
+    for mut record in records(store, &filter).await? {
         // Take the record first, so two concurrent retries do not both resubmit it.
         let condition = format!(
             "status = 'failed' OR (status = 'submitting' AND updated_at <= TIMESTAMP '{}')",
@@ -871,7 +871,7 @@ pub async fn cleanup(
         "(status = 'applied' OR status = 'failed') AND updated_at <= TIMESTAMP '{}'",
         format_timestamp(cutoff).trim_end_matches('Z')
     );
-    let records = load(store, &filter).await?;
+    let records = records(store, &filter).await?;
     if records.is_empty() {
         return Ok((0, 0));
     }

@@ -292,7 +292,7 @@ fn answer(state: &State, body: &Value) -> (String, u64) {
         .and_then(|m| m["content"].as_str())
         .unwrap_or("");
     let content = match TaskInput::from_prompt(prompt) {
-        Some(input) if input.check().is_ok() => {
+        Some(input) if input.check_arity().is_ok() => {
             match state.answers.iter().find(|(task, texts, _)| {
                 task == input.task.name()
                     && texts.len() == input.memories.len()

@@ -103,7 +103,7 @@ pub struct LlmUsage {
 }
 
 impl LlmUsage {
-    pub fn merge(&mut self, other: &LlmUsage) {
+    pub fn add(&mut self, other: &LlmUsage) {
         self.items += other.items;
         self.failed_items += other.failed_items;
         for (name, u) in &other.providers {
@@ -239,7 +239,7 @@ impl Llm {
         if self.judge == JudgeKind::Offline {
             return items
                 .iter()
-                .map(|item| match item.input.check() {
+                .map(|item| match item.input.check_arity() {
                     Err(reason) => Outcome::failed(&item.custom_id, item.input.task, reason, None),
                     Ok(()) => Outcome {
                         custom_id: item.custom_id.clone(),
@@ -281,7 +281,7 @@ impl Llm {
 
     async fn run_online(&self, item: Item) -> Outcome {
         let task = item.input.task;
-        if let Err(reason) = item.input.check() {
+        if let Err(reason) = item.input.check_arity() {
             return Outcome::failed(&item.custom_id, task, reason, None);
         }
         let chain = match self.chain(task) {

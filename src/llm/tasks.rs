@@ -182,7 +182,7 @@ pub struct TaskInput {
 }
 
 impl TaskInput {
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check_arity(&self) -> Result<(), String> {
         let (least, most) = self.task.arity();
         let n = self.memories.len();
         if n < least || n > most {
@@ -822,7 +822,7 @@ mod tests {
     fn every_prompt_renders_and_round_trips() {
         for &task in ALL_TASKS {
             let input = input(task, task.arity().0.max(2).min(task.arity().1));
-            input.check().unwrap();
+            input.check_arity().unwrap();
             let prompt = input.render();
             assert!(!prompt.contains("{{"), "{} left a placeholder", task.name());
             assert!(
@@ -845,7 +845,7 @@ mod tests {
         input.question = Some("When did it happen?".into());
         assert_eq!(TaskInput::from_prompt(&input.render()), Some(input.clone()));
         input.question = None;
-        assert!(input.check().is_err(), "no question, no call");
+        assert!(input.check_arity().is_err(), "no question, no call");
     }
 
     #[test]

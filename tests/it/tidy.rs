@@ -517,7 +517,7 @@ fn every_named_crash_point_is_in_the_crash_harness() {
 
 #[test]
 fn the_crontab_and_the_dag_are_what_the_schedule_says() {
-    let schedule = memlife::commands::schedule::read(&root().join("jobs/schedule.toml"))
+    let schedule = memlife::commands::schedule::load(&root().join("jobs/schedule.toml"))
         .expect("jobs/schedule.toml reads");
     for (file, written) in [
         ("crontab", memlife::commands::schedule::crontab(&schedule)),
@@ -532,4 +532,73 @@ fn the_crontab_and_the_dag_are_what_the_schedule_says() {
             if file == "crontab" { "crontab" } else { "dag" }
         );
     }
+}
+
+/// Names every module may define, since they are the same idea in each: a job's or a
+/// command's entry point.
+const SHARED_NAMES: &[&str] = &["run", "command"];
+
+/// Module-level public functions and types whose name another file defines too, as
+/// "name: file, file".
+fn shared_public_names(files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut defined: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (path, text) in files {
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("pub ") else {
+                continue;
+            };
+            let rest = rest.strip_prefix("async ").unwrap_or(rest);
+            let Some((kind, tail)) = rest.split_once(' ') else {
+                continue;
+            };
+            if !["fn", "struct", "enum", "type", "trait"].contains(&kind) {
+                continue;
+            }
+            let name: String = tail
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let file = path
+                .strip_prefix(root())
+                .unwrap_or(path)
+                .display()
+                .to_string();
+            defined.entry(name).or_default().push(file);
+        }
+    }
+    defined
+        .into_iter()
+        .filter(|(name, files)| files.len() > 1 && !SHARED_NAMES.contains(&name.as_str()))
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect()
+}
+
+#[test]
+fn no_two_modules_give_one_public_name_to_two_ideas() {
+    let mut files = sources("src");
+    files.extend(sources("crates/memlife-logic/src"));
+    let found = shared_public_names(&files);
+    assert!(
+        found.is_empty(),
+        "one public name in two modules (rename one, or add it to SHARED_NAMES with why \
+         it is the same idea): {found:#?}"
+    );
+    let planted = [
+        (
+            root().join("src/jobs/a.rs"),
+            "pub struct Plan {}\n".to_string(),
+        ),
+        (
+            root().join("src/jobs/b.rs"),
+            "pub fn run() {}\npub struct Plan;\n".to_string(),
+        ),
+        (
+            root().join("src/jobs/c.rs"),
+            "pub async fn run() {}\n".to_string(),
+        ),
+    ];
+    assert_eq!(
+        shared_public_names(&planted),
+        ["Plan: src/jobs/a.rs, src/jobs/b.rs"]
+    );
 }

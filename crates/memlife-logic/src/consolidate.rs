@@ -28,7 +28,7 @@ pub fn first_claims<S: AsRef<str>>(groups: &[Vec<S>]) -> Vec<bool> {
 
 /// A member memory as consolidation reads it (timestamps in microseconds).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Member<'a> {
+pub struct FoldMember<'a> {
     pub id: &'a str,
     pub text: &'a str,
     /// Not archived.
@@ -65,7 +65,7 @@ pub enum Fate {
 }
 
 /// The fate of each group, in order, given the members as read now (by id).
-pub fn fates(groups: &[Group], current: &BTreeMap<&str, Member>) -> Vec<Fate> {
+pub fn fates(groups: &[Group], current: &BTreeMap<&str, FoldMember>) -> Vec<Fate> {
     let unchanged: Vec<bool> = groups
         .iter()
         .map(|g| {
@@ -121,7 +121,7 @@ pub struct Merged<'a> {
 }
 
 /// What a consolidated memory takes from its members.
-pub fn merged<'a>(members: &[Member<'a>]) -> Merged<'a> {
+pub fn fold<'a>(members: &[FoldMember<'a>]) -> Merged<'a> {
     let mut importance: Vec<f64> = members.iter().filter_map(|m| m.importance).collect();
     importance.sort_by(f64::total_cmp);
     let median = match importance.len() {
@@ -129,11 +129,13 @@ pub fn merged<'a>(members: &[Member<'a>]) -> Merged<'a> {
         n if n % 2 == 1 => importance[n / 2],
         n => (importance[n / 2 - 1] + importance[n / 2]) / 2.0,
     };
-    let values = |f: fn(&Member) -> Option<f64>| members.iter().filter_map(f);
-    let max =
-        |f: fn(&Member) -> Option<f64>, default: f64| values(f).reduce(f64::max).unwrap_or(default);
-    let min =
-        |f: fn(&Member) -> Option<f64>, default: f64| values(f).reduce(f64::min).unwrap_or(default);
+    let values = |f: fn(&FoldMember) -> Option<f64>| members.iter().filter_map(f);
+    let max = |f: fn(&FoldMember) -> Option<f64>, default: f64| {
+        values(f).reduce(f64::max).unwrap_or(default)
+    };
+    let min = |f: fn(&FoldMember) -> Option<f64>, default: f64| {
+        values(f).reduce(f64::min).unwrap_or(default)
+    };
     let kinds: BTreeSet<&str> = members.iter().filter_map(|m| m.kind).collect();
     // Folding candidates nobody has used yet makes no active memory, which `scores` would
     // archive as it fades.
@@ -279,12 +281,12 @@ mod tests {
         assert!(first_claims::<&str>(&[]).is_empty());
     }
 
-    fn member<'a>(id: &'a str, text: &'a str) -> Member<'a> {
-        Member {
+    fn member<'a>(id: &'a str, text: &'a str) -> FoldMember<'a> {
+        FoldMember {
             id,
             text,
             live: true,
-            ..Member::default()
+            ..FoldMember::default()
         }
     }
 
@@ -299,14 +301,14 @@ mod tests {
         let now = [
             member("a", "likes tea"),
             member("b", "drinks tea"),
-            Member {
+            FoldMember {
                 live: false,
                 ..member("c", "lives in Oslo")
             },
             member("d", "moved to Bergen"),
             member("e", "has a cat"),
         ];
-        let current: BTreeMap<&str, Member> = now.iter().map(|m| (m.id, m.clone())).collect();
+        let current: BTreeMap<&str, FoldMember> = now.iter().map(|m| (m.id, m.clone())).collect();
         let ab = vec!["a".to_string(), "b".to_string()];
         let cd = vec!["c".to_string(), "d".to_string()];
         let de = vec!["d".to_string(), "e".to_string()];
@@ -341,7 +343,7 @@ mod tests {
     fn the_fold_takes_each_field_by_its_rule() {
         let day = 86_400_000_000i64;
         let members = [
-            Member {
+            FoldMember {
                 kind: Some("fact"),
                 state: Some("candidate"),
                 importance: Some(0.2),
@@ -356,7 +358,7 @@ mod tests {
                 tags: vec!["food", "home"],
                 ..member("a", "likes tea")
             },
-            Member {
+            FoldMember {
                 kind: Some("fact"),
                 state: Some("core"),
                 importance: Some(0.8),
@@ -367,14 +369,14 @@ mod tests {
                 tags: vec!["food"],
                 ..member("b", "drinks tea")
             },
-            Member {
+            FoldMember {
                 kind: Some("fact"),
                 state: Some("active"),
                 importance: Some(0.5),
                 ..member("c", "tea daily")
             },
         ];
-        let m = merged(&members);
+        let m = fold(&members);
         assert_eq!(m.kind, "fact");
         assert_eq!(m.importance, 0.5, "the median");
         assert_eq!((m.salience, m.confidence, m.retention), (0.7, 0.6, 0.4));
@@ -391,21 +393,21 @@ mod tests {
 
         // Mixed kinds fold into a fact; members that know nothing give the defaults.
         let bare = [
-            Member {
+            FoldMember {
                 kind: Some("episode"),
                 ..member("a", "x")
             },
-            Member {
+            FoldMember {
                 kind: Some("preference"),
                 importance: Some(0.2),
                 ..member("b", "y")
             },
-            Member {
+            FoldMember {
                 importance: Some(0.6),
                 ..member("c", "z")
             },
         ];
-        let m = merged(&bare);
+        let m = fold(&bare);
         assert_eq!(m.kind, "fact");
         assert!(
             (m.importance - 0.4).abs() < 1e-12,

@@ -255,7 +255,7 @@ pub fn plan_merges(
 /// The sparse `shares_entity` chain of one entity's memories, ordered by (created_at, id):
 /// each memory to the (at most) `per_memory` memories just before it, newer as source. The
 /// same links `memlife entities` writes.
-pub fn chain(members: &[(i64, String)], per_memory: usize) -> Vec<(usize, usize)> {
+pub fn shares_entity_chain(members: &[(i64, String)], per_memory: usize) -> Vec<(usize, usize)> {
     let mut order: Vec<usize> = (0..members.len()).collect();
     order.sort_by(|&a, &b| members[a].cmp(&members[b]));
     let mut links = Vec::new();
@@ -484,7 +484,7 @@ mod tests {
             .iter()
             .map(|(t, id)| (*t, id.to_string()))
             .collect();
-        let links: Vec<(String, String)> = chain(&members, 2)
+        let links: Vec<(String, String)> = shares_entity_chain(&members, 2)
             .into_iter()
             .map(|(i, j)| (members[i].1.clone(), members[j].1.clone()))
             .collect();

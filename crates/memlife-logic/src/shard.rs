@@ -75,7 +75,7 @@ impl UserScope {
     }
 
     /// Words for reports and errors: "every user", "user ana", "shard 1/4".
-    pub fn describe(&self) -> String {
+    pub fn label(&self) -> String {
         match self {
             UserScope::All => "every user".to_string(),
             UserScope::One(user) => format!("user {user}"),
@@ -153,6 +153,6 @@ mod tests {
         assert!(UserScope::All.contains("anyone"));
         assert!(UserScope::One("ana".into()).contains("ana"));
         assert!(!UserScope::One("ana".into()).contains("ben"));
-        assert_eq!(shard.describe(), "shard 1/2");
+        assert_eq!(shard.label(), "shard 1/2");
     }
 }

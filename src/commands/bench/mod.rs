@@ -270,7 +270,7 @@ pub fn similarity(bench: &SimilarityBench, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-pub async fn embed(
+async fn embed(
     embedder: &Embedder,
     sentences: usize,
     batch_size: usize,
@@ -308,7 +308,7 @@ pub async fn embed(
 /// `memlife bench llm`: `requests` classification calls in online mode through the provider
 /// machinery (semaphore, budgets, retries) against `url`, timed against the ideal
 /// ceil(requests / concurrency) x latency.
-pub async fn llm(
+async fn llm(
     url: &str,
     requests: usize,
     concurrency: usize,
