@@ -602,3 +602,51 @@ fn no_two_modules_give_one_public_name_to_two_ideas() {
         ["Plan: src/jobs/a.rs, src/jobs/b.rs"]
     );
 }
+
+/// The files ARCHITECTURE.md's recipe for a new job names, one per numbered step
+/// ("N. `path`"), and the count its first line states ("A job touches N files").
+fn recipe(architecture: &str) -> (usize, Vec<String>) {
+    let section = architecture
+        .split("## Adding a job")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or("");
+    let stated = section
+        .split("touches ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let files = section
+        .lines()
+        .filter_map(|line| {
+            let (number, rest) = line.split_once(". `")?;
+            number.parse::<usize>().ok()?;
+            Some(rest.split('`').next()?.to_string())
+        })
+        .collect();
+    (stated, files)
+}
+
+#[test]
+fn the_recipe_names_files_that_exist() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let (stated, files) = recipe(&text);
+    assert_eq!(
+        stated,
+        files.len(),
+        "the count the recipe states: {files:#?}"
+    );
+    assert!(files.len() >= 10, "the recipe's steps are read: {files:#?}");
+    // The example job's own files are the new ones; every other file must be there.
+    let missing: Vec<&String> = files
+        .iter()
+        .filter(|f| !f.contains("prune") && !root().join(f).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the recipe names files that are gone: {missing:?}"
+    );
+    let planted = "## Adding a job\n\nA job touches 2 files:\n\n1. `src/a.rs`: x\n2. `b.rs`\n\n## Next\n3. `c.rs`\n";
+    assert_eq!(recipe(planted), (2, vec!["src/a.rs".into(), "b.rs".into()]));
+}
