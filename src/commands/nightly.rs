@@ -4,7 +4,8 @@
 //! jobs that read them, scores before clustering (hubs come from access and importance), links
 //! before clustering (hubs from links), consolidation before refinement (a folded memory is
 //! not split), entity GC after both (they free entities), descriptions after GC (of the
-//! entities left), and `optimize` last, when due.
+//! entities left), and `optimize` last: in full when due (weekly by default), otherwise
+//! `optimize --light`, which merges the small fragments the day's commits appended.
 //!
 //! Every step runs at one clock (`--now`, default the time the pipeline started) and gets the
 //! flags it takes of `--llm`, `--embedder`, `--user` and `--dry-run`. A step that fails is
@@ -44,10 +45,12 @@ pub const STEPS: &[&str] = &[
 ];
 
 /// The maintenance pipeline: embed, entities, scores, link, cluster, consolidate, refine,
-/// entity-gc, describe, and optimize when due; each step its own run; one report.
+/// entity-gc, describe, and optimize (in full when due, else --light); each step its own
+/// run; one report.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct NightlyArgs {
-    /// Only these steps, in pipeline order (comma-separated; default all, optimize when due).
+    /// Only these steps, in pipeline order (comma-separated; default all, optimize in full
+    /// when due and light otherwise; named, optimize runs in full).
     #[arg(long, value_delimiter = ',')]
     pub steps: Vec<String>,
     /// The clock every step runs at (RFC 3339); default the time the pipeline starts.
@@ -69,7 +72,8 @@ pub struct NightlyArgs {
     /// The embedder of the steps that embed.
     #[arg(long, value_enum)]
     pub embedder: Option<EmbedderKind>,
-    /// `optimize` is due when no finished optimize ran within this many days of the clock.
+    /// A full `optimize` is due when no finished full one ran within this many days of the
+    /// clock; until then the step is `optimize --light`.
     #[arg(long, default_value_t = 7.0, value_name = "DAYS")]
     pub optimize_every_days: f64,
     /// Stop at the first step that fails (default: report it and go on).
@@ -199,7 +203,8 @@ fn step_argv(step: &str, args: &NightlyArgs, now: &str) -> Vec<String> {
     argv
 }
 
-/// Whether `optimize` is due at `now`: no finished optimize whose clock is within `every_days`.
+/// Whether `optimize` is due at `now`: no finished full optimize (`--light` ones do not
+/// count) whose clock is within `every_days`.
 async fn optimize_due(
     store: &Store,
     now: chrono::DateTime<chrono::Utc>,
@@ -213,8 +218,9 @@ async fn optimize_due(
         .await?;
     let window = chrono::Duration::seconds((every_days * 86_400.0) as i64);
     Ok(!runs.iter().any(|r| {
-        r.time_param("now")
-            .is_some_and(|c| c <= now && now - c < window)
+        r.params()["light"] != json!(true)
+            && r.time_param("now")
+                .is_some_and(|c| c <= now && now - c < window)
     }))
 }
 
@@ -260,22 +266,19 @@ pub async fn run(app: &App, args: &NightlyArgs, out: &mut dyn Write) -> Result<E
             ));
             continue;
         }
-        if *step == "optimize"
+        // Not due (and not named): the light merge of the day's small fragments instead.
+        let light = *step == "optimize"
             && !named
-            && !optimize_due(&store, now, args.optimize_every_days).await?
-        {
-            outcomes.push(skip(&format!(
-                "not due: an optimize ran within {} days",
-                args.optimize_every_days
-            )));
-            continue;
+            && !optimize_due(&store, now, args.optimize_every_days).await?;
+        let mut argv = step_argv(step, args, &clock);
+        if light {
+            argv.push("--light".to_string());
         }
-        let argv = step_argv(step, args, &clock);
         let command = StepCli::try_parse_from(&argv)
             .map_err(|e| anyhow::anyhow!("step {step}: {e}"))?
             .job;
         let step_started = std::time::Instant::now();
-        let outcome = match crate::jobs::run_report(app, &command).await {
+        let mut outcome = match crate::jobs::run_report(app, &command).await {
             Ok(report) => {
                 let status = report.exit_status();
                 worst = worst.max(status);
@@ -297,6 +300,13 @@ pub async fn run(app: &App, args: &NightlyArgs, out: &mut dyn Write) -> Result<E
                 }
             }
         };
+        if light && outcome.note.is_none() {
+            outcome.note = Some(format!(
+                "light: a full optimize ran within {} days; {} small fragments merged",
+                args.optimize_every_days,
+                outcome.counts.get("fragments_compacted").unwrap_or(&0)
+            ));
+        }
         if !app.json {
             writeln!(
                 out,

@@ -11,6 +11,10 @@
 //! PRUNE_VERSIONS audit row per table, naming the versions and the cutoff, is written before
 //! they go. A run killed half-way leaves each table at one of its steps; the next run does
 //! the rest. The run itself is not undoable: it changes how rows are stored, not the rows.
+//!
+//! `--light` (what `nightly` runs on the days a full optimize is not due) only merges the
+//! small fragments the day's commits appended: one commit per table at most, no index
+//! update, no version removed.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +43,12 @@ pub struct OptimizeArgs {
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
     pub now: Option<Clock>,
+    /// Only merge the small fragments (under 256 rows) the day's commits left: no index
+    /// update, no rewrite of a large fragment, no version removed. `nightly` runs this on
+    /// the days a full optimize is not due, so reads do not open a dozen more fragments
+    /// for every day since the last one.
+    #[arg(long, conflicts_with = "keep_versions_days")]
+    pub light: bool,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -97,7 +107,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         );
     }
     let retention = &ctx.app.config().await?.retention;
-    let policy = compaction_policy(retention);
+    let policy = if args.light {
+        CompactionPolicy::LIGHT
+    } else {
+        compaction_policy(retention)
+    };
     let days = args
         .keep_versions_days
         .unwrap_or(retention.keep_versions_days);
@@ -124,6 +138,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     let window = chrono::Duration::seconds((days * 86_400.0) as i64);
     let written_before = wall_time_of(ctx, cutoff, window).await?;
     let params = json!({
+        "light": args.light,
         "keep_versions_days": days,
         "compaction": {
             "deleted_fraction": policy.deleted_fraction,
@@ -151,7 +166,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             .version_times(table)
             .await?
             .into_iter()
-            .filter(|(v, at)| *at < written_before && *v != before.version)
+            .filter(|(v, at)| !args.light && *at < written_before && *v != before.version)
             .map(|(v, _)| v)
             .collect();
         add(&mut counts, "fragments_before", before.fragments as u64);
@@ -204,12 +219,17 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             // week's new fragments, not yet indexed, would otherwise stay apart from the
             // indexed ones for good (one more fragment a week). Compaction remaps the indexes
             // onto what it writes; a second update covers anything it could not remap.
-            let indexes = ctx.store.update_indexes(table).await?;
+            // (A light run merges only unindexed small fragments: no index to update.)
+            let indexes = if args.light {
+                0
+            } else {
+                ctx.store.update_indexes(table).await?
+            };
             let (removed, added) = ctx.store.compact_table(table, &policy).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             crate::crash::point("optimize.after-compact");
-            if added > 0 {
+            if added > 0 && !args.light {
                 ctx.store.update_indexes(table).await?;
             }
             add(&mut counts, "indexes_updated", indexes as u64);

@@ -125,6 +125,16 @@ pub struct CompactionPolicy {
 }
 
 impl CompactionPolicy {
+    /// The nightly merge (`optimize --light`): only fragments under 256 rows, the small ones
+    /// a day's commits append (each recall's activation, each integrate round, ...), merge
+    /// with their small neighbours; no fragment is rewritten for its deleted rows. What it
+    /// rewrites is at most a few hundred rows a table, so the copies the window keeps stay
+    /// small, and reads between the weekly optimizes open a fragment a day, not a dozen.
+    pub const LIGHT: CompactionPolicy = CompactionPolicy {
+        deleted_fraction: 2.0,
+        fragment_fraction: 0.0,
+    };
+
     /// The rows a fragment needs to be left alone, for a table of `rows` rows.
     pub fn fragment_rows(&self, rows: usize) -> usize {
         ((rows as f64 * self.fragment_fraction) as usize).clamp(256, 1 << 20)

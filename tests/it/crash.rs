@@ -291,6 +291,17 @@ const SCENARIOS: &[Scenario] = &[
         witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'PRUNE_VERSIONS'",
     },
     Scenario {
+        name: "optimize --light (the small fragments embed's commits left, merged)",
+        setup: &[IMPORT, EMBED],
+        job: &["optimize", "--light"],
+        points: &[
+            "optimize.started",
+            "optimize.after-compact",
+            "optimize.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM runs WHERE job = 'optimize' AND status = 'done'",
+    },
+    Scenario {
         name: "recall (activation)",
         setup: &[IMPORT, EMBED],
         job: &[

@@ -97,7 +97,8 @@ fn nightly_runs_every_step_as_its_own_run_and_optimize_when_due() {
     assert_eq!(report["before"]["live_memories"], 5);
     assert!(report["after"]["links"].as_i64().unwrap() > 0, "{report}");
 
-    // A day later optimize is not due; named, it runs.
+    // A day later a full optimize is not due: the light merge runs instead (it does not
+    // count as the week's optimize); named, optimize runs in full.
     let out = db.run(&[
         "--json",
         "nightly",
@@ -109,8 +110,27 @@ fn nightly_runs_every_step_as_its_own_run_and_optimize_when_due() {
     let report = json(&out);
     let last = report["steps"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["step"], "optimize");
-    assert_eq!(last["status"], "skipped", "{last}");
-    assert!(last["note"].as_str().unwrap().contains("not due"));
+    assert_eq!(last["status"], "done", "{last}");
+    assert!(last["note"].as_str().unwrap().contains("light"), "{last}");
+    let light_run = last["run_id"].as_str().unwrap();
+    let params = db.rows(&format!(
+        "SELECT params FROM runs WHERE run_id = '{light_run}'"
+    ));
+    assert!(
+        params[0]["params"]
+            .as_str()
+            .unwrap()
+            .contains(r#""light":true"#),
+        "{params:?}"
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'PRUNE_VERSIONS' \
+             AND created_at > TIMESTAMP '2025-03-01T12:00:00Z'"
+        ),
+        "0",
+        "a light run removes no version"
+    );
     let out = db.run(&[
         "--json",
         "nightly",

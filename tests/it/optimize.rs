@@ -400,3 +400,53 @@ fn a_week_of_bench_year_with_and_without_optimize() {
     assert_eq!(with["fresh_copy"]["memories"]["rows"], memories(&with));
     assert!(with["bytes_over_fresh_copy"].as_f64().unwrap() >= 1.0);
 }
+
+#[test]
+fn a_light_optimize_merges_only_the_small_fragments_and_keeps_every_version() {
+    // One large fragment (2000 rows), a quarter of it written again (deleted in place: a
+    // full optimize at 0.2 would rewrite it), then three small appends.
+    let db = TestDb::new();
+    let file = db.path("m.jsonl");
+    std::fs::write(&file, memory_lines(0, 2000)).unwrap();
+    assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
+    std::fs::write(
+        &file,
+        memory_lines(0, 500).replace("Memory number", "Rewritten memory number"),
+    )
+    .unwrap();
+    assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
+    for k in 0..3 {
+        std::fs::write(&file, memory_lines(2000 + 5 * k, 2005 + 5 * k)).unwrap();
+        assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
+    }
+    assert_eq!(fragments(&db), 5);
+    let rows_before = db.rows("SELECT id, text FROM memories ORDER BY id");
+    let before = storage(&db, "memories");
+
+    let report = json(&db.run(&["--json", "optimize", "--light", "--tables", "memories"]));
+    assert_eq!(report["status"], "done", "{report}");
+    assert_eq!(
+        report["counts"]["fragments_compacted"], 3,
+        "the three small appends, not the large fragment nor the 500 rewritten rows: {report}"
+    );
+    assert_eq!(report["counts"]["fragments_written"], 1, "{report}");
+    assert_eq!(report["counts"]["versions_removed"], 0, "{report}");
+    assert_eq!(report["counts"]["indexes_updated"], 0, "{report}");
+    assert_eq!(fragments(&db), 3);
+    let after = storage(&db, "memories");
+    assert!(
+        after["versions"].as_u64().unwrap() > before["versions"].as_u64().unwrap()
+            && after["oldest_version_at"] == before["oldest_version_at"],
+        "every version kept: {before} -> {after}"
+    );
+    assert_eq!(
+        db.rows("SELECT id, text FROM memories ORDER BY id"),
+        rows_before
+    );
+    // Nothing small is left: a second light run writes nothing.
+    let report = json(&db.run(&["--json", "optimize", "--light", "--tables", "memories"]));
+    assert_eq!(report["counts"]["fragments_compacted"], 0, "{report}");
+    // --light keeps every version, so a window makes no sense beside it.
+    let out = db.run(&["optimize", "--light", "--keep-versions-days", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

@@ -389,6 +389,12 @@ fn live_day(
             times.insert(name.to_string(), ms as f64 / 1000.0);
         }
     }
+    // The days the full optimize is not due, the light merge of the day's small fragments
+    // (what `nightly` without `--steps` runs on those days).
+    if !bench.no_optimize && !steps.contains("optimize") {
+        let (_, s) = with_config(&["optimize", "--light", "--now", &now])?;
+        times.insert("optimize-light".into(), s);
+    }
     Ok(times)
 }
 
