@@ -67,6 +67,11 @@ with DAG(
     ).expand(
         bash_command=[f"{MEMLIFE} scores --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
+    # merge the small fragments the day's commits appended (no index update, no version removed), so reads between the weekly optimizes do not open a dozen more fragments a day
+    optimize_light_task = BashOperator(
+        task_id="optimize_light",
+        bash_command=f"{MEMLIFE} optimize --light",
+    )
     # delete batch records and files older than llm.batch_retention_days
     batches_cleanup_task = BashOperator(
         task_id="batches_cleanup",
@@ -82,7 +87,7 @@ with DAG(
         task_id="check",
         bash_command=f"{MEMLIFE} check",
     )
-    import_task >> embed_task >> entities_task >> describe_task >> link_task >> scores_task >> batches_cleanup_task >> stats_task >> check_task
+    import_task >> embed_task >> entities_task >> describe_task >> link_task >> scores_task >> optimize_light_task >> batches_cleanup_task >> stats_task >> check_task
 
 with DAG(
     dag_id="memlife_integrate",

@@ -188,28 +188,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     } else {
         // Logged before any goes, in one commit: which versions of which table, and the
         // window that let them go.
-        let rows: Vec<AuditRow> = plan
-            .iter()
-            .filter_map(|(table, _, old)| {
-                let (first, last) = (old.iter().min()?, old.iter().max()?);
-                let mut row = AuditRow::new(
-                    log.run_id(),
-                    "PRUNE_VERSIONS",
-                    &format!("{table}|{first}-{last}|{}", log.run_id()),
-                    ctx.now.timestamp_micros(),
-                );
-                row.target_id = Some(table.to_string());
-                row.reasoning = Some(format!(
-                    "versions {first} to {last} of {table} ({} versions) were written before {} \
-                     ([retention] keep_versions_days = {days}): logged here, then removed with \
-                     the files only they used; runs that wrote them can no longer be undone",
-                    old.len(),
-                    cutoff.to_rfc3339()
-                ));
-                row.before_state = Some(json!({"versions": old}).to_string());
-                Some(row)
-            })
-            .collect();
+        let rows = prune_rows(ctx, log.run_id(), &plan, cutoff, days);
         if !rows.is_empty() {
             ctx.store.write_audit(&rows).await?;
         }
@@ -256,6 +235,38 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     report.counts = counts;
     log.finish(ctx, &mut report).await?;
     Ok(report)
+}
+
+/// The PRUNE_VERSIONS audit rows of a run: one per table with versions to remove, naming them
+/// and the window that lets them go.
+fn prune_rows(
+    ctx: &JobCtx<'_>,
+    run_id: &str,
+    plan: &[(&str, TableStorage, Vec<u64>)],
+    cutoff: chrono::DateTime<chrono::Utc>,
+    days: f64,
+) -> Vec<AuditRow> {
+    plan.iter()
+        .filter_map(|(table, _, old)| {
+            let (first, last) = (old.iter().min()?, old.iter().max()?);
+            let mut row = AuditRow::new(
+                run_id,
+                "PRUNE_VERSIONS",
+                &format!("{table}|{first}-{last}|{}", run_id),
+                ctx.now.timestamp_micros(),
+            );
+            row.target_id = Some(table.to_string());
+            row.reasoning = Some(format!(
+                "versions {first} to {last} of {table} ({} versions) were written before {} \
+                     ([retention] keep_versions_days = {days}): logged here, then removed with \
+                     the files only they used; runs that wrote them can no longer be undone",
+                old.len(),
+                cutoff.to_rfc3339()
+            ));
+            row.before_state = Some(json!({"versions": old}).to_string());
+            Some(row)
+        })
+        .collect()
 }
 
 /// The wall-clock time before which versions are older than `cutoff` on the store's clock:
