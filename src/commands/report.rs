@@ -478,15 +478,16 @@ fn storage_section(storage: &[TableStorage]) -> String {
     ));
     html.push_str(
         "<table><tr><th>table</th><th>rows</th><th>versions</th><th>fragments</th>\
-         <th>data files</th><th>bytes</th></tr>",
+         <th>open files</th><th>data files</th><th>bytes</th></tr>",
     );
     for t in storage {
         html.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&t.table),
             t.rows,
             t.versions,
             t.fragments,
+            t.open_files,
             t.data_files.map_or("-".to_string(), |d| d.to_string()),
             crate::jobs::optimize::human_bytes(t.bytes),
         ));
