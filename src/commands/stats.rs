@@ -162,14 +162,14 @@ pub async fn run(store: &Store, json: bool, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "{:<16} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11}",
+        "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11} {:>11}",
         "table", "rows", "versions", "fragments", "open files", "data files", "bytes"
     )?;
     let storage = store.storage_of_all_tables().await?;
     for t in &storage {
         writeln!(
             out,
-            "{:<16} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11}",
+            "{:<16} {:>9} {:>9} {:>10} {:>11} {:>11} {:>11}",
             t.table,
             t.rows,
             t.versions,
