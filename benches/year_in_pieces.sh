@@ -2,12 +2,14 @@
 # Issue 35: lives `memlife bench year` (10k memories, 365 days) in pieces, so that the days
 # whose times are recorded (1, 100, 200, 300, 365) run with no compiler or test on the machine,
 # and the days between run beside other work. Waits for quiet before each recorded day.
-# Usage: bash benches/year_in_pieces.sh BIN DIR [CONFIG]
+# Usage: bash benches/year_in_pieces.sh BIN DIR [CONFIG] [BENCH YEAR OPTION...]
 #   BIN: the memlife binary (a perf build); DIR: the --keep folder (created);
-#   CONFIG: a memlife.toml for the year (its [retention] section), optional.
+#   CONFIG: a memlife.toml for the year (its [retention] section), optional ("" for none);
+#   further options go to every `bench year` call (e.g. --no-optimize for the baseline).
 set -u
 bin="$1"; dir="$2"; config="${3:-}"
-year=(bench year --memories 10000 --days 365 --keep "$dir")
+shift $(( $# < 3 ? $# : 3 ))
+year=(bench year --memories 10000 --days 365 --keep "$dir" "$@")
 [ -n "$config" ] && year+=(--config "$config")
 busy() { pgrep -x rustc >/dev/null || pgrep -f "target/debug/" >/dev/null || pgrep -f "cargo test" >/dev/null; }
 quiet() { while busy; do sleep 5; done; }
