@@ -17,7 +17,7 @@ use std::io::Write;
 use anyhow::{Result, anyhow, bail};
 use arrow::array::{Array, AsArray, RecordBatch};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use crate::app::App;
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
@@ -26,11 +26,9 @@ use crate::logic::recall::{Mode, RecallCandidate, Signals, parts, rank, rank_sco
 use crate::logic::scores::{ScoreInput, State, Ttl, on_access, score};
 use crate::model::clock::Clock;
 use crate::model::encoding::{format_timestamp, parse_timestamp};
-use crate::model::schema::MEMORIES;
+use crate::model::typed::MemoryRow;
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{
-    Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp, text_of,
-};
+use crate::store::{Store, sql_list, sql_string, sql_timestamp};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RecallArgs {
@@ -112,23 +110,28 @@ pub struct Report {
     pub pool: Vec<(String, Option<String>, Signals)>,
 }
 
-const COLUMNS: &[&str] = &[
-    "id",
-    "text",
-    "kind",
-    "tier",
-    "state",
-    "salience",
-    "importance",
-    "created_at",
-    "last_accessed_at",
-    "happens_at",
-    "superseded_by",
-    "session_id",
-    // Read for the live terms a search checks itself (`Live`).
-    "archived_at",
-    "valid_until",
-];
+/// A candidate memory's columns as a search reads them (with its vector, and `_distance` or
+/// `_score`, beside them). The archive and validity columns are read for the live terms a
+/// search checks itself (`Live`).
+#[derive(serde::Deserialize)]
+struct Candidate {
+    id: String,
+    text: String,
+    kind: String,
+    tier: String,
+    state: String,
+    salience: Option<f64>,
+    importance: Option<f64>,
+    created_at: Option<i64>,
+    last_accessed_at: Option<i64>,
+    happens_at: Option<i64>,
+    superseded_by: Option<String>,
+    session_id: Option<String>,
+    #[allow(dead_code)]
+    archived_at: Option<i64>,
+    #[allow(dead_code)]
+    valid_until: Option<i64>,
+}
 
 fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
@@ -159,35 +162,24 @@ struct Found {
 }
 
 impl Found {
-    fn of(r: &Map<String, Value>) -> Found {
-        let created_at = time_of(r, "created_at").unwrap_or(0);
+    fn of(r: Candidate) -> Found {
+        let created_at = r.created_at.unwrap_or(0);
         let said = chrono::DateTime::from_timestamp_micros(created_at)
             .map(|d| d.date_naive())
             .unwrap_or_default();
-        let text = text_of(r, "text");
         Found {
-            id: text_of(r, "id"),
-            resolved: crate::logic::temporal::resolve(&text, said),
-            text,
-            kind: text_of(r, "kind"),
-            tier: text_of(r, "tier"),
-            state: text_of(r, "state"),
-            salience: r
-                .get("salience")
-                .and_then(Value::as_f64)
-                .or_else(|| r.get("importance").and_then(Value::as_f64))
-                .unwrap_or(0.0),
+            resolved: crate::logic::temporal::resolve(&r.text, said),
+            id: r.id,
+            text: r.text,
+            kind: r.kind,
+            tier: r.tier,
+            state: r.state,
+            salience: r.salience.or(r.importance).unwrap_or(0.0),
             created_at,
-            last_access: time_of(r, "last_accessed_at"),
-            happens_at: time_of(r, "happens_at"),
-            superseded_by: r
-                .get("superseded_by")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            session: r
-                .get("session_id")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            last_access: r.last_accessed_at,
+            happens_at: r.happens_at,
+            superseded_by: r.superseded_by,
+            session: r.session_id,
             similarity: 0.0,
             focused: 0.0,
             lexical: 0.0,
@@ -397,9 +389,10 @@ async fn candidates(
 ) -> Result<Vec<Found>> {
     let began = std::time::Instant::now();
     let query_unit = unit(vector.to_vec());
-    let mut near_columns = COLUMNS.to_vec();
+    let columns = crate::model::typed::columns_of::<Candidate>();
+    let mut near_columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+    let mut text_columns = near_columns.clone();
     near_columns.extend(["embedding", "_distance"]);
-    let mut text_columns = COLUMNS.to_vec();
     text_columns.extend(["embedding", "_score"]);
     let timed = (!asked_times.is_empty()).then(|| {
         let micros = |d: chrono::NaiveDate| {
@@ -466,21 +459,21 @@ async fn candidates(
         },
     )?;
     let searched_ms = began.elapsed().as_secs_f64() * 1e3;
-    let near: Vec<RowAndVector> = rows_and_vectors(&near)?
+    let near: Vec<Hit> = rows_and_vectors(&near)?
         .into_iter()
         .chain(rows_and_vectors(&near_timed)?)
         .collect();
     let mut found: Vec<Found> = Vec::with_capacity(near.len() * 2);
     let mut at: BTreeMap<String, usize> = BTreeMap::new();
-    for (r, v) in near {
-        let mut f = Found::of(&r);
-        if at.contains_key(&f.id) {
+    for (r, v, distance) in near {
+        if at.contains_key(&r.id) {
             continue;
         }
+        let mut f = Found::of(r);
         // The exact cosine where the vector was read: through an IVF_PQ index `_distance`
         // is the compressed vectors' approximation.
         f.similarity = if v.is_empty() {
-            1.0 - f64_of(&r, "_distance")
+            1.0 - distance
         } else {
             cosine(&query_unit, &v)
         };
@@ -489,9 +482,9 @@ async fn candidates(
         at.insert(f.id.clone(), found.len());
         found.push(f);
     }
-    for (r, v) in rows_and_vectors(&lexical)? {
-        if let std::collections::btree_map::Entry::Vacant(slot) = at.entry(text_of(&r, "id")) {
-            let mut f = Found::of(&r);
+    for (r, v, _) in rows_and_vectors(&lexical)? {
+        if let std::collections::btree_map::Entry::Vacant(slot) = at.entry(r.id.clone()) {
+            let mut f = Found::of(r);
             f.similarity = cosine(&query_unit, &v);
             f.focused = f.similarity;
             f.vector = v;
@@ -568,190 +561,179 @@ fn crowding(found: &[Found], params: &crate::logic::recall::RecallParams) -> Vec
     crate::logic::recall::crowding_of(&vectors, params.crowding_neighbours)
 }
 
-/// A row as JSON (without its vector) and its vector.
-type RowAndVector = (Map<String, Value>, Vec<f32>);
+/// A candidate as a search returned it: its row, its vector (unit length; empty when it has
+/// none) and its `_distance` (0 when the search gave none).
+type Hit = (Candidate, Vec<f32>, f64);
 
-/// Rows as JSON (without their vector) and each row's vector, unit length (empty when null).
-fn rows_and_vectors(batches: &[arrow::array::RecordBatch]) -> Result<Vec<RowAndVector>> {
-    let mut out = Vec::new();
+fn rows_and_vectors(batches: &[arrow::array::RecordBatch]) -> Result<Vec<Hit>> {
+    let rows = crate::model::typed::rows_of::<Candidate>("memories", batches)?;
+    let vectors = crate::model::typed::optional_vectors_of("memories", batches, "embedding")?;
+    let mut distances = Vec::with_capacity(rows.len());
     for batch in batches {
-        let schema = batch.schema();
-        let keep: Vec<usize> = (0..schema.fields().len())
-            .filter(|&i| schema.field(i).name() != "embedding")
-            .collect();
-        let rows = json_rows(std::slice::from_ref(&batch.project(&keep)?));
-        let vectors = batch
-            .column_by_name("embedding")
-            .and_then(|c| c.as_fixed_size_list_opt().cloned());
-        for (i, row) in rows.into_iter().enumerate() {
-            let v: Vec<f32> = match &vectors {
-                Some(e) if e.is_valid(i) => e
-                    .value(i)
-                    .as_primitive_opt::<arrow::datatypes::Float32Type>()
-                    .map(|p| p.values().to_vec())
-                    .unwrap_or_default(),
-                _ => Vec::new(),
-            };
-            out.push((row, unit(v)));
-        }
+        let column = batch
+            .column_by_name("_distance")
+            .and_then(|c| c.as_primitive_opt::<arrow::datatypes::Float32Type>());
+        distances.extend((0..batch.num_rows()).map(|i| match column {
+            Some(d) if d.is_valid(i) => f64::from(d.value(i)),
+            _ => 0.0,
+        }));
     }
-    Ok(out)
+    Ok(rows
+        .into_iter()
+        .zip(vectors)
+        .zip(distances)
+        .map(|((r, v), d)| (r, unit(v.unwrap_or_default()), d))
+        .collect())
 }
 
 /// The user's live entities whose name or an alias the query names: (id, name).
 async fn named_entities(store: &Store, user: &str, query: &str) -> Result<Vec<(String, String)>> {
-    let rows = json_rows(
-        &store
-            .scan_columns(
-                "entities",
-                Some(&format!(
-                    "user_id = {} AND archived_at IS NULL",
-                    sql_string(user)
-                )),
-                &["id", "name", "aliases"],
-            )
-            .await?,
-    );
-    let mut names: Vec<(usize, String)> = Vec::new();
+    #[derive(serde::Deserialize)]
+    struct Named {
+        id: String,
+        name: String,
+        aliases: Option<Vec<String>>,
+    }
+    let filter = format!("user_id = {} AND archived_at IS NULL", sql_string(user));
+    let rows: Vec<Named> = store.scan_rows("entities", Some(&filter)).await?;
+    let mut names: Vec<(usize, &str)> = Vec::new();
     for (i, r) in rows.iter().enumerate() {
-        names.push((i, text_of(r, "name")));
-        for alias in crate::store::list_of(r.get("aliases").unwrap_or(&Value::Null)) {
-            names.push((i, alias));
+        names.push((i, r.name.as_str()));
+        for alias in r.aliases.iter().flatten() {
+            names.push((i, alias.as_str()));
         }
     }
-    let texts: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
+    let texts: Vec<&str> = names.iter().map(|(_, n)| *n).collect();
     let mut out: Vec<(String, String)> = Vec::new();
     for hit in crate::logic::recall::named_in(query, &texts) {
         let r = &rows[names[hit].0];
-        let id = text_of(r, "id");
-        if !out.iter().any(|(x, _)| *x == id) {
-            out.push((id, text_of(r, "name")));
+        if !out.iter().any(|(x, _)| *x == r.id) {
+            out.push((r.id.clone(), r.name.clone()));
         }
     }
     Ok(out)
 }
 
-/// Columns the activation changes.
-const ACTIVATED: &[&str] = &[
-    "access_count",
-    "recall_frequency",
-    "last_accessed_at",
-    "last_recall_interval_days",
-    "decay_gradient",
-    "salience",
-    "salience_anchor",
-    "state",
-    "tier",
-    "retention",
-    "importance",
-    "archived_at",
-];
-
-fn f64_of(row: &Map<String, Value>, field: &str) -> f64 {
-    row.get(field).and_then(Value::as_f64).unwrap_or(0.0)
+/// What an activation changes in a memory row, as the RECALL audit row logs it (fields in
+/// the order the log has always had them; timestamps as RFC 3339 text).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Activation {
+    access_count: i64,
+    archived_at: Option<String>,
+    decay_gradient: f64,
+    id: String,
+    importance: f64,
+    last_accessed_at: String,
+    last_recall_interval_days: f64,
+    recall_frequency: i64,
+    retention: f64,
+    salience: f64,
+    salience_anchor: f64,
+    state: String,
+    tier: String,
 }
 
-fn time_of(row: &Map<String, Value>, field: &str) -> Option<i64> {
-    row.get(field)
-        .and_then(Value::as_str)
-        .and_then(parse_timestamp)
+impl Activation {
+    /// The activation written onto `row`.
+    fn onto(&self, row: &mut MemoryRow) -> Result<()> {
+        let time = |t: &str| {
+            parse_timestamp(t).ok_or_else(|| anyhow!("memory {}: bad time {t:?}", self.id))
+        };
+        row.access_count = self.access_count;
+        row.archived_at = self.archived_at.as_deref().map(time).transpose()?;
+        row.decay_gradient = self.decay_gradient;
+        row.importance = self.importance;
+        row.last_accessed_at = Some(time(&self.last_accessed_at)?);
+        row.last_recall_interval_days = self.last_recall_interval_days;
+        row.recall_frequency = self.recall_frequency;
+        row.retention = self.retention;
+        row.salience = self.salience;
+        row.salience_anchor = Some(self.salience_anchor);
+        row.state = self.state.clone();
+        row.tier = self.tier.clone();
+        Ok(())
+    }
 }
 
 /// The activation of one memory row at `now`: the columns it changes.
 fn activation(
     p: &crate::logic::scores::ScoreParams,
-    row: &Map<String, Value>,
+    row: &MemoryRow,
     now: i64,
-) -> Result<Map<String, Value>> {
-    let id = text_of(row, "id");
-    let state = State::parse(&text_of(row, "state"))
-        .ok_or_else(|| anyhow!("memory {id}: unknown state {:?}", row["state"]))?;
-    let ttl = Ttl::parse(&text_of(row, "ttl_policy"))
-        .ok_or_else(|| anyhow!("memory {id}: unknown ttl_policy {:?}", row["ttl_policy"]))?;
-    let salience = f64_of(row, "salience");
+) -> Result<Activation> {
+    let id = &row.id;
+    let state = State::parse(&row.state)
+        .ok_or_else(|| anyhow!("memory {id}: unknown state {:?}", row.state))?;
+    let ttl = Ttl::parse(&row.ttl_policy)
+        .ok_or_else(|| anyhow!("memory {id}: unknown ttl_policy {:?}", row.ttl_policy))?;
     let mut m = ScoreInput {
         state,
         ttl,
-        episodic: text_of(row, "kind") == "episode",
-        confidence: f64_of(row, "confidence"),
-        salience,
-        salience_anchor: row
-            .get("salience_anchor")
-            .and_then(Value::as_f64)
-            .unwrap_or(salience),
-        access_count: row.get("access_count").and_then(Value::as_i64).unwrap_or(0),
-        recall_frequency: row
-            .get("recall_frequency")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
-        decay_gradient: f64_of(row, "decay_gradient"),
-        created_at: time_of(row, "created_at").unwrap_or(now),
-        last_accessed_at: time_of(row, "last_accessed_at"),
-        archived_at: time_of(row, "archived_at"),
-        emotional_salience: f64_of(row, "emotional_salience"),
+        episodic: row.kind == "episode",
+        confidence: row.confidence,
+        salience: row.salience,
+        salience_anchor: row.salience_anchor.unwrap_or(row.salience),
+        access_count: row.access_count,
+        recall_frequency: row.recall_frequency,
+        decay_gradient: row.decay_gradient,
+        created_at: row.created_at,
+        last_accessed_at: row.last_accessed_at,
+        archived_at: row.archived_at,
+        emotional_salience: row.emotional_salience,
         inbound_links: 0,
-        last_recall_interval_days: f64_of(row, "last_recall_interval_days"),
+        last_recall_interval_days: row.last_recall_interval_days,
     };
     let current = score(p, &m, now).salience;
     on_access(p, &mut m, current, now);
     let out = score(p, &m, now);
-    let mut changed = Map::new();
-    changed.insert("id".into(), json!(id));
-    changed.insert("access_count".into(), json!(m.access_count));
-    changed.insert("recall_frequency".into(), json!(m.recall_frequency));
-    changed.insert("last_accessed_at".into(), json!(format_timestamp(now)));
-    changed.insert(
-        "last_recall_interval_days".into(),
-        json!(m.last_recall_interval_days),
-    );
-    changed.insert("decay_gradient".into(), json!(m.decay_gradient));
-    changed.insert("salience".into(), json!(out.salience));
-    changed.insert("salience_anchor".into(), json!(m.salience_anchor));
-    changed.insert("state".into(), json!(out.state.as_str()));
-    changed.insert("tier".into(), json!(out.tier));
-    changed.insert("retention".into(), json!(out.retention));
-    changed.insert("importance".into(), json!(out.importance));
-    changed.insert(
-        "archived_at".into(),
-        json!(out.archived_at.map(format_timestamp)),
-    );
-    Ok(changed)
+    Ok(Activation {
+        id: id.clone(),
+        access_count: m.access_count,
+        recall_frequency: m.recall_frequency,
+        last_accessed_at: format_timestamp(now),
+        last_recall_interval_days: m.last_recall_interval_days,
+        decay_gradient: m.decay_gradient,
+        salience: out.salience,
+        salience_anchor: m.salience_anchor,
+        state: out.state.as_str().to_string(),
+        tier: out.tier.to_string(),
+        retention: out.retention,
+        importance: out.importance,
+        archived_at: out.archived_at.map(format_timestamp),
+    })
 }
 
 /// Writes logged activations onto the current rows, in one commit (rows activated at this
 /// clock already are left alone). Whole rows, merged on the key: a column update
 /// (`Store::update_columns`) would rewrite the activated columns of every row of each
 /// fragment a recalled memory sits in, megabytes per recall on a large store.
-async fn apply(store: &Store, changes: &[Map<String, Value>], now: i64) -> Result<usize> {
-    let ids: Vec<String> = changes.iter().map(|c| text_of(c, "id")).collect();
-    let rows = store
-        .rows_with_ids("memories", &ids, None, &MEMORIES.columns_except(""))
-        .await?;
-    let by_id: BTreeMap<String, Map<String, Value>> =
-        rows.into_iter().map(|r| (text_of(&r, "id"), r)).collect();
-    let mut out = Vec::new();
+async fn apply(store: &Store, changes: &[Activation], now: i64) -> Result<usize> {
+    let ids: Vec<String> = changes.iter().map(|c| c.id.clone()).collect();
+    let (rows, vectors) = store.memories_with_ids(&ids, None, true).await?;
+    let mut by_id: BTreeMap<String, (MemoryRow, Option<Vec<f32>>)> = rows
+        .into_iter()
+        .zip(vectors)
+        .map(|(r, v)| (r.id.clone(), (r, v)))
+        .collect();
+    let (mut out, mut out_vectors) = (Vec::new(), Vec::new());
     for change in changes {
-        let Some(row) = by_id.get(&text_of(change, "id")) else {
-            continue; // gone since: nothing to activate
+        let Some((mut row, vector)) = by_id.remove(&change.id) else {
+            continue; // gone since (or named twice): nothing to activate
         };
-        if time_of(row, "last_accessed_at") == Some(now) {
+        if row.last_accessed_at == Some(now) {
             continue;
         }
-        let mut row = row.clone();
-        for c in ACTIVATED {
-            row.insert(
-                c.to_string(),
-                change.get(*c).cloned().unwrap_or(Value::Null),
-            );
-        }
-        out.push(Value::Object(row));
+        change.onto(&mut row)?;
+        out.push(row);
+        out_vectors.push(vector);
     }
     if out.is_empty() {
         return Ok(0);
     }
-    let batch = batch_from_json(&MEMORIES, store.embedding_dim(), now, &out)
+    store
+        .upsert_memories(&out, &out_vectors, now)
+        .await
         .map_err(|e| anyhow!("activation rows: {e}"))?;
-    store.upsert_batch(&MEMORIES, batch).await?;
     Ok(out.len())
 }
 
@@ -981,28 +963,22 @@ async fn activate(
     let logged = store
         .scan_rows::<Logged>("audit_log", Some(&format!("id = {}", sql_string(&id))))
         .await?;
-    let changes: Vec<Map<String, Value>> = if let Some(row) = logged.first() {
+    let changes: Vec<Activation> = if let Some(row) = logged.first() {
         // The same recall at the same clock: finish what it logged, add nothing.
         report
             .notes
             .push("this recall was logged at this clock already: not activated twice".into());
-        let after: Value = serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))?;
-        after["activated"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_object().cloned())
-            .collect()
+        #[derive(serde::Deserialize)]
+        struct Logged {
+            activated: Vec<Activation>,
+        }
+        let after = row.after_state.as_deref().unwrap_or("{}");
+        serde_json::from_str::<Logged>(after)
+            .map_err(|e| anyhow!("recall audit row {id}: unreadable activations: {e}"))?
+            .activated
     } else {
         let ids: Vec<String> = report.memories.iter().map(|m| m.id.clone()).collect();
-        let rows = store
-            .rows_with_ids(
-                "memories",
-                &ids,
-                None,
-                &MEMORIES.columns_except("embedding"),
-            )
-            .await?;
+        let (rows, _) = store.memories_with_ids(&ids, None, false).await?;
         let changes = rows
             .iter()
             .map(|r| activation(scores, r, now))

@@ -126,7 +126,7 @@ struct Owner {
 }
 
 #[derive(serde::Deserialize)]
-struct MemoryRow {
+struct NodeRow {
     id: String,
     state: String,
     archived_at: Option<i64>,
@@ -230,7 +230,7 @@ impl Walker {
     /// Reads one user's graph.
     async fn load(&self, user: &str) -> Result<UserGraph> {
         let mine = col("user_id").eq(lit(user));
-        let rows: Vec<MemoryRow> = self.memories.rows_where(mine.clone()).await?;
+        let rows: Vec<NodeRow> = self.memories.rows_where(mine.clone()).await?;
         let mut memories = HashMap::with_capacity(rows.len());
         for row in rows {
             let is_archived = row.archived_at.is_some() || row.state == "archived";

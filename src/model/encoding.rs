@@ -30,6 +30,8 @@ pub enum Cell<'a> {
     Null,
     /// Text from a CSV cell (an empty cell reads as null).
     Text(&'a str),
+    /// Text from a typed row: kept as it is (an empty string stays empty, as JSON's does).
+    Str(&'a str),
     Json(&'a Value),
     JsonOwned(Value),
     F64(f64),
@@ -95,7 +97,7 @@ fn describe(cell: &Cell) -> String {
     let text = match cell {
         Cell::Missing => "nothing".to_string(),
         Cell::Null => "null".to_string(),
-        Cell::Text(s) => format!("'{s}'"),
+        Cell::Text(s) | Cell::Str(s) => format!("'{s}'"),
         Cell::Json(v) => v.to_string(),
         Cell::JsonOwned(v) => v.to_string(),
         Cell::F64(v) => v.to_string(),
@@ -126,7 +128,7 @@ pub fn convert<'a>(kind: Kind, cell: &Cell<'a>) -> Result<Typed<'a>, String> {
     let fail = |what: &str| Err(format!("expected {what}, got {}", describe(cell)));
     match kind {
         Kind::Str => match (cell, json) {
-            (Cell::Text(s), _) => Ok(Typed::Str(Cow::Borrowed(*s))),
+            (Cell::Text(s) | Cell::Str(s), _) => Ok(Typed::Str(Cow::Borrowed(*s))),
             (Cell::Json(Value::String(s)), _) => Ok(Typed::Str(Cow::Borrowed(s.as_str()))),
             (_, Some(Value::String(s))) => Ok(Typed::Str(Cow::Owned(s.clone()))),
             (_, Some(Value::Number(n))) => Ok(Typed::Str(Cow::Owned(n.to_string()))),

@@ -8,6 +8,11 @@
 
 use arrow::array::RecordBatch;
 use serde::de::DeserializeOwned;
+
+pub use crate::logic::rows::MemoryRow;
+use crate::model::encoding::Cell;
+use crate::model::rows::RowBuilder;
+use crate::model::schema::MEMORIES;
 use serde_arrow::schema::{SchemaLike, TracingOptions};
 
 /// A batch that does not hold the rows a type expects: a column missing or of another type.
@@ -89,6 +94,100 @@ pub fn vectors_of(
         out.extend_from_slice(&values.values()[start..start + list.len() * dim]);
     }
     Ok(out)
+}
+
+/// The vectors of `column` (a fixed-size list of f32) row by row, `None` where null: for reads
+/// of a few rows whose vectors may not be written yet (a whole row read to be written back).
+pub fn optional_vectors_of(
+    table: &str,
+    batches: &[RecordBatch],
+    column: &str,
+) -> Result<Vec<Option<Vec<f32>>>, RowTypeError> {
+    use arrow::array::{Array, AsArray};
+    let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
+    for batch in batches {
+        let list = batch
+            .column_by_name(column)
+            .and_then(|c| c.as_fixed_size_list_opt())
+            .ok_or_else(|| RowTypeError {
+                table: table.to_string(),
+                row: "vectors",
+                reason: format!("no fixed-size list column {column}"),
+            })?;
+        for i in 0..list.len() {
+            out.push(list.is_valid(i).then(|| {
+                list.value(i)
+                    .as_primitive::<arrow::datatypes::Float32Type>()
+                    .values()
+                    .to_vec()
+            }));
+        }
+    }
+    Ok(out)
+}
+
+/// The input cell of `memories` column `name` in `row` (`vector` for `embedding`).
+fn memory_cell<'a>(row: &'a MemoryRow, vector: Option<&'a [f32]>, name: &str) -> Cell<'a> {
+    let text = |v: &'a Option<String>| v.as_deref().map_or(Cell::Null, Cell::Str);
+    let time = |v: Option<i64>| v.map_or(Cell::Null, Cell::Timestamp);
+    let list = |v: &'a [String]| Cell::StrList(v.iter().map(|s| Some(s.as_str())).collect());
+    match name {
+        "id" => Cell::Str(&row.id),
+        "user_id" => Cell::Str(&row.user_id),
+        "text" => Cell::Str(&row.text),
+        "kind" => Cell::Str(&row.kind),
+        "session_id" => text(&row.session_id),
+        "source" => text(&row.source),
+        "embedding" => vector.map_or(Cell::Null, Cell::Floats),
+        "embedding_model" => text(&row.embedding_model),
+        "importance" => Cell::F64(row.importance),
+        "salience" => Cell::F64(row.salience),
+        "confidence" => Cell::F64(row.confidence),
+        "emotional_salience" => Cell::F64(row.emotional_salience),
+        "retention" => Cell::F64(row.retention),
+        "state" => Cell::Str(&row.state),
+        "tier" => Cell::Str(&row.tier),
+        "access_count" => Cell::I64(row.access_count),
+        "recall_frequency" => Cell::I64(row.recall_frequency),
+        "last_accessed_at" => time(row.last_accessed_at),
+        "last_recall_interval_days" => Cell::F64(row.last_recall_interval_days),
+        "decay_gradient" => Cell::F64(row.decay_gradient),
+        "ttl_policy" => Cell::Str(&row.ttl_policy),
+        "sensitivity" => Cell::Str(&row.sensitivity),
+        "created_at" => Cell::Timestamp(row.created_at),
+        "updated_at" => Cell::Timestamp(row.updated_at),
+        "happens_at" => time(row.happens_at),
+        "expires_at" => time(row.expires_at),
+        "valid_from" => Cell::Timestamp(row.valid_from),
+        "valid_until" => time(row.valid_until),
+        "superseded_by" => text(&row.superseded_by),
+        "supersession_chain_id" => text(&row.supersession_chain_id),
+        "archived_at" => time(row.archived_at),
+        "consolidates_memory_ids" => list(&row.consolidates_memory_ids),
+        "tags" => list(&row.tags),
+        "refinement_rejection_count" => Cell::I64(row.refinement_rejection_count),
+        "last_refined_at" => time(row.last_refined_at),
+        "salience_anchor" => row.salience_anchor.map_or(Cell::Null, Cell::F64),
+        _ => Cell::Missing,
+    }
+}
+
+/// `memories` rows and their vectors (`None`: no vector) as one batch of the table's schema,
+/// each row validated as an imported one is (`RowBuilder`).
+pub fn memory_batch(
+    rows: &[MemoryRow],
+    vectors: &[Option<Vec<f32>>],
+    embedding_dim: usize,
+    now: i64,
+) -> Result<RecordBatch, String> {
+    let mut builder = RowBuilder::new(&MEMORIES, embedding_dim, now);
+    for (index, row) in rows.iter().enumerate() {
+        let vector = vectors.get(index).and_then(|v| v.as_deref());
+        builder
+            .append(|_, name| memory_cell(row, vector, name))
+            .map_err(|e| format!("memories row {index} ({}): {e}", row.id))?;
+    }
+    builder.finish().map_err(|e| e.to_string())
 }
 
 /// A run as the schedule, nightly and optimize read it: when it started and the options it
@@ -244,6 +343,68 @@ mod tests {
         let e = vectors_of("memories", &[batch()], "embedding", 3).unwrap_err();
         assert!(e.to_string().contains("vectors of 2 floats, not 3"), "{e}");
         assert!(vectors_of("memories", &[batch()], "text", 2).is_err());
+    }
+
+    #[test]
+    fn a_memory_row_has_every_column_of_the_table_but_the_vector() {
+        assert_eq!(
+            columns_of::<MemoryRow>(),
+            MEMORIES.columns_except("embedding")
+        );
+    }
+
+    #[test]
+    fn a_memory_row_written_and_read_back_is_the_same_row() {
+        let row = MemoryRow {
+            id: "m1".into(),
+            user_id: "u".into(),
+            text: "Ana moved to Porto.".into(),
+            kind: "fact".into(),
+            session_id: Some(String::new()),
+            embedding_model: Some("hash-lexical-v1".into()),
+            importance: 0.7,
+            salience: 0.6,
+            confidence: 0.9,
+            retention: 1.0,
+            state: "active".into(),
+            tier: "warm".into(),
+            access_count: 3,
+            last_accessed_at: Some(5_000_000),
+            decay_gradient: 1.0,
+            ttl_policy: "decay".into(),
+            sensitivity: "normal".into(),
+            created_at: 1_000_000,
+            updated_at: 2_000_000,
+            valid_from: 1_000_000,
+            superseded_by: Some("m2".into()),
+            consolidates_memory_ids: vec!["a".into(), "b".into()],
+            tags: vec!["moves".into()],
+            salience_anchor: Some(0.6),
+            ..MemoryRow::default()
+        };
+        let batch = memory_batch(
+            std::slice::from_ref(&row),
+            &[Some(vec![0.5, 0.5])],
+            2,
+            9_000_000,
+        )
+        .unwrap();
+        assert_eq!(batch.schema(), MEMORIES.arrow_schema(2));
+        let back: Vec<MemoryRow> = rows_of("memories", &[batch.clone()]).unwrap();
+        assert_eq!(back, vec![row.clone()]);
+        assert_eq!(
+            optional_vectors_of("memories", &[batch], "embedding").unwrap(),
+            vec![Some(vec![0.5, 0.5])]
+        );
+        let bad = MemoryRow {
+            state: "asleep".into(),
+            ..row
+        };
+        let e = memory_batch(&[bad], &[None], 2, 0).unwrap_err();
+        assert!(
+            e.contains("memories row 0 (m1)") && e.contains("state"),
+            "{e}"
+        );
     }
 
     #[test]

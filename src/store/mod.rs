@@ -21,7 +21,8 @@ use std::collections::BTreeMap;
 
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
-use crate::model::schema::{ALL_TABLES, META, SCHEMA_VERSION, TableSpec};
+use crate::model::schema::{ALL_TABLES, MEMORIES, META, SCHEMA_VERSION, TableSpec};
+use crate::model::typed::MemoryRow;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -59,6 +60,9 @@ pub enum StoreError {
     UnknownTable { name: String, known: String },
     #[error("audit row {id}: {reason}")]
     InvalidAudit { id: String, reason: String },
+    /// Rows a job built that the table's rules refuse (the row and field named).
+    #[error("{0}")]
+    Rows(String),
     #[error(transparent)]
     Lance(#[from] lancedb::Error),
     #[error(transparent)]
@@ -595,6 +599,53 @@ impl Store {
             rows.extend(self.scan_rows::<T>(table, Some(&condition)).await?);
         }
         Ok(rows)
+    }
+
+    /// The whole `memories` rows whose `id` is one of `ids` (and that match `filter`), each
+    /// with its vector when `vectors` (`None` where it has none): rows to change and write
+    /// back (`upsert_memories`). A thousand ids per scan.
+    pub async fn memories_with_ids(
+        &self,
+        ids: &[String],
+        filter: Option<&str>,
+        vectors: bool,
+    ) -> Result<(Vec<MemoryRow>, Vec<Option<Vec<f32>>>)> {
+        let mut columns = crate::model::typed::columns_of::<MemoryRow>();
+        if vectors {
+            columns.push("embedding".into());
+        }
+        let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let (mut rows, mut vecs) = (Vec::new(), Vec::new());
+        for chunk in ids.chunks(1000) {
+            let condition = ids_condition(chunk, filter);
+            let batches = self
+                .scan_columns("memories", Some(&condition), &columns)
+                .await?;
+            rows.extend(crate::model::typed::rows_of::<MemoryRow>(
+                "memories", &batches,
+            )?);
+            if vectors {
+                vecs.extend(crate::model::typed::optional_vectors_of(
+                    "memories",
+                    &batches,
+                    "embedding",
+                )?);
+            }
+        }
+        Ok((rows, vecs))
+    }
+
+    /// Writes whole `memories` rows (with their vectors, `None`: none) in one commit, merged
+    /// on `id`: a row of an existing id replaces it.
+    pub async fn upsert_memories(
+        &self,
+        rows: &[MemoryRow],
+        vectors: &[Option<Vec<f32>>],
+        now: i64,
+    ) -> Result<WriteStats> {
+        let batch = crate::model::typed::memory_batch(rows, vectors, self.embedding_dim(), now)
+            .map_err(StoreError::Rows)?;
+        self.upsert_batch(&MEMORIES, batch).await
     }
 
     /// The distinct `user_id`s of a table, sorted.

@@ -16,6 +16,7 @@ pub mod reading;
 pub mod recall;
 pub mod recall_eval;
 pub mod report;
+pub mod rows;
 pub mod schedule;
 pub mod scores;
 pub mod shard;

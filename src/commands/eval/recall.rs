@@ -33,7 +33,7 @@ use crate::exit::ExitStatus;
 use crate::logic::recall::Mode;
 use crate::logic::recall_eval::{Figures, Tally, canonical_turn, evidence_turns};
 use crate::model::encoding::format_timestamp;
-use crate::store::{Store, json_rows, list_of, sql_string, text_of};
+use crate::store::{Store, sql_string};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct RecallEvalArgs {
@@ -242,19 +242,16 @@ async fn turns_of(
     store: &Store,
     own: &BTreeMap<String, Vec<String>>,
 ) -> Result<BTreeMap<String, BTreeSet<String>>> {
-    let rows = json_rows(
-        &store
-            .scan_columns("memories", None, &["id", "consolidates_memory_ids"])
-            .await?,
-    );
-    let made_of: BTreeMap<String, Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            (
-                text_of(r, "id"),
-                list_of(r.get("consolidates_memory_ids").unwrap_or(&Value::Null)),
-            )
-        })
+    #[derive(serde::Deserialize)]
+    struct MadeOf {
+        id: String,
+        consolidates_memory_ids: Option<Vec<String>>,
+    }
+    let made_of: BTreeMap<String, Vec<String>> = store
+        .scan_rows::<MadeOf>("memories", None)
+        .await?
+        .into_iter()
+        .map(|r| (r.id, r.consolidates_memory_ids.unwrap_or_default()))
         .collect();
     Ok(crate::logic::recall_eval::units_of(own, &made_of))
 }
@@ -595,32 +592,40 @@ async fn embed_texts(embedder: &Embedder, texts: &[&str]) -> Result<Vec<Vec<f32>
 
 /// Every memory the jobs marked superseded, with its successor, to be read.
 async fn supersessions(store: &Store) -> Result<Vec<Value>> {
-    let rows = json_rows(
-        &store
-            .scan_columns(
-                "memories",
-                Some("superseded_by IS NOT NULL OR valid_until IS NOT NULL"),
-                &["id", "user_id", "text", "superseded_by", "valid_until"],
-            )
-            .await?,
-    );
+    #[derive(serde::Deserialize)]
+    struct Closed {
+        user_id: String,
+        text: String,
+        superseded_by: Option<String>,
+        valid_until: Option<i64>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Said {
+        id: String,
+        text: String,
+    }
+    let rows: Vec<Closed> = store
+        .scan_rows(
+            "memories",
+            Some("superseded_by IS NOT NULL OR valid_until IS NOT NULL"),
+        )
+        .await?;
     let ids: Vec<String> = rows
         .iter()
-        .map(|r| text_of(r, "superseded_by"))
-        .filter(|s| !s.is_empty())
+        .filter_map(|r| r.superseded_by.clone())
         .collect();
     let successors: BTreeMap<String, String> = store
-        .rows_with_ids("memories", &ids, None, &["id", "text"])
+        .typed_rows_with_ids::<Said>("memories", &ids, None)
         .await?
-        .iter()
-        .map(|r| (text_of(r, "id"), text_of(r, "text")))
+        .into_iter()
+        .map(|r| (r.id, r.text))
         .collect();
     Ok(rows
         .iter()
         .map(|r| {
-            let next = text_of(r, "superseded_by");
-            json!({"user": text_of(r, "user_id"), "old": text_of(r, "text"),
-                   "new": successors.get(&next), "valid_until": r.get("valid_until")})
+            let next = r.superseded_by.as_deref().and_then(|n| successors.get(n));
+            json!({"user": r.user_id, "old": r.text, "new": next,
+                   "valid_until": r.valid_until.map(format_timestamp)})
         })
         .collect())
 }
