@@ -41,13 +41,14 @@ use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::formats::Format;
 use crate::llm::tasks::{Classification, MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, Llm, LlmArgs, Outcome};
-use crate::logic::integrate::{Answer, Class, Decision, IntegrateParams, decide, union_tags};
+use crate::logic::integrate::{Answer, Class, Decision, IntegrateParams, decide};
+pub use crate::logic::integrate::{FactPlan, plan};
 use crate::logic::shard::UserScope;
 use crate::logic::similarity::dot;
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, REVIEW_QUEUE};
-use crate::model::typed::EmbeddedMemory;
+use crate::model::typed::{EmbeddedMemory, MemoryRow};
 use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
 use crate::store::{list_of, text_of, time_of};
@@ -268,317 +269,8 @@ pub(super) fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
 }
 
 /// A fact as the judge reads it.
-pub(super) fn fact_view(fact: &Map<String, Value>) -> MemoryView {
-    MemoryView::from_row(fact)
-}
-
-/// One decision, ready to log and apply: its audit rows (the decision's own last) and what
-/// applying it writes.
-pub struct FactPlan {
-    pub audit: Vec<AuditRow>,
-    /// Memory rows (JSON, no embedding) to upsert; `vectors` holds embeddings known already.
-    pub memories: Vec<Value>,
-    pub links: Vec<Value>,
-    pub review: Option<Value>,
-}
-
-/// What a decision writes, as the audit row's `after_state`.
-/// The fact is kept in every decision's row, so a DUPLICATE or NOOP (which store nothing of
-/// it) can still be read, explained and recovered.
-fn after_state(
-    fact: &Map<String, Value>,
-    plan_memories: &[Value],
-    links: &[Value],
-    review: Option<&Value>,
-) -> String {
-    let mut fact = Value::Object(fact.clone());
-    fact["embedding"] = Value::Null;
-    json!({"fact": fact, "memories": plan_memories, "links": links, "review": review}).to_string()
-}
-
-fn link(
-    source: &str,
-    target: &str,
-    user: &str,
-    link_type: &str,
-    confidence: f64,
-    why: &str,
-    now: &str,
-) -> Value {
-    json!({
-        "source_id": source, "target_id": target, "user_id": user, "link_type": link_type,
-        "confidence": confidence.clamp(0.0, 1.0), "reasoning": why, "origin": "llm",
-        "created_at": now,
-    })
-}
-
-/// What the decision about `fact` writes. `candidate` is the full current row of the memory
-/// it was judged against (when it has one); `merged` the merge's text (MERGE only).
-/// The review item of a fact the judge was unsure about: the fact, its candidate, the
-/// judge's class and confidence, pending until `review_ttl_days` from `now`.
-fn review_item(
-    run_id: &str,
-    fact: &Map<String, Value>,
-    c: &Map<String, Value>,
-    (class, confidence, reasoning): (Class, f64, &str),
-    p: &IntegrateParams,
-    now: i64,
-) -> Value {
-    let now_text = format_timestamp(now);
-    let fact_id = text_of(fact, "id");
-    let user = text_of(fact, "user_id");
-    let mut fact_row = Value::Object(fact.clone());
-    fact_row["embedding"] = Value::Null;
-    json!({
-        "id": derived_id(&format!("review|{fact_id}")),
-        "run_id": run_id,
-        "user_id": user,
-        "fact_id": fact_id,
-        "fact": fact_row.to_string(),
-        "candidate_id": c["id"],
-        "candidate_text": c["text"],
-        "classification": class.as_str(),
-        "confidence": confidence.clamp(0.0, 1.0),
-        "reasoning": reasoning,
-        "status": "pending",
-        "created_at": now_text,
-        "expires_at": format_timestamp(now + p.review_ttl_days * 86_400_000_000),
-    })
-}
-
-/// A SUPERSEDE: the candidate `c` closed (valid until the fact's start, superseded by it, in
-/// its chain; archived too, with a DELETE audit row, when `enable_delete`), the fact joins the
-/// chain, and a `supersedes` link from the fact. Returns the memories, links and the DELETE row.
-#[allow(clippy::too_many_arguments)]
-fn superseding(
-    run_id: &str,
-    fact: &Map<String, Value>,
-    c: &Map<String, Value>,
-    mut new_row: Value,
-    (confidence, reasoning, judged): (f64, &str, Option<f64>),
-    before: Option<String>,
-    p: &IntegrateParams,
-    now: i64,
-) -> (Vec<Value>, Vec<Value>, Option<AuditRow>) {
-    let now_text = format_timestamp(now);
-    let fact_id = text_of(fact, "id");
-    let user = text_of(fact, "user_id");
-    let old_id = text_of(c, "id");
-    let mut old = Value::Object(c.clone());
-    old["embedding"] = Value::Null;
-    let mut delete = None;
-    let from = time_of(fact, "valid_from")
-        .or(time_of(fact, "created_at"))
-        .unwrap_or(now);
-    let until = from.max(time_of(c, "valid_from").unwrap_or(i64::MIN));
-    let chain = c
-        .get("supersession_chain_id")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| old_id.clone());
-    old["valid_until"] = json!(format_timestamp(until));
-    old["superseded_by"] = json!(fact_id);
-    old["supersession_chain_id"] = json!(chain);
-    old["updated_at"] = json!(now_text);
-    if p.enable_delete {
-        old["archived_at"] = json!(now_text);
-        old["state"] = json!("archived");
-        old["tier"] = json!("archived");
-        let mut d = AuditRow::new(run_id, "DELETE", "", now);
-        d.id = derived_id(&format!("integrate-delete|{fact_id}"));
-        d.user_id = Some(user.clone());
-        d.source_ids = vec![fact_id.clone()];
-        d.target_id = Some(old_id.clone());
-        d.classification = Some("SUPERSEDE".into());
-        d.confidence = judged;
-        d.reasoning = Some("superseded, archived (enable_delete): never erased".into());
-        d.before_state = before;
-        d.after_state = Some(json!({"archived_at": now_text}).to_string());
-        delete = Some(d);
-    }
-    new_row["supersession_chain_id"] = json!(chain);
-    let links = vec![link(
-        &fact_id,
-        &old_id,
-        &user,
-        "supersedes",
-        confidence,
-        reasoning,
-        &now_text,
-    )];
-    (vec![old, new_row], links, delete)
-}
-
-/// A MERGE: the candidate `c` takes the merged text (the higher importance, the earlier
-/// creation, both sets of tags, the fact among its sources); the fact is kept, archived, so
-/// its own words stay recoverable; a `merged_into` link from the fact.
-fn merging(
-    fact: &Map<String, Value>,
-    c: &Map<String, Value>,
-    mut new_row: Value,
-    merged: Option<&str>,
-    confidence: f64,
-    now: i64,
-) -> (Vec<Value>, Vec<Value>) {
-    let now_text = format_timestamp(now);
-    let fact_id = text_of(fact, "id");
-    let user = text_of(fact, "user_id");
-    let old_id = text_of(c, "id");
-    let mut old = Value::Object(c.clone());
-    old["embedding"] = Value::Null;
-    let text = merged.unwrap_or("");
-    let importance = c["importance"]
-        .as_f64()
-        .unwrap_or(0.5)
-        .max(fact["importance"].as_f64().unwrap_or(0.5));
-    let created = time_of(c, "created_at")
-        .into_iter()
-        .chain(time_of(fact, "created_at"))
-        .min()
-        .unwrap_or(now);
-    let mut sources = list_of(&c["consolidates_memory_ids"]);
-    sources.push(fact_id.clone());
-    old["text"] = json!(text);
-    old["importance"] = json!(importance);
-    old["created_at"] = json!(format_timestamp(created));
-    old["updated_at"] = json!(now_text);
-    old["tags"] = json!(union_tags(&list_of(&c["tags"]), &list_of(&fact["tags"])));
-    old["consolidates_memory_ids"] = json!(sources);
-    // The fact is kept, archived, so its own words stay recoverable.
-    new_row["archived_at"] = json!(now_text);
-    new_row["state"] = json!("archived");
-    new_row["tier"] = json!("archived");
-    let links = vec![link(
-        &fact_id,
-        &old_id,
-        &user,
-        "merged_into",
-        confidence,
-        "merged into the target (integrate: MERGE)",
-        &now_text,
-    )];
-    (vec![old, new_row], links)
-}
-
-#[allow(clippy::too_many_arguments)]
-pub fn plan(
-    run_id: &str,
-    decision_row_id: &str,
-    fact: &Map<String, Value>,
-    decision: &Decision,
-    candidate: Option<&Map<String, Value>>,
-    merged: Option<&str>,
-    p: &IntegrateParams,
-    now: i64,
-) -> FactPlan {
-    let now_text = format_timestamp(now);
-    let fact_id = text_of(fact, "id");
-    let user = text_of(fact, "user_id");
-    let mut new_row = Value::Object(fact.clone());
-    new_row["embedding"] = Value::Null;
-    new_row["embedding_model"] = Value::Null;
-    new_row["updated_at"] = json!(now_text);
-    if new_row["source"].is_null() {
-        new_row["source"] = json!("integrate");
-    }
-    let mut row = AuditRow::new(run_id, decision.operation(), "", now);
-    row.id = decision_row_id.to_string();
-    row.user_id = Some(user.clone());
-    row.source_ids = vec![fact_id.clone()];
-    row.classification = Some(decision.classification().to_string());
-    let before = candidate.map(|c| Value::Object(c.clone()).to_string());
-    let mut audit = Vec::new();
-    let (memories, links, review, target) = match decision {
-        Decision::Add => (vec![new_row], vec![], None, fact_id.clone()),
-        Decision::Coexist {
-            related,
-            confidence,
-            reasoning,
-        } => {
-            row.confidence = Some(confidence.clamp(0.0, 1.0));
-            row.reasoning = Some(reasoning.clone());
-            let links = match (related, candidate) {
-                (Some(_), Some(c)) => vec![link(
-                    &fact_id,
-                    &text_of(c, "id"),
-                    &user,
-                    "related_to",
-                    *confidence,
-                    "related but distinct (integrate: COEXIST)",
-                    &now_text,
-                )],
-                _ => vec![],
-            };
-            (vec![new_row], links, None, fact_id.clone())
-        }
-        Decision::Review {
-            class,
-            confidence,
-            reasoning,
-            ..
-        } => {
-            row.confidence = Some(confidence.clamp(0.0, 1.0));
-            row.reasoning = Some(reasoning.clone());
-            let c = candidate.expect("a review has a candidate");
-            let review = review_item(run_id, fact, c, (*class, *confidence, reasoning), p, now);
-            (vec![], vec![], Some(review), text_of(c, "id"))
-        }
-        Decision::Apply {
-            class,
-            confidence,
-            reasoning,
-            ..
-        } => {
-            row.confidence = Some(confidence.clamp(0.0, 1.0));
-            row.reasoning = Some(reasoning.clone());
-            let c = candidate.expect("an applied decision has a candidate");
-            let old_id = text_of(c, "id");
-            let mut old = Value::Object(c.clone());
-            old["embedding"] = Value::Null;
-            match class {
-                Class::Duplicate => {
-                    let newer = time_of(fact, "created_at") > time_of(c, "created_at");
-                    if newer {
-                        row.operation = "UPDATE";
-                        old["updated_at"] = json!(now_text);
-                        (vec![old], vec![], None, old_id)
-                    } else {
-                        row.operation = "NOOP";
-                        (vec![], vec![], None, old_id)
-                    }
-                }
-                Class::Supersede => {
-                    let (memories, links, delete) = superseding(
-                        run_id,
-                        fact,
-                        c,
-                        new_row,
-                        (*confidence, reasoning, row.confidence),
-                        before.clone(),
-                        p,
-                        now,
-                    );
-                    audit.extend(delete);
-                    (memories, links, None, fact_id.clone())
-                }
-                Class::Merge => {
-                    let (memories, links) = merging(fact, c, new_row, merged, *confidence, now);
-                    (memories, links, None, old_id)
-                }
-                Class::Coexist => unreachable!("COEXIST is Decision::Coexist"),
-            }
-        }
-    };
-    row.target_id = Some(target);
-    row.before_state = before;
-    row.after_state = Some(after_state(fact, &memories, &links, review.as_ref()));
-    audit.push(row);
-    FactPlan {
-        audit,
-        memories,
-        links,
-        review,
-    }
+pub(super) fn fact_view(fact: &MemoryRow) -> MemoryView {
+    MemoryView::from_memory(fact)
 }
 
 /// Writes plans: their audit rows (one commit), then links, review items and memories (one
@@ -640,15 +332,15 @@ async fn apply_plans(
         }
     }
     crate::crash::point(&format!("{job}.after-review"));
-    let mut rows: Vec<Value> = plans.iter().flat_map(|p| p.memories.clone()).collect();
+    let rows: Vec<MemoryRow> = plans.iter().flat_map(|p| p.memories.clone()).collect();
     if rows.is_empty() {
         return Ok(());
     }
     // Texts without a known vector are embedded in one call.
     let missing: Vec<String> = rows
         .iter()
-        .filter(|r| !vectors.contains_key(r["id"].as_str().unwrap_or("")))
-        .map(|r| r["text"].as_str().unwrap_or("").to_string())
+        .filter(|r| !vectors.contains_key(&r.id))
+        .map(|r| r.text.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -665,15 +357,21 @@ async fn apply_plans(
         }
     }
     let model = embedder.model_name();
-    for row in &mut rows {
-        let id = row["id"].as_str().unwrap_or("").to_string();
-        let text = row["text"].as_str().unwrap_or("").to_string();
-        let vector = vectors.get(&id).or_else(|| by_text.get(&text));
-        row["embedding"] = json!(vector);
-        row["embedding_model"] = json!(model);
-    }
-    let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
-    store.upsert_batch(&MEMORIES, batch).await?;
+    let mut out_vectors = Vec::with_capacity(rows.len());
+    let rows: Vec<MemoryRow> = rows
+        .into_iter()
+        .map(|mut row| {
+            out_vectors.push(
+                vectors
+                    .get(&row.id)
+                    .or_else(|| by_text.get(&row.text))
+                    .cloned(),
+            );
+            row.embedding_model = Some(model.clone());
+            row
+        })
+        .collect();
+    store.upsert_memories(&rows, &out_vectors, now).await?;
     Ok(())
 }
 
@@ -704,6 +402,7 @@ async fn unfinished(
     store: &Store,
     scope: &UserScope,
     runs: Option<&[String]>,
+    now: i64,
 ) -> Result<Vec<FactPlan>> {
     // Only runs that did not finish can have left a decision logged and not applied (a run
     // applies every plan before it finishes), so the log of finished runs is never reread.
@@ -792,9 +491,13 @@ async fn unfinished(
         let filter = format!("id IN ({})", sql_list(chunk));
         for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
             let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
+            let logged = after["memories"].as_array().cloned().unwrap_or_default();
+            let memories =
+                crate::model::typed::memories_from_json(&logged, store.embedding_dim(), now)
+                    .map_err(|e| anyhow!("audit row {}: {e}", text_of(&row, "id")))?;
             plans.push(FactPlan {
                 audit: Vec::new(),
-                memories: after["memories"].as_array().cloned().unwrap_or_default(),
+                memories,
                 links: after["links"].as_array().cloned().unwrap_or_default(),
                 review: Some(after["review"].clone()).filter(|r| !r.is_null()),
             });
@@ -811,7 +514,7 @@ pub async fn resume(
     now: i64,
     job: &str,
 ) -> Result<u64> {
-    let plans = unfinished(store, scope, None).await?;
+    let plans = unfinished(store, scope, None, now).await?;
     if !plans.is_empty() {
         apply_plans(store, embedder, &plans, &BTreeMap::new(), now, job).await?;
     }
@@ -825,7 +528,7 @@ pub(super) async fn resume_runs(
     runs: &[String],
     now: i64,
 ) -> Result<u64> {
-    let plans = unfinished(store, &UserScope::All, Some(runs)).await?;
+    let plans = unfinished(store, &UserScope::All, Some(runs), now).await?;
     if !plans.is_empty() {
         apply_plans(
             store,
@@ -920,19 +623,14 @@ fn params_of(config: &crate::config::Config, args: &IntegrateArgs) -> Result<Int
 /// names a memory is a failure.
 async fn facts_to_do(
     store: &Store,
-    facts: &[Map<String, Value>],
+    facts: &[MemoryRow],
     file: &str,
     counts: &mut BTreeMap<String, u64>,
     report: &mut JobReport,
 ) -> Result<(Vec<Option<String>>, Vec<usize>)> {
-    let ids: Vec<String> = facts.iter().map(|f| text_of(f, "id")).collect();
+    let ids: Vec<String> = facts.iter().map(|f| f.id.clone()).collect();
     let next = next_decisions(store, &ids).await?;
-    let existing: BTreeSet<String> = store
-        .rows_with_ids("memories", &ids, None, &["id"])
-        .await?
-        .iter()
-        .map(|r| text_of(r, "id"))
-        .collect();
+    let existing = store.ids_present("memories", &ids, None).await?;
     let mut todo: Vec<usize> = Vec::new();
     for (i, id) in ids.into_iter().enumerate() {
         if next[i].is_none() {
@@ -953,25 +651,22 @@ async fn facts_to_do(
 /// model refuses is a failure).
 async fn embed_facts(
     embedder: &Embedder,
-    facts: &[Map<String, Value>],
+    facts: &[MemoryRow],
     todo: &[usize],
     file: &str,
     report: &mut JobReport,
 ) -> Result<(BTreeMap<String, Vec<f32>>, Vec<usize>)> {
-    let texts: Vec<&str> = todo
-        .iter()
-        .map(|&i| facts[i]["text"].as_str().unwrap_or(""))
-        .collect();
+    let texts: Vec<&str> = todo.iter().map(|&i| facts[i].text.as_str()).collect();
     let mut vectors: BTreeMap<String, Vec<f32>> = BTreeMap::new();
     let mut embedded = Vec::new();
     for (&i, e) in todo.iter().zip(embedder.embed(&texts).await?) {
         match e {
             Embedded::Vector { values, .. } => {
-                vectors.insert(text_of(&facts[i], "id"), values);
+                vectors.insert(facts[i].id.clone(), values);
                 embedded.push(i);
             }
             Embedded::Refused(why) => report.failures.push(ItemFailure {
-                item: format!("{file}: fact {}", text_of(&facts[i], "id")),
+                item: format!("{file}: fact {}", facts[i].id),
                 reason: format!("not embedded: {why}"),
             }),
         }
@@ -986,7 +681,7 @@ struct Rounds<'a> {
     llm: &'a Llm,
     embedder: &'a Embedder,
     run_id: &'a str,
-    facts: &'a [Map<String, Value>],
+    facts: &'a [MemoryRow],
     views: Vec<MemoryView>,
     next: &'a [Option<String>],
     p: &'a IntegrateParams,
@@ -1008,11 +703,11 @@ impl Rounds<'_> {
         round_facts
             .iter()
             .map(|&f| {
-                let user = text_of(&self.facts[f], "user_id");
-                let vector = &self.vectors[&text_of(&self.facts[f], "id")];
+                let fact = &self.facts[f];
+                let vector = &self.vectors[&fact.id];
                 let found = self
                     .memories
-                    .get(&user)
+                    .get(&fact.user_id)
                     .map(|m| {
                         m.candidates(vector, self.threshold, self.p.top_k)
                             .into_iter()
@@ -1068,7 +763,7 @@ impl Rounds<'_> {
                 (failure, _) => {
                     let why = failure.clone().unwrap_or_else(|| "empty merge".into());
                     report.failures.push(ItemFailure {
-                        item: format!("fact {}", text_of(&self.facts[round[slot].0], "id")),
+                        item: format!("fact {}", self.facts[round[slot].0].id),
                         reason: format!("integrate.merge: {why}; kept beside the memory"),
                     });
                     if let Decision::Apply {
@@ -1098,33 +793,26 @@ impl Rounds<'_> {
         round: &Round,
         decisions: &[Decision],
         merged: &BTreeMap<usize, String>,
-    ) -> Result<BTreeMap<String, Map<String, Value>>> {
+    ) -> Result<BTreeMap<String, MemoryRow>> {
         let touched: Vec<(String, String)> = decisions
             .iter()
             .enumerate()
             .filter_map(|(slot, d)| {
                 d.candidate().map(|c| {
                     (
-                        text_of(&self.facts[round[slot].0], "user_id"),
+                        self.facts[round[slot].0].user_id.clone(),
                         round[slot].1[c].id.clone(),
                     )
                 })
             })
             .collect();
         let touched_ids: Vec<String> = touched.iter().map(|(_, id)| id.clone()).collect();
-        let rows = self
+        let (rows, _) = self
             .ctx
             .store
-            .rows_with_ids(
-                "memories",
-                &touched_ids,
-                None,
-                &MEMORIES.columns_except("embedding"),
-            )
-            .await?
-            .into_iter()
-            .map(|r| (text_of(&r, "id"), r))
-            .collect();
+            .memories_with_ids(&touched_ids, None, false)
+            .await?;
+        let rows = rows.into_iter().map(|r| (r.id.clone(), r)).collect();
         for (user, id) in &touched {
             if self.vectors.contains_key(id) {
                 continue;
@@ -1169,9 +857,8 @@ impl Rounds<'_> {
         candidate_id: Option<&String>,
         merged: Option<&String>,
     ) {
-        let user = text_of(&self.facts[f], "user_id");
-        let fact_id = text_of(&self.facts[f], "id");
-        let fact_vector = self.vectors[&fact_id].clone();
+        let user = self.facts[f].user_id.clone();
+        let fact_vector = self.vectors[&self.facts[f].id].clone();
         let state = self.memories.entry(user).or_default();
         let counted = match d {
             Decision::Add | Decision::Coexist { .. } => {
@@ -1239,7 +926,7 @@ impl Rounds<'_> {
                 .collect();
             if !failed.is_empty() {
                 report.failures.push(ItemFailure {
-                    item: format!("fact {}", text_of(&self.facts[round[slot].0], "id")),
+                    item: format!("fact {}", self.facts[round[slot].0].id),
                     reason: format!("integrate.classify: {}", failed.join("; ")),
                 });
             }
@@ -1314,7 +1001,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
     let run_id = log.run_id().to_string();
     let mut report = JobReport::new(JobName::Integrate.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let facts: Vec<Map<String, Value>> = json_rows(&batches);
+    let facts: Vec<MemoryRow> = crate::model::typed::rows_of("memories", &batches)?;
     add(
         &mut counts,
         "facts_read",
@@ -1360,7 +1047,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
     let (vectors, embedded) = embed_facts(&embedder, &facts, &todo, &file, &mut report).await?;
     let users: Vec<String> = embedded
         .iter()
-        .map(|&i| text_of(&facts[i], "user_id"))
+        .map(|&i| facts[i].user_id.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -1374,10 +1061,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
     // Rounds: the r-th fact of every user.
     let mut by_user: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for &i in &embedded {
-        by_user
-            .entry(text_of(&facts[i], "user_id"))
-            .or_default()
-            .push(i);
+        by_user.entry(facts[i].user_id.clone()).or_default().push(i);
     }
     if llm.mode == crate::llm::CallMode::Batch {
         let prepared = super::integrate_batch::Prepared {

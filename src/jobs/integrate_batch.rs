@@ -31,7 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{Result, anyhow, bail};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::integrate::{add, fact_view, next_decisions, plan, resume_runs, write_plans};
 use super::{JobCtx, JobReport, RunLog};
@@ -42,9 +42,9 @@ use crate::llm::{Item, Llm, Outcome};
 use crate::logic::integrate::{Answer, Class, Decision, IntegrateParams, decide};
 use crate::logic::similarity::dot;
 use crate::model::encoding::format_timestamp;
-use crate::model::schema::MEMORIES;
+use crate::model::typed::MemoryRow;
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{Store, json_rows, sql_list, sql_string, text_of, time_of};
+use crate::store::{Store, json_rows, sql_list, sql_string, text_of};
 
 const JOB: &str = "integrate";
 
@@ -96,7 +96,7 @@ async fn facts_in_pending_batches(store: &Store) -> Result<BTreeSet<String>> {
 
 /// What the submission needs from the online run's preparation.
 pub(super) struct Prepared<'a> {
-    pub facts: &'a [Map<String, Value>],
+    pub facts: &'a [MemoryRow],
     /// Indexes into `facts` of the embedded facts to integrate, by user, in file order.
     pub by_user: &'a BTreeMap<String, Vec<usize>>,
     pub vectors: &'a BTreeMap<String, Vec<f32>>,
@@ -115,12 +115,12 @@ pub(super) struct Prepared<'a> {
 fn submission(
     run_id: &str,
     user: &str,
-    fact: &Map<String, Value>,
+    fact: &MemoryRow,
     decision_id: &str,
     candidates: &[&MemoryView],
     now: i64,
 ) -> (AuditRow, Vec<Item>) {
-    let id = text_of(fact, "id");
+    let id = fact.id.clone();
     let view = fact_view(fact);
     let now_text = format_timestamp(now);
     let mut row = AuditRow::new(run_id, "SUBMIT", &format!("{run_id}|{id}"), now);
@@ -131,8 +131,7 @@ fn submission(
         "judged against {} candidates in a batch",
         candidates.len()
     ));
-    let mut stored = Value::Object(fact.clone());
-    stored["embedding"] = Value::Null;
+    let stored = fact.to_json();
     row.target_id = candidates.first().map(|c| c.id.clone());
     row.after_state = Some(
         json!({
@@ -224,7 +223,7 @@ pub(super) async fn submit(
         let mut earlier: Vec<&Vec<f32>> = Vec::new();
         for &f in facts {
             let fact = &prep.facts[f];
-            let id = text_of(fact, "id");
+            let id = fact.id.clone();
             let vector = &prep.vectors[&id];
             if pending.contains(&id) {
                 add(counts, "already_submitted", 1);
@@ -309,7 +308,7 @@ struct Submitted {
     p: IntegrateParams,
     now: i64,
     /// The `SUBMIT` rows' facts, by fact id.
-    facts: BTreeMap<String, Map<String, Value>>,
+    facts: BTreeMap<String, MemoryRow>,
 }
 
 async fn submitted(store: &Store, record: &BatchRecord, items: &[Item]) -> Result<Submitted> {
@@ -329,21 +328,30 @@ async fn submitted(store: &Store, record: &BatchRecord, items: &[Item]) -> Resul
         .flatten()
         .map(|d| submit_id(&d))
         .collect();
-    let mut facts = BTreeMap::new();
+    #[derive(serde::Deserialize)]
+    struct Logged {
+        id: String,
+        after_state: Option<String>,
+    }
+    let mut logged = Vec::new();
     for chunk in ids.chunks(500) {
         let filter = format!("id IN ({})", sql_list(chunk));
-        for row in json_rows(
-            &store
-                .scan_columns("audit_log", Some(&filter), &["after_state"])
-                .await?,
-        ) {
-            let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
-            let Some(fact) = after["fact"].as_object() else {
-                continue;
-            };
-            facts.insert(text_of(fact, "id"), fact.clone());
+        for row in store
+            .scan_rows::<Logged>("audit_log", Some(&filter))
+            .await?
+        {
+            let after: Value = serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))
+                .map_err(|e| anyhow!("audit row {}: unreadable after_state: {e}", row.id))?;
+            if after["fact"].is_object() {
+                logged.push(after["fact"].clone());
+            }
         }
     }
+    let facts = crate::model::typed::memories_from_json(&logged, store.embedding_dim(), now)
+        .map_err(|e| anyhow!("the SUBMIT rows of run {}: {e}", record.run_id))?
+        .into_iter()
+        .map(|f| (f.id.clone(), f))
+        .collect();
     Ok(Submitted { p, now, facts })
 }
 
@@ -352,18 +360,17 @@ async fn current_rows(
     store: &Store,
     ids: &[String],
     now: i64,
-) -> Result<BTreeMap<String, Map<String, Value>>> {
-    Ok(store
-        .rows_with_ids("memories", ids, None, &MEMORIES.columns_except("embedding"))
-        .await?
+) -> Result<BTreeMap<String, MemoryRow>> {
+    let (rows, _) = store.memories_with_ids(ids, None, false).await?;
+    Ok(rows
         .into_iter()
         .filter(|r| {
-            r["archived_at"].is_null()
-                && r["state"] != "archived"
-                && r["superseded_by"].is_null()
-                && time_of(r, "valid_until").is_none_or(|u| u > now)
+            r.archived_at.is_none()
+                && r.state != "archived"
+                && r.superseded_by.is_none()
+                && r.valid_until.is_none_or(|u| u > now)
         })
-        .map(|r| (text_of(&r, "id"), r))
+        .map(|r| (r.id.clone(), r))
         .collect())
 }
 
@@ -572,10 +579,7 @@ async fn apply_classify(
         let views: Vec<&MemoryView> = judged.iter().map(|(_, i)| &i.input.memories[0]).collect();
         // Every candidate as the judge read it, and untouched by an earlier fact.
         let unchanged = views.iter().all(|v| {
-            !changed.contains(&v.id)
-                && current
-                    .get(&v.id)
-                    .is_some_and(|r| text_of(r, "text") == v.text)
+            !changed.contains(&v.id) && current.get(&v.id).is_some_and(|r| r.text == v.text)
         });
         if !unchanged {
             add(counts, "left_for_next_run", 1);
@@ -742,9 +746,7 @@ async fn apply_merge(
         let answers = logged_answers(env.store, &record.run_id, fact_id, s.p.top_k).await?;
         let decision = decide(answers.len(), &answers, &s.p);
         let seen = &item.input.memories[0];
-        let row = current
-            .get(&seen.id)
-            .filter(|r| text_of(r, "text") == seen.text);
+        let row = current.get(&seen.id).filter(|r| r.text == seen.text);
         let (
             Decision::Apply {
                 class: Class::Merge,

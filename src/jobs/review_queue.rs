@@ -11,7 +11,8 @@ use super::integrate::{plan, write_plans};
 use super::{ItemFailure, JobCtx};
 use crate::embedders::Embedder;
 use crate::logic::integrate::{Class, Decision};
-use crate::model::schema::{MEMORIES, REVIEW_QUEUE};
+use crate::model::schema::REVIEW_QUEUE;
+use crate::model::typed::MemoryRow;
 use crate::store::{Store, json_rows, sql_list, sql_string, sql_timestamp, text_of};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -55,33 +56,31 @@ pub async fn settle(
     let config = ctx.app.config().await?;
     let p = &config.integrate;
     let candidate_ids: Vec<String> = items.iter().map(|i| text_of(i, "candidate_id")).collect();
-    let current: BTreeMap<String, Map<String, Value>> = ctx
+    let live = format!(
+        "archived_at IS NULL AND state <> 'archived' AND superseded_by IS NULL \
+         AND (valid_until IS NULL OR valid_until > {})",
+        sql_timestamp(now)
+    );
+    let (current, _) = ctx
         .store
-        .rows_with_ids(
-            "memories",
-            &candidate_ids,
-            Some(&format!(
-                "archived_at IS NULL AND state <> 'archived' AND superseded_by IS NULL \
-                 AND (valid_until IS NULL OR valid_until > {})",
-                sql_timestamp(now)
-            )),
-            &MEMORIES.columns_except("embedding"),
-        )
-        .await?
-        .into_iter()
-        .map(|r| (text_of(&r, "id"), r))
-        .collect();
+        .memories_with_ids(&candidate_ids, Some(&live), false)
+        .await?;
+    let current: BTreeMap<String, MemoryRow> =
+        current.into_iter().map(|r| (r.id.clone(), r)).collect();
     let fact_ids: Vec<String> = items.iter().map(|i| text_of(i, "fact_id")).collect();
     let settlement = crate::jobs::integrate::settlement_ids(&ctx.store, &fact_ids).await?;
     let mut plans = Vec::new();
     let mut settled = Vec::new();
     for (item, settlement_id) in items.iter().zip(&settlement) {
         let id = text_of(item, "id");
-        let fact: Map<String, Value> = serde_json::from_str(&text_of(item, "fact"))
+        let fact: Value = serde_json::from_str(&text_of(item, "fact"))
             .map_err(|e| anyhow!("review item {id}: its fact is not a JSON object: {e}"))?;
+        let fact = crate::model::typed::memories_from_json(&[fact], ctx.store.embedding_dim(), now)
+            .map_err(|e| anyhow!("review item {id}: its fact: {e}"))?
+            .remove(0);
         let candidate = current
             .get(&text_of(item, "candidate_id"))
-            .filter(|c| c["text"] == item["candidate_text"]);
+            .filter(|c| item["candidate_text"].as_str() == Some(c.text.as_str()));
         let confidence = item["confidence"].as_f64().unwrap_or(0.0);
         let decision = match verdict {
             Verdict::Approve => {

@@ -152,6 +152,20 @@ impl MemoryView {
         }
     }
 
+    /// The view of a whole memory row.
+    pub fn from_memory(row: &crate::model::typed::MemoryRow) -> MemoryView {
+        use crate::model::encoding::format_timestamp;
+        MemoryView {
+            id: row.id.clone(),
+            kind: row.kind.clone(),
+            created_at: format_timestamp(row.created_at),
+            happens_at: row.happens_at.map(format_timestamp),
+            text: row.text.clone(),
+            dates: Vec::new(),
+            cluster: None,
+        }
+    }
+
     pub fn from_row(row: &serde_json::Map<String, serde_json::Value>) -> MemoryView {
         let text = |field: &str| row.get(field).and_then(|v| v.as_str());
         MemoryView {

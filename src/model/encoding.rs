@@ -17,7 +17,7 @@ use arrow::datatypes::{
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow::util::display::{ArrayFormatter, FormatOptions};
-use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::Value;
 
 use crate::model::schema::Kind;
@@ -316,12 +316,7 @@ pub fn parse_timestamp(text: &str) -> Option<i64> {
 }
 
 /// RFC 3339 in UTC with as many fractional digits as needed (none, 3, 6).
-pub fn format_timestamp(micros: i64) -> String {
-    match DateTime::<Utc>::from_timestamp_micros(micros) {
-        Some(t) => t.to_rfc3339_opts(SecondsFormat::AutoSi, true),
-        None => micros.to_string(),
-    }
-}
+pub use crate::logic::rows::format_timestamp;
 
 fn timestamp_micros(array: &dyn Array, row: usize) -> Option<i64> {
     match array.data_type() {

@@ -190,6 +190,29 @@ pub fn memory_batch(
     builder.finish().map_err(|e| e.to_string())
 }
 
+/// `memories` rows as JSON objects (an audit state's, a review item's fact: times as RFC 3339
+/// text) read as typed rows, validated and defaulted as imported rows are.
+pub fn memories_from_json(
+    values: &[serde_json::Value],
+    embedding_dim: usize,
+    now: i64,
+) -> Result<Vec<MemoryRow>, String> {
+    let mut builder = RowBuilder::new(&MEMORIES, embedding_dim, now);
+    for (index, value) in values.iter().enumerate() {
+        builder
+            .append(|_, name| match value.get(name) {
+                None => Cell::Missing,
+                // The vector is the writer's to give (a logged row holds none).
+                Some(_) if name == "embedding" => Cell::Null,
+                Some(serde_json::Value::Null) => Cell::Null,
+                Some(v) => Cell::Json(v),
+            })
+            .map_err(|e| format!("memories row {index}: {e}"))?;
+    }
+    let batch = builder.finish().map_err(|e| e.to_string())?;
+    rows_of("memories", &[batch]).map_err(|e| e.to_string())
+}
+
 /// A run as the schedule, nightly and optimize read it: when it started and the options it
 /// was started with (`runs.params`, JSON: `now` or `clock` hold the run's clock).
 #[derive(Clone, Debug, serde::Deserialize)]

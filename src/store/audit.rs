@@ -13,50 +13,7 @@ use arrow::array::{
 use super::{Result, Store, StoreError, WriteStats};
 use crate::model::schema::{AUDIT_LOG, AUDIT_OPERATIONS};
 
-/// One row of `audit_log`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AuditRow {
-    /// Derived from what the row records (`derived_id`), so writing it twice changes nothing.
-    pub id: String,
-    pub run_id: String,
-    pub user_id: Option<String>,
-    /// One of `AUDIT_OPERATIONS`.
-    pub operation: &'static str,
-    pub source_ids: Vec<String>,
-    pub target_id: Option<String>,
-    pub classification: Option<String>,
-    pub confidence: Option<f64>,
-    pub reasoning: Option<String>,
-    pub before_state: Option<String>,
-    pub after_state: Option<String>,
-    /// Microseconds since the epoch, UTC.
-    pub created_at: i64,
-}
-
-impl AuditRow {
-    /// A row of `operation` by `run_id` whose id derives from `key` (unique per operation).
-    pub fn new(run_id: &str, operation: &'static str, key: &str, created_at: i64) -> AuditRow {
-        AuditRow {
-            id: derived_id(&format!("{}|{key}", operation.to_ascii_lowercase())),
-            run_id: run_id.to_string(),
-            user_id: None,
-            operation,
-            source_ids: Vec::new(),
-            target_id: None,
-            classification: None,
-            confidence: None,
-            reasoning: None,
-            before_state: None,
-            after_state: None,
-            created_at,
-        }
-    }
-}
-
-/// A stable id for an audit row from the text that identifies what it records.
-pub fn derived_id(text: &str) -> String {
-    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, text.as_bytes()).to_string()
-}
+pub use crate::logic::rows::{AuditRow, derived_id};
 
 /// Checks rows against `audit_log`'s rules and builds them into one batch.
 pub fn audit_batch(rows: &[AuditRow], embedding_dim: usize) -> Result<RecordBatch> {

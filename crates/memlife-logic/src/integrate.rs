@@ -19,6 +19,9 @@
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::rows::{AuditRow, MemoryRow, derived_id, format_timestamp};
 
 /// `[integrate]` in memlife.toml.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -317,8 +320,503 @@ pub fn chain_order(versions: &[(String, Option<String>)]) -> Result<Vec<String>,
     Ok(order)
 }
 
+/// One decision, ready to log and apply: its audit rows (the decision's own last) and what
+/// applying it writes. Links and the review item are the JSON objects the decision's audit
+/// row logs (and the writer validates against their tables).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FactPlan {
+    pub audit: Vec<AuditRow>,
+    /// Memory rows to upsert (their vectors are the writer's: known, or embedded then).
+    pub memories: Vec<MemoryRow>,
+    pub links: Vec<Value>,
+    pub review: Option<Value>,
+}
+
+/// What a decision writes, as the audit row's `after_state`.
+/// The fact is kept in every decision's row, so a DUPLICATE or NOOP (which store nothing of
+/// it) can still be read, explained and recovered.
+fn after_state(
+    fact: &MemoryRow,
+    memories: &[MemoryRow],
+    links: &[Value],
+    review: Option<&Value>,
+) -> String {
+    let memories: Vec<Value> = memories.iter().map(MemoryRow::to_json).collect();
+    json!({"fact": fact.to_json(), "memories": memories, "links": links, "review": review})
+        .to_string()
+}
+
+/// A link the decision writes, as its audit row logs it.
+fn link(
+    (source, target, user): (&str, &str, &str),
+    link_type: &str,
+    confidence: f64,
+    why: &str,
+    now: &str,
+) -> Value {
+    json!({
+        "source_id": source, "target_id": target, "user_id": user, "link_type": link_type,
+        "confidence": confidence.clamp(0.0, 1.0), "reasoning": why, "origin": "llm",
+        "created_at": now,
+    })
+}
+
+/// The review item of a fact the judge was unsure about: the fact, its candidate, the
+/// judge's class and confidence, pending until `review_ttl_days` from `now`.
+fn review_item(
+    run_id: &str,
+    fact: &MemoryRow,
+    c: &MemoryRow,
+    (class, confidence, reasoning): (Class, f64, &str),
+    p: &IntegrateParams,
+    now: i64,
+) -> Value {
+    json!({
+        "id": derived_id(&format!("review|{}", fact.id)),
+        "run_id": run_id,
+        "user_id": fact.user_id,
+        "fact_id": fact.id,
+        "fact": fact.to_json().to_string(),
+        "candidate_id": c.id,
+        "candidate_text": c.text,
+        "classification": class.as_str(),
+        "confidence": confidence.clamp(0.0, 1.0),
+        "reasoning": reasoning,
+        "status": "pending",
+        "created_at": format_timestamp(now),
+        "expires_at": format_timestamp(now + p.review_ttl_days * 86_400_000_000),
+    })
+}
+
+/// A SUPERSEDE: the candidate `c` closed (valid until the fact's start, superseded by it, in
+/// its chain; archived too, with a DELETE audit row, when `enable_delete`), the fact joins the
+/// chain, and a `supersedes` link from the fact. Returns the memories, links and the DELETE row.
+fn superseding(
+    run_id: &str,
+    (fact, c, mut new_row): (&MemoryRow, &MemoryRow, MemoryRow),
+    (confidence, reasoning, judged): (f64, &str, Option<f64>),
+    before: Option<String>,
+    p: &IntegrateParams,
+    now: i64,
+) -> (Vec<MemoryRow>, Vec<Value>, Option<AuditRow>) {
+    let now_text = format_timestamp(now);
+    let mut old = c.clone();
+    let mut delete = None;
+    let until = fact.valid_from.max(c.valid_from);
+    let chain = c
+        .supersession_chain_id
+        .clone()
+        .unwrap_or_else(|| c.id.clone());
+    old.valid_until = Some(until);
+    old.superseded_by = Some(fact.id.clone());
+    old.supersession_chain_id = Some(chain.clone());
+    old.updated_at = now;
+    if p.enable_delete {
+        old.archived_at = Some(now);
+        old.state = "archived".into();
+        old.tier = "archived".into();
+        let mut d = AuditRow::new(run_id, "DELETE", "", now);
+        d.id = derived_id(&format!("integrate-delete|{}", fact.id));
+        d.user_id = Some(fact.user_id.clone());
+        d.source_ids = vec![fact.id.clone()];
+        d.target_id = Some(c.id.clone());
+        d.classification = Some("SUPERSEDE".into());
+        d.confidence = judged;
+        d.reasoning = Some("superseded, archived (enable_delete): never erased".into());
+        d.before_state = before;
+        d.after_state = Some(json!({"archived_at": now_text}).to_string());
+        delete = Some(d);
+    }
+    new_row.supersession_chain_id = Some(chain);
+    let ends = (fact.id.as_str(), c.id.as_str(), fact.user_id.as_str());
+    let links = vec![link(ends, "supersedes", confidence, reasoning, &now_text)];
+    (vec![old, new_row], links, delete)
+}
+
+/// A MERGE: the candidate `c` takes the merged text (the higher importance, the earlier
+/// creation, both sets of tags, the fact among its sources); the fact is kept, archived, so
+/// its own words stay recoverable; a `merged_into` link from the fact.
+fn merging(
+    (fact, c, mut new_row): (&MemoryRow, &MemoryRow, MemoryRow),
+    merged: Option<&str>,
+    confidence: f64,
+    now: i64,
+) -> (Vec<MemoryRow>, Vec<Value>) {
+    let mut old = c.clone();
+    old.text = merged.unwrap_or("").to_string();
+    old.importance = c.importance.max(fact.importance);
+    old.created_at = c.created_at.min(fact.created_at);
+    old.updated_at = now;
+    old.tags = union_tags(&c.tags, &fact.tags);
+    old.consolidates_memory_ids.push(fact.id.clone());
+    // The fact is kept, archived, so its own words stay recoverable.
+    new_row.archived_at = Some(now);
+    new_row.state = "archived".into();
+    new_row.tier = "archived".into();
+    let ends = (fact.id.as_str(), c.id.as_str(), fact.user_id.as_str());
+    let why = "merged into the target (integrate: MERGE)";
+    let links = vec![link(
+        ends,
+        "merged_into",
+        confidence,
+        why,
+        &format_timestamp(now),
+    )];
+    (vec![old, new_row], links)
+}
+
+/// What the decision about `fact` writes and logs. `candidate` is the full current row of the
+/// memory it was judged against (when it has one); `merged` the merge's text (MERGE only).
+/// `decision_row_id` is the decision's audit row id (`jobs::integrate::decision_id`).
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    run_id: &str,
+    decision_row_id: &str,
+    fact: &MemoryRow,
+    decision: &Decision,
+    candidate: Option<&MemoryRow>,
+    merged: Option<&str>,
+    p: &IntegrateParams,
+    now: i64,
+) -> FactPlan {
+    let now_text = format_timestamp(now);
+    let mut new_row = fact.clone();
+    new_row.embedding_model = None;
+    new_row.updated_at = now;
+    if new_row.source.is_none() {
+        new_row.source = Some("integrate".into());
+    }
+    let mut row = AuditRow::new(run_id, decision.operation(), "", now);
+    row.id = decision_row_id.to_string();
+    row.user_id = Some(fact.user_id.clone());
+    row.source_ids = vec![fact.id.clone()];
+    row.classification = Some(decision.classification().to_string());
+    let before = candidate.map(|c| c.to_json().to_string());
+    let mut audit = Vec::new();
+    let (memories, links, review, target) = match decision {
+        Decision::Add => (vec![new_row], vec![], None, fact.id.clone()),
+        Decision::Coexist {
+            related,
+            confidence,
+            reasoning,
+        } => {
+            row.confidence = Some(confidence.clamp(0.0, 1.0));
+            row.reasoning = Some(reasoning.clone());
+            let links = match (related, candidate) {
+                (Some(_), Some(c)) => vec![link(
+                    (&fact.id, &c.id, &fact.user_id),
+                    "related_to",
+                    *confidence,
+                    "related but distinct (integrate: COEXIST)",
+                    &now_text,
+                )],
+                _ => vec![],
+            };
+            (vec![new_row], links, None, fact.id.clone())
+        }
+        Decision::Review {
+            class,
+            confidence,
+            reasoning,
+            ..
+        } => {
+            row.confidence = Some(confidence.clamp(0.0, 1.0));
+            row.reasoning = Some(reasoning.clone());
+            let c = candidate.expect("a review has a candidate");
+            let review = review_item(run_id, fact, c, (*class, *confidence, reasoning), p, now);
+            (vec![], vec![], Some(review), c.id.clone())
+        }
+        Decision::Apply {
+            class,
+            confidence,
+            reasoning,
+            ..
+        } => {
+            row.confidence = Some(confidence.clamp(0.0, 1.0));
+            row.reasoning = Some(reasoning.clone());
+            let c = candidate.expect("an applied decision has a candidate");
+            match class {
+                Class::Duplicate => {
+                    if fact.created_at > c.created_at {
+                        row.operation = "UPDATE";
+                        let mut old = c.clone();
+                        old.updated_at = now;
+                        (vec![old], vec![], None, c.id.clone())
+                    } else {
+                        row.operation = "NOOP";
+                        (vec![], vec![], None, c.id.clone())
+                    }
+                }
+                Class::Supersede => {
+                    let (memories, links, delete) = superseding(
+                        run_id,
+                        (fact, c, new_row),
+                        (*confidence, reasoning, row.confidence),
+                        before.clone(),
+                        p,
+                        now,
+                    );
+                    audit.extend(delete);
+                    (memories, links, None, fact.id.clone())
+                }
+                Class::Merge => {
+                    let (memories, links) = merging((fact, c, new_row), merged, *confidence, now);
+                    (memories, links, None, c.id.clone())
+                }
+                Class::Coexist => unreachable!("COEXIST is Decision::Coexist"),
+            }
+        }
+    };
+    row.target_id = Some(target);
+    row.before_state = before;
+    row.after_state = Some(after_state(fact, &memories, &links, review.as_ref()));
+    audit.push(row);
+    FactPlan {
+        audit,
+        memories,
+        links,
+        review,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    const DAY: i64 = 86_400_000_000;
+
+    fn memory(id: &str, text: &str, created_at: i64) -> MemoryRow {
+        MemoryRow {
+            id: id.into(),
+            user_id: "u1".into(),
+            text: text.into(),
+            kind: "fact".into(),
+            importance: 0.5,
+            state: "active".into(),
+            tier: "hot".into(),
+            created_at,
+            updated_at: created_at,
+            valid_from: created_at,
+            embedding_model: Some("m".into()),
+            ..MemoryRow::default()
+        }
+    }
+
+    fn apply(class: Class) -> Decision {
+        Decision::Apply {
+            class,
+            candidate: 0,
+            confidence: 0.93,
+            reasoning: "judged".into(),
+        }
+    }
+
+    fn after(plan: &FactPlan) -> Value {
+        let row = plan.audit.last().expect("the decision's own row");
+        serde_json::from_str(row.after_state.as_deref().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_supersession_closes_the_old_memory_and_chains_the_new_one() {
+        let old = memory("old", "Ana lives in Lisbon.", 10 * DAY);
+        let fact = memory("new", "Ana lives in Porto.", 20 * DAY);
+        let p = IntegrateParams::default();
+        let now = 30 * DAY;
+        let plan = super::plan(
+            "r1",
+            "d1",
+            &fact,
+            &apply(Class::Supersede),
+            Some(&old),
+            None,
+            &p,
+            now,
+        );
+        let [closed, joined] = plan.memories.as_slice() else {
+            panic!("two rows: {:?}", plan.memories)
+        };
+        assert_eq!(closed.id, "old");
+        assert_eq!(closed.valid_until, Some(20 * DAY));
+        assert_eq!(closed.superseded_by.as_deref(), Some("new"));
+        assert_eq!(closed.supersession_chain_id.as_deref(), Some("old"));
+        assert_eq!(closed.updated_at, now);
+        assert_eq!(closed.archived_at, None, "archived only with enable_delete");
+        assert_eq!(joined.id, "new");
+        assert_eq!(joined.supersession_chain_id.as_deref(), Some("old"));
+        assert_eq!(
+            joined.embedding_model, None,
+            "the writer sets the model it embeds with"
+        );
+        assert_eq!(joined.source.as_deref(), Some("integrate"));
+        assert_eq!(plan.links.len(), 1);
+        assert_eq!(plan.links[0]["link_type"], "supersedes");
+        assert_eq!(plan.links[0]["source_id"], "new");
+        let decision = plan.audit.last().unwrap();
+        assert_eq!(
+            (decision.id.as_str(), decision.operation),
+            ("d1", "SUPERSEDE")
+        );
+        assert_eq!(decision.target_id.as_deref(), Some("new"));
+        let before: Value =
+            serde_json::from_str(decision.before_state.as_deref().unwrap()).unwrap();
+        assert_eq!(before["text"], "Ana lives in Lisbon.");
+        let logged = after(&plan);
+        assert_eq!(logged["fact"]["id"], "new");
+        assert_eq!(
+            logged["memories"][0]["valid_until"],
+            format_timestamp(20 * DAY)
+        );
+
+        let deleting = IntegrateParams {
+            enable_delete: true,
+            ..p
+        };
+        let plan = plan_of(&fact, &old, &deleting, now);
+        assert_eq!(plan.audit.len(), 2, "the DELETE row before the decision's");
+        assert_eq!(plan.audit[0].operation, "DELETE");
+        assert_eq!(plan.audit[0].target_id.as_deref(), Some("old"));
+        assert_eq!(plan.memories[0].archived_at, Some(now));
+        assert_eq!(plan.memories[0].state, "archived");
+    }
+
+    fn plan_of(fact: &MemoryRow, old: &MemoryRow, p: &IntegrateParams, now: i64) -> FactPlan {
+        super::plan(
+            "r1",
+            "d1",
+            fact,
+            &apply(Class::Supersede),
+            Some(old),
+            None,
+            p,
+            now,
+        )
+    }
+
+    #[test]
+    fn a_merge_rewrites_the_candidate_and_keeps_the_fact_archived() {
+        let mut old = memory("old", "Ana likes tea.", 10 * DAY);
+        old.tags = vec!["drinks".into()];
+        old.consolidates_memory_ids = vec!["older".into()];
+        let mut fact = memory("new", "Ana likes green tea.", 5 * DAY);
+        fact.importance = 0.9;
+        fact.tags = vec!["tea".into()];
+        let p = IntegrateParams::default();
+        let merged = "Ana likes tea, green tea most.";
+        let plan = super::plan(
+            "r1",
+            "d1",
+            &fact,
+            &apply(Class::Merge),
+            Some(&old),
+            Some(merged),
+            &p,
+            30 * DAY,
+        );
+        let [target, kept] = plan.memories.as_slice() else {
+            panic!("two rows")
+        };
+        assert_eq!(target.text, merged);
+        assert_eq!(target.importance, 0.9);
+        assert_eq!(target.created_at, 5 * DAY, "the earlier creation");
+        assert_eq!(target.tags, union_tags(&old.tags, &fact.tags));
+        assert_eq!(target.consolidates_memory_ids, ["older", "new"]);
+        assert_eq!(kept.id, "new");
+        assert_eq!(
+            (kept.state.as_str(), kept.archived_at),
+            ("archived", Some(30 * DAY))
+        );
+        assert_eq!(plan.links[0]["link_type"], "merged_into");
+        assert_eq!(plan.audit.last().unwrap().target_id.as_deref(), Some("old"));
+    }
+
+    #[test]
+    fn a_duplicate_touches_the_memory_only_when_the_fact_is_newer() {
+        let old = memory("old", "Ana has a cat.", 10 * DAY);
+        let p = IntegrateParams::default();
+        let newer = memory("new", "Ana has a cat.", 20 * DAY);
+        let plan = super::plan(
+            "r1",
+            "d1",
+            &newer,
+            &apply(Class::Duplicate),
+            Some(&old),
+            None,
+            &p,
+            30 * DAY,
+        );
+        assert_eq!(plan.audit.last().unwrap().operation, "UPDATE");
+        assert_eq!(plan.memories.len(), 1);
+        assert_eq!(
+            (plan.memories[0].id.as_str(), plan.memories[0].updated_at),
+            ("old", 30 * DAY)
+        );
+        let older = memory("new", "Ana has a cat.", 5 * DAY);
+        let plan = super::plan(
+            "r1",
+            "d1",
+            &older,
+            &apply(Class::Duplicate),
+            Some(&old),
+            None,
+            &p,
+            30 * DAY,
+        );
+        assert_eq!(plan.audit.last().unwrap().operation, "NOOP");
+        assert!(plan.memories.is_empty() && plan.links.is_empty());
+        assert_eq!(
+            after(&plan)["fact"]["text"],
+            "Ana has a cat.",
+            "the fact stays readable"
+        );
+    }
+
+    #[test]
+    fn an_unsure_judge_queues_the_fact_and_writes_no_memory() {
+        let old = memory("old", "Ana works at Acme.", 10 * DAY);
+        let fact = memory("new", "Ana left Acme.", 20 * DAY);
+        let p = IntegrateParams::default();
+        let review = Decision::Review {
+            class: Class::Supersede,
+            candidate: 0,
+            confidence: 0.6,
+            reasoning: "maybe".into(),
+        };
+        let now = 30 * DAY;
+        let plan = super::plan("r1", "d1", &fact, &review, Some(&old), None, &p, now);
+        assert!(plan.memories.is_empty());
+        let item = plan.review.as_ref().expect("a review item");
+        assert_eq!(item["status"], "pending");
+        assert_eq!(item["candidate_id"], "old");
+        assert_eq!(
+            item["expires_at"],
+            format_timestamp(now + p.review_ttl_days * DAY)
+        );
+        let queued: Value = serde_json::from_str(item["fact"].as_str().unwrap()).unwrap();
+        assert_eq!(queued["id"], "new");
+        assert_eq!(item["id"], derived_id("review|new"));
+        assert_eq!(plan.audit.last().unwrap().operation, "REVIEW");
+    }
+
+    #[test]
+    fn a_kept_fact_is_linked_to_the_memory_it_resembles() {
+        let old = memory("old", "Ana plays chess.", 10 * DAY);
+        let fact = memory("new", "Ana plays go.", 20 * DAY);
+        let p = IntegrateParams::default();
+        let coexist = Decision::Coexist {
+            related: Some(0),
+            confidence: 1.4,
+            reasoning: "distinct".into(),
+        };
+        let plan = super::plan("r1", "d1", &fact, &coexist, Some(&old), None, &p, 30 * DAY);
+        assert_eq!(plan.memories.len(), 1);
+        assert_eq!(plan.memories[0].id, "new");
+        assert_eq!(plan.links[0]["link_type"], "related_to");
+        assert_eq!(plan.links[0]["confidence"], 1.0, "clamped");
+        let row = plan.audit.last().unwrap();
+        assert_eq!(
+            (row.operation, row.classification.as_deref()),
+            ("ADD", Some("COEXIST"))
+        );
+    }
 
     #[test]
     fn a_decision_names_its_candidate_only_when_it_has_one() {

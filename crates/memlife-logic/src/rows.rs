@@ -1,7 +1,23 @@
 //! Rows as the jobs decide on them: plain Rust types, one per table row, with no Arrow in
 //! them. `model::typed` reads them from Arrow batches (by column name) and writes them back.
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// A time as rows show it in JSON (audit states, reports): RFC 3339, UTC, to the
+/// microsecond where it has them.
+pub fn format_timestamp(micros: i64) -> String {
+    match DateTime::<Utc>::from_timestamp_micros(micros) {
+        Some(t) => t.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+        None => micros.to_string(),
+    }
+}
+
+/// A stable id for an audit row (or any row) from the text that identifies what it records.
+pub fn derived_id(text: &str) -> String {
+    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, text.as_bytes()).to_string()
+}
 
 /// A whole `memories` row but its vector: every column, so a row read, changed and written
 /// back loses nothing. Timestamps are microseconds since the epoch, UTC. A tidy test in
@@ -43,4 +59,90 @@ pub struct MemoryRow {
     pub refinement_rejection_count: i64,
     pub last_refined_at: Option<i64>,
     pub salience_anchor: Option<f64>,
+}
+
+impl MemoryRow {
+    /// The row as audit states hold it: every column (the vector null), times as RFC 3339
+    /// text; what `model::typed::memory_from_json` reads back.
+    pub fn to_json(&self) -> Value {
+        let time = |t: Option<i64>| t.map(format_timestamp);
+        json!({
+            "id": self.id,
+            "user_id": self.user_id,
+            "text": self.text,
+            "kind": self.kind,
+            "session_id": self.session_id,
+            "source": self.source,
+            "embedding": Value::Null,
+            "embedding_model": self.embedding_model,
+            "importance": self.importance,
+            "salience": self.salience,
+            "confidence": self.confidence,
+            "emotional_salience": self.emotional_salience,
+            "retention": self.retention,
+            "state": self.state,
+            "tier": self.tier,
+            "access_count": self.access_count,
+            "recall_frequency": self.recall_frequency,
+            "last_accessed_at": time(self.last_accessed_at),
+            "last_recall_interval_days": self.last_recall_interval_days,
+            "decay_gradient": self.decay_gradient,
+            "ttl_policy": self.ttl_policy,
+            "sensitivity": self.sensitivity,
+            "created_at": format_timestamp(self.created_at),
+            "updated_at": format_timestamp(self.updated_at),
+            "happens_at": time(self.happens_at),
+            "expires_at": time(self.expires_at),
+            "valid_from": format_timestamp(self.valid_from),
+            "valid_until": time(self.valid_until),
+            "superseded_by": self.superseded_by,
+            "supersession_chain_id": self.supersession_chain_id,
+            "archived_at": time(self.archived_at),
+            "consolidates_memory_ids": self.consolidates_memory_ids,
+            "tags": self.tags,
+            "refinement_rejection_count": self.refinement_rejection_count,
+            "last_refined_at": time(self.last_refined_at),
+            "salience_anchor": self.salience_anchor,
+        })
+    }
+}
+
+/// One row of `audit_log`: what was decided, by which run, about which memories, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditRow {
+    /// Derived from what the row records (`derived_id`), so writing it twice changes nothing.
+    pub id: String,
+    pub run_id: String,
+    pub user_id: Option<String>,
+    /// One of the table's operations (`model::schema::AUDIT_OPERATIONS`).
+    pub operation: &'static str,
+    pub source_ids: Vec<String>,
+    pub target_id: Option<String>,
+    pub classification: Option<String>,
+    pub confidence: Option<f64>,
+    pub reasoning: Option<String>,
+    pub before_state: Option<String>,
+    pub after_state: Option<String>,
+    /// Microseconds since the epoch, UTC.
+    pub created_at: i64,
+}
+
+impl AuditRow {
+    /// A row of `operation` by `run_id` whose id derives from `key` (unique per operation).
+    pub fn new(run_id: &str, operation: &'static str, key: &str, created_at: i64) -> AuditRow {
+        AuditRow {
+            id: derived_id(&format!("{}|{key}", operation.to_ascii_lowercase())),
+            run_id: run_id.to_string(),
+            user_id: None,
+            operation,
+            source_ids: Vec::new(),
+            target_id: None,
+            classification: None,
+            confidence: None,
+            reasoning: None,
+            before_state: None,
+            after_state: None,
+            created_at,
+        }
+    }
 }
