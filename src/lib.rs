@@ -2,7 +2,8 @@
 //!
 //! Layers, innermost first (ARCHITECTURE.md has the map):
 //! - `logic`: the pure core (scores, similarity, synthetic data, hashing): no I/O at all, a
-//!   crate of its own (crates/memlife-logic) whose only dependencies are serde, chrono, rayon, clap;
+//!   crate of its own (crates/memlife-logic) whose only dependencies are serde, serde_json, chrono,
+//!   uuid, rayon, clap;
 //! - `model`: the table model (schemas, encodings, row building): arrow only;
 //! - `formats`: file readers and writers (JSON Lines, JSON, CSV, Parquet);
 //! - `store`: the only module that touches the database (Lance tables, DataFusion SQL);

@@ -1,5 +1,7 @@
 //! The pure core: the rules and kernels every job computes with, as plain functions over
-//! slices and Arrow arrays. **Nothing here does I/O**: no Lance, no DataFusion, no tokio, no
+//! slices and typed rows (`rows`; no Arrow here: `model::typed` converts). Jobs' decisions
+//! are plans made here (`integrate::plan`: input rows in, what to write and log out).
+//! **Nothing here does I/O**: no Lance, no DataFusion, no tokio, no
 //! HTTP, no files (a tidy test enforces it), so every rule is unit-tested and benchmarked
 //! without a database, and its tests compile without linking lancedb.
 
