@@ -24,12 +24,14 @@ use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::config::RefineSection;
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
-use crate::llm::tasks::{MemoryView, RefineAction, Reply, Task, TaskInput};
+use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
+use crate::logic::refine::{RefineAnswer, answer_id, plan_answer};
 use crate::model::clock::Clock;
 use crate::model::encoding::{format_timestamp, parse_timestamp};
-use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES};
-use crate::store::audit::{AuditRow, derived_id};
+use crate::model::schema::{AUDIT_LOG, LINKS};
+use crate::model::typed::MemoryRow;
+use crate::store::audit::AuditRow;
 use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
 
 /// Splits verbose memories into focused ones, or trims them, through the LLM layer
@@ -62,11 +64,7 @@ impl Job for RefineArgs {
 }
 
 /// The memories of a user that qualify, longest first.
-async fn candidates(
-    ctx: &JobCtx<'_>,
-    user: &str,
-    p: &RefineSection,
-) -> Result<Vec<serde_json::Map<String, Value>>> {
+async fn candidates(ctx: &JobCtx<'_>, user: &str, p: &RefineSection) -> Result<Vec<MemoryRow>> {
     let now = ctx.now.timestamp_micros();
     let day = 86_400_000_000i64;
     let filter = format!(
@@ -79,20 +77,18 @@ async fn candidates(
         sql_timestamp(now - p.min_age_days * day),
         sql_timestamp(now - p.cooldown_days * day),
     );
-    let columns = MEMORIES.columns_except("embedding");
-    let mut rows: Vec<_> = json_rows(
-        &ctx.store
-            .scan_columns("memories", Some(&filter), &columns)
-            .await?,
-    )
-    .into_iter()
-    .filter(|r| r["text"].as_str().map_or(0, |t| t.chars().count()) >= p.verbose_threshold_chars)
-    .collect();
-    let length = |r: &serde_json::Map<String, Value>| r["text"].as_str().map_or(0, str::len);
+    let mut rows: Vec<MemoryRow> = ctx
+        .store
+        .scan_rows::<MemoryRow>("memories", Some(&filter))
+        .await?
+        .into_iter()
+        .filter(|r| r.text.chars().count() >= p.verbose_threshold_chars)
+        .collect();
     rows.sort_by(|a, b| {
-        length(b)
-            .cmp(&length(a))
-            .then_with(|| a["id"].as_str().cmp(&b["id"].as_str()))
+        b.text
+            .len()
+            .cmp(&a.text.len())
+            .then_with(|| a.id.cmp(&b.id))
     });
     rows.truncate(p.max_candidates);
     Ok(rows)
@@ -116,18 +112,19 @@ async fn apply(
     let dim = store.embedding_dim();
     let now = refined_at;
     let original = after["original"].as_str().unwrap_or("");
-    let mut rows = Vec::new();
-    for row in after["memories"].as_array().into_iter().flatten() {
-        let embedder = embedder.ok_or_else(|| anyhow!("no embedder for the refined memories"))?;
-        let mut row = row.clone();
-        let text = row["text"].as_str().unwrap_or("").to_string();
-        row["embedding"] = json!(embed_one(embedder, &text).await?);
-        row["embedding_model"] = json!(embedder.model_name());
-        rows.push(row);
-    }
+    let logged = after["memories"].as_array().cloned().unwrap_or_default();
+    let rows = crate::model::typed::memories_from_json(&logged, dim, now)
+        .map_err(|e| anyhow!("the refinement of {original}: {e}"))?;
     if !rows.is_empty() {
-        let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
-        store.upsert_batch(&MEMORIES, batch).await?;
+        let embedder = embedder.ok_or_else(|| anyhow!("no embedder for the refined memories"))?;
+        let mut vectors = Vec::with_capacity(rows.len());
+        let mut embedded = Vec::with_capacity(rows.len());
+        for mut row in rows {
+            vectors.push(Some(embed_one(embedder, &row.text).await?));
+            row.embedding_model = Some(embedder.model_name());
+            embedded.push(row);
+        }
+        store.upsert_memories(&embedded, &vectors, now).await?;
     }
     crate::crash::point("refine.after-memories");
     let links: Vec<Value> = after["links"].as_array().cloned().unwrap_or_default();
@@ -208,119 +205,46 @@ fn add(counts: &mut BTreeMap<String, u64>, name: &str, value: u64) {
     *counts.entry(name.to_string()).or_default() += value;
 }
 
-/// The id of the audit row of one answer about `memory_id`: keyed by the memory and where
-/// the answer was given (the run's clock online, so a rerun at the same clock finds it; the
-/// batch in batch mode), whatever the answer.
-fn row_id(memory_id: &str, origin: &str) -> String {
-    derived_id(&format!("refine|{memory_id}|{origin}"))
-}
-
-/// One answer about a memory as its audit row: SPLIT or UPDATE (TRIM), applied once it is
-/// written; NOOP with KEEP (a refusal), FAILED (asked again later) or STALE (the memory
-/// changed or was archived since the judge read it).
-#[allow(clippy::too_many_arguments)]
+/// One answer about a memory planned (`logic::refine::plan_answer`), its counts and failure
+/// added to the run's.
 fn audit_row_of_answer(
-    run_id: &str,
-    origin: &str,
-    memory: Option<&serde_json::Map<String, Value>>,
+    (run_id, origin): (&str, &str),
+    memory: Option<&MemoryRow>,
     view: &MemoryView,
     outcome: &Outcome,
     now: i64,
-    counts: &mut BTreeMap<String, u64>,
-    failures: &mut Vec<ItemFailure>,
+    (counts, failures): (&mut BTreeMap<String, u64>, &mut Vec<ItemFailure>),
 ) -> AuditRow {
-    let now_text = format_timestamp(now);
-    let id = view.id.clone();
-    let noop = |classification: &str, reasoning: String| {
-        let mut row = AuditRow::new(run_id, "NOOP", "", now);
-        row.id = row_id(&id, origin);
-        row.source_ids = vec![id.clone()];
-        row.target_id = Some(id.clone());
-        row.classification = Some(classification.to_string());
-        row.reasoning = Some(reasoning);
-        row
+    let answer = match (&outcome.failure, &outcome.reply) {
+        (Some(failure), _) => RefineAnswer::Failed(failure),
+        (None, Some(Reply::Refine(reply))) => RefineAnswer::Reply {
+            action: reply.action,
+            parts: &reply.parts,
+            confidence: reply.confidence,
+            reasoning: &reply.reasoning,
+        },
+        (None, _) => RefineAnswer::Missing,
     };
-    let current = memory.filter(|m| {
-        m["text"].as_str() == Some(view.text.as_str())
-            && m["archived_at"].is_null()
-            && m["state"].as_str() != Some("archived")
-    });
-    let mut row = if let Some(failure) = &outcome.failure {
+    let plan = plan_answer(
+        (run_id, origin),
+        memory,
+        (&view.id, &view.text),
+        &answer,
+        now,
+    );
+    if let Some(counted) = plan.counted {
+        add(counts, counted, 1);
+    }
+    if plan.created > 0 {
+        add(counts, "memories_created", plan.created as u64);
+    }
+    if let Some(reason) = plan.failure {
         failures.push(ItemFailure {
-            item: id.clone(),
-            reason: format!("refine: {failure}"),
+            item: view.id.clone(),
+            reason,
         });
-        noop("FAILED", failure.to_string())
-    } else if let (Some(memory), Some(Reply::Refine(reply))) = (current, &outcome.reply) {
-        let (operation, new_rows, links) = match reply.action {
-            RefineAction::Keep => {
-                add(counts, "kept", 1);
-                let mut row = noop("KEEP", reply.reasoning.clone());
-                row.user_id = memory["user_id"].as_str().map(str::to_string);
-                return row;
-            }
-            RefineAction::Trim => {
-                let mut row = Value::Object(memory.clone());
-                row["text"] = json!(reply.parts[0]);
-                row["updated_at"] = json!(now_text);
-                add(counts, "trimmed", 1);
-                ("UPDATE", vec![row], Vec::new())
-            }
-            RefineAction::Split => {
-                let mut rows = Vec::new();
-                let mut links = Vec::new();
-                for (k, part) in reply.parts.iter().enumerate() {
-                    let new_id = derived_id(&format!("split|{id}|{k}|{part}"));
-                    rows.push(json!({
-                        "id": new_id,
-                        "user_id": memory["user_id"],
-                        "text": part,
-                        "kind": memory["kind"],
-                        "source": "refine",
-                        "importance": memory["importance"],
-                        "created_at": memory["created_at"],
-                        "updated_at": now_text,
-                        "valid_from": memory["valid_from"],
-                        "happens_at": memory["happens_at"],
-                        "tags": memory["tags"],
-                        "consolidates_memory_ids": [id],
-                        // Made by refinement: within the cooldown like their original.
-                        "last_refined_at": now_text,
-                    }));
-                    links.push(json!({
-                        "source_id": new_id, "target_id": id, "user_id": memory["user_id"],
-                        "link_type": "split_from", "confidence": reply.confidence,
-                        "reasoning": "split from the target by refine", "origin": "llm",
-                        "created_at": now_text,
-                    }));
-                }
-                add(counts, "split", 1);
-                add(counts, "memories_created", reply.parts.len() as u64);
-                ("SPLIT", rows, links)
-            }
-        };
-        let mut row = AuditRow::new(run_id, operation, "", now);
-        row.id = row_id(&id, origin);
-        row.source_ids = vec![id.clone()];
-        row.target_id = Some(id.clone());
-        row.classification = Some(format!("{:?}", reply.action).to_uppercase());
-        row.confidence = Some(reply.confidence.clamp(0.0, 1.0));
-        row.reasoning = Some(reply.reasoning.clone());
-        row.before_state = Some(json!({"text": memory["text"]}).to_string());
-        row.after_state =
-            Some(json!({"original": id, "memories": new_rows, "links": links}).to_string());
-        row
-    } else if current.is_none() {
-        add(counts, "stale", 1);
-        noop(
-            "STALE",
-            "the memory changed or was archived since the judge read it".into(),
-        )
-    } else {
-        noop("FAILED", "no refine reply".into())
-    };
-    row.user_id = memory.and_then(|m| m["user_id"].as_str().map(str::to_string));
-    row
+    }
+    plan.audit
 }
 
 /// Writes the answers' audit rows (one commit), then applies the splits and trims among them
@@ -391,7 +315,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
     for user in super::users_of(ctx, "memories").await? {
         let mut of_user = candidates(ctx, &user, p).await?;
         let before = of_user.len();
-        of_user.retain(|m| !pending.contains(m["id"].as_str().unwrap_or("")));
+        of_user.retain(|m| !pending.contains(&m.id));
         let waiting = (before - of_user.len()) as u64;
         if waiting > 0 {
             add(&mut counts, "in_pending_batches", waiting);
@@ -406,7 +330,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
             }
             apply(&ctx.store, Some(&embedder), &after, at).await?;
             let original = after["original"].as_str().unwrap_or("");
-            memories.retain(|m| m["id"].as_str() != Some(original));
+            memories.retain(|m| m.id != original);
             add(&mut counts, "resumed", 1);
         }
     }
@@ -415,10 +339,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
     let items: Vec<Item> = memories
         .iter()
         .map(|m| Item {
-            custom_id: m["id"].as_str().unwrap_or("").to_string(),
+            custom_id: m.id.clone(),
             input: TaskInput {
                 task: Task::Refine,
-                memories: vec![MemoryView::from_row(m)],
+                memories: vec![MemoryView::from_memory(m)],
                 proposal: None,
                 now: now_text.clone(),
                 question: None,
@@ -428,10 +352,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
 
     if batch {
         if !ctx.dry_run {
-            let items = memories
-                .iter()
-                .map(|m| m["user_id"].as_str().unwrap_or("").to_string())
-                .zip(items);
+            let items = memories.iter().map(|m| m.user_id.clone()).zip(items);
             log.submit_batches_by_user(
                 ctx,
                 &llm,
@@ -451,14 +372,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &RefineArgs) -> Result<JobReport> {
     let mut kept = Vec::new();
     for ((memory, item), outcome) in memories.iter().zip(&items).zip(&outcomes) {
         let row = audit_row_of_answer(
-            &run_id,
-            &now_text,
+            (&run_id, &now_text),
             Some(memory),
             &item.input.memories[0],
             outcome,
             now,
-            &mut counts,
-            &mut report.failures,
+            (&mut counts, &mut report.failures),
         );
         if row.classification.as_deref() == Some("KEEP") {
             kept.push(item.custom_id.clone());
@@ -492,18 +411,13 @@ impl Applier for RefineApplier {
         let store = env.store;
         let now = super::batch_clock(record, items)?;
         let ids: Vec<String> = items.iter().map(|i| i.custom_id.clone()).collect();
-        let current: BTreeMap<String, serde_json::Map<String, Value>> = store
-            .rows_with_ids(
-                "memories",
-                &ids,
-                None,
-                &MEMORIES.columns_except("embedding"),
-            )
-            .await?
-            .into_iter()
-            .map(|row| (row["id"].as_str().unwrap_or("").to_string(), row))
+        let (current, _) = store.memories_with_ids(&ids, None, false).await?;
+        let current: BTreeMap<String, MemoryRow> =
+            current.into_iter().map(|r| (r.id.clone(), r)).collect();
+        let row_ids: Vec<String> = ids
+            .iter()
+            .map(|id| answer_id(id, &record.batch_key))
             .collect();
-        let row_ids: Vec<String> = ids.iter().map(|id| row_id(id, &record.batch_key)).collect();
         let logged = store.audit_ids_present(&row_ids).await?;
         let mut counts = BTreeMap::new();
         let mut failures = Vec::new();
@@ -514,14 +428,12 @@ impl Applier for RefineApplier {
                 continue;
             };
             let row = audit_row_of_answer(
-                &record.run_id,
-                &record.batch_key,
+                (&record.run_id, &record.batch_key),
                 current.get(&item.custom_id),
                 view,
                 outcome,
                 now,
-                &mut counts,
-                &mut failures,
+                (&mut counts, &mut failures),
             );
             if row.classification.as_deref() == Some("KEEP") {
                 kept.push(item.custom_id.clone());
@@ -544,7 +456,7 @@ impl Applier for RefineApplier {
         if !logged.is_empty() {
             for (after, at) in unfinished(store).await? {
                 let original = after["original"].as_str().unwrap_or("");
-                if logged.contains(&row_id(original, &record.batch_key)) {
+                if logged.contains(&answer_id(original, &record.batch_key)) {
                     apply(store, embedder.as_ref(), &after, at).await?;
                     add(&mut counts, "resumed", 1);
                 }
@@ -559,7 +471,7 @@ impl Applier for RefineApplier {
     fn result_keys(&self, record: &BatchRecord, items: &[Item]) -> Vec<String> {
         items
             .iter()
-            .map(|item| row_id(&item.custom_id, &record.batch_key))
+            .map(|item| answer_id(&item.custom_id, &record.batch_key))
             .collect()
     }
 }

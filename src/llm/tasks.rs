@@ -307,13 +307,7 @@ impl LinkType {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RefineAction {
-    Keep,
-    Trim,
-    Split,
-}
+pub use crate::logic::refine::RefineAction;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -377,6 +377,20 @@ mod tests {
     }
 
     #[test]
+    fn a_new_memory_row_has_the_tables_defaults() {
+        let given = serde_json::json!({
+            "id": "m1", "user_id": "u", "text": "Ana moved.", "created_at": "2026-01-02T03:04:05Z"
+        });
+        let read = memories_from_json(&[given], 2, 0).unwrap();
+        let created = crate::model::encoding::parse_timestamp("2026-01-02T03:04:05Z").unwrap();
+        let new = MemoryRow {
+            id: "m1".into(),
+            ..MemoryRow::new("u", "Ana moved.", created)
+        };
+        assert_eq!(read, vec![new]);
+    }
+
+    #[test]
     fn a_memory_row_written_and_read_back_is_the_same_row() {
         let row = MemoryRow {
             id: "m1".into(),

@@ -17,6 +17,7 @@ pub mod integrate;
 pub mod reading;
 pub mod recall;
 pub mod recall_eval;
+pub mod refine;
 pub mod report;
 pub mod rows;
 pub mod schedule;

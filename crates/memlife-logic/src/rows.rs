@@ -62,6 +62,32 @@ pub struct MemoryRow {
 }
 
 impl MemoryRow {
+    /// A new memory of `user_id` saying `text`, written at `created_at`, with every other
+    /// column as the table's defaults give it (`model::schema::MEMORIES`; a test in
+    /// `model::typed` keeps the two equal). Its id is the caller's to give.
+    pub fn new(user_id: &str, text: &str, created_at: i64) -> MemoryRow {
+        MemoryRow {
+            id: String::new(),
+            user_id: user_id.to_string(),
+            text: text.to_string(),
+            kind: "fact".into(),
+            importance: 0.5,
+            salience: 0.5,
+            confidence: 0.8,
+            emotional_salience: 0.0,
+            retention: 1.0,
+            state: "candidate".into(),
+            tier: "hot".into(),
+            decay_gradient: 1.0,
+            ttl_policy: "decay".into(),
+            sensitivity: "normal".into(),
+            created_at,
+            updated_at: created_at,
+            valid_from: created_at,
+            ..MemoryRow::default()
+        }
+    }
+
     /// The row as audit states hold it: every column (the vector null), times as RFC 3339
     /// text; what `model::typed::memory_from_json` reads back.
     pub fn to_json(&self) -> Value {
