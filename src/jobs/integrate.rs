@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use anyhow::{Result, anyhow, bail};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::import::{OnError, read_validated};
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog, Status};
@@ -50,8 +50,7 @@ use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, REVIEW_QUEUE};
 use crate::model::typed::{EmbeddedMemory, MemoryRow};
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
-use crate::store::{list_of, text_of, time_of};
+use crate::store::{Store, batch_from_json, sql_list, sql_string, sql_timestamp};
 
 /// Integrate new facts (JSON Lines, CSV or Parquet memory rows): ADD, UPDATE (a duplicate
 /// touched), SUPERSEDE, MERGE or NOOP, judged by the LLM layer (`integrate.classify`,
@@ -316,12 +315,7 @@ async fn apply_plans(
             .iter()
             .map(|r| r["id"].as_str().unwrap_or("").to_string())
             .collect();
-        let present: BTreeSet<String> = store
-            .rows_with_ids(REVIEW_QUEUE.name, &ids, None, &["id"])
-            .await?
-            .into_iter()
-            .map(|r| text_of(&r, "id"))
-            .collect();
+        let present = store.ids_present(REVIEW_QUEUE.name, &ids, None).await?;
         let fresh: Vec<Value> = reviews
             .into_iter()
             .filter(|r| !present.contains(r["id"].as_str().unwrap_or("")))
@@ -377,21 +371,17 @@ async fn apply_plans(
 
 /// Integrate and review runs that did not finish.
 async fn open_runs(store: &Store) -> Result<Vec<String>> {
-    Ok(json_rows(
-        &store
-            .scan_columns(
-                "runs",
-                Some(
-                    "job IN ('integrate', 'review') \
-                     AND status IN ('running', 'abandoned', 'failed')",
-                ),
-                &["run_id"],
-            )
-            .await?,
-    )
-    .iter()
-    .map(|r| text_of(r, "run_id"))
-    .collect())
+    #[derive(serde::Deserialize)]
+    struct Open {
+        run_id: String,
+    }
+    let filter = "job IN ('integrate', 'review') AND status IN ('running', 'abandoned', 'failed')";
+    Ok(store
+        .scan_rows::<Open>("runs", Some(filter))
+        .await?
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect())
 }
 
 /// Plans a killed run logged and did not apply: decisions whose memory (the audit row's
@@ -423,61 +413,65 @@ async fn unfinished(
     if let UserScope::One(u) = scope {
         filter = format!("{filter} AND user_id = {}", sql_string(u));
     }
-    let heads: Vec<_> = json_rows(
-        &store
-            .scan_columns(
-                AUDIT_LOG.name,
-                Some(&filter),
-                &[
-                    "id",
-                    "operation",
-                    "source_ids",
-                    "target_id",
-                    "created_at",
-                    "user_id",
-                ],
-            )
-            .await?,
-    )
-    .into_iter()
-    .filter(|h| h["user_id"].as_str().is_none_or(|u| scope.contains(u)))
-    .collect();
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: String,
+        operation: String,
+        source_ids: Option<Vec<String>>,
+        target_id: Option<String>,
+        created_at: i64,
+        user_id: Option<String>,
+    }
+    let heads: Vec<Head> = store
+        .scan_rows::<Head>(AUDIT_LOG.name, Some(&filter))
+        .await?
+        .into_iter()
+        .filter(|h| h.user_id.as_deref().is_none_or(|u| scope.contains(u)))
+        .collect();
     if heads.is_empty() {
         return Ok(Vec::new());
     }
-    let targets: Vec<String> = heads.iter().map(|h| text_of(h, "target_id")).collect();
+    #[derive(serde::Deserialize)]
+    struct Updated {
+        id: String,
+        updated_at: i64,
+    }
+    let targets: Vec<String> = heads.iter().filter_map(|h| h.target_id.clone()).collect();
     let updated: BTreeMap<String, i64> = store
-        .rows_with_ids("memories", &targets, None, &["id", "updated_at"])
+        .typed_rows_with_ids::<Updated>("memories", &targets, None)
         .await?
-        .iter()
-        .filter_map(|r| Some((text_of(r, "id"), time_of(r, "updated_at")?)))
+        .into_iter()
+        .map(|r| (r.id, r.updated_at))
         .collect();
+    let fact_of = |h: &Head| {
+        h.source_ids
+            .iter()
+            .flatten()
+            .last()
+            .cloned()
+            .unwrap_or_default()
+    };
     let review_ids: Vec<String> = heads
         .iter()
-        .filter(|h| h["operation"] == "REVIEW")
-        .flat_map(|h| list_of(&h["source_ids"]))
+        .filter(|h| h.operation == "REVIEW")
+        .flat_map(|h| h.source_ids.iter().flatten())
         .map(|f| derived_id(&format!("review|{f}")))
         .collect();
-    let queued: BTreeSet<String> = store
-        .rows_with_ids(REVIEW_QUEUE.name, &review_ids, None, &["id"])
-        .await?
-        .iter()
-        .map(|r| text_of(r, "id"))
-        .collect();
+    let queued = store
+        .ids_present(REVIEW_QUEUE.name, &review_ids, None)
+        .await?;
     let pending: Vec<String> = heads
         .iter()
         .filter(|h| {
-            if h["operation"] == "REVIEW" {
-                let fact = list_of(&h["source_ids"]).pop().unwrap_or_default();
-                !queued.contains(&derived_id(&format!("review|{fact}")))
+            if h.operation == "REVIEW" {
+                !queued.contains(&derived_id(&format!("review|{}", fact_of(h))))
             } else {
-                let at = time_of(h, "created_at").unwrap_or(i64::MAX);
                 updated
-                    .get(&text_of(h, "target_id"))
-                    .is_none_or(|u| *u < at)
+                    .get(h.target_id.as_deref().unwrap_or(""))
+                    .is_none_or(|u| *u < h.created_at)
             }
         })
-        .map(|h| text_of(h, "id"))
+        .map(|h| h.id.clone())
         .collect();
     // Decisions `memlife undo` reverted stay reverted.
     let undos: Vec<String> = pending.iter().map(|id| undo_id(id)).collect();
@@ -486,15 +480,24 @@ async fn unfinished(
         .into_iter()
         .filter(|id| !undone.contains(&undo_id(id)))
         .collect();
+    #[derive(serde::Deserialize)]
+    struct Logged {
+        id: String,
+        after_state: Option<String>,
+    }
     let mut plans = Vec::new();
     for chunk in pending.chunks(500) {
         let filter = format!("id IN ({})", sql_list(chunk));
-        for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
-            let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
+        for row in store
+            .scan_rows::<Logged>(AUDIT_LOG.name, Some(&filter))
+            .await?
+        {
+            let after: Value = serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))
+                .map_err(|e| anyhow!("audit row {}: unreadable after_state: {e}", row.id))?;
             let logged = after["memories"].as_array().cloned().unwrap_or_default();
             let memories =
                 crate::model::typed::memories_from_json(&logged, store.embedding_dim(), now)
-                    .map_err(|e| anyhow!("audit row {}: {e}", text_of(&row, "id")))?;
+                    .map_err(|e| anyhow!("audit row {}: {e}", row.id))?;
             plans.push(FactPlan {
                 audit: Vec::new(),
                 memories,
@@ -1120,7 +1123,6 @@ pub async fn run(ctx: &JobCtx<'_>, args: &IntegrateArgs) -> Result<JobReport> {
 pub async fn chain_supersessions(
     store: &Store,
     pairs: &[(String, String)],
-    now: i64,
 ) -> Result<(u64, Vec<String>)> {
     if pairs.is_empty() {
         return Ok((0, Vec::new()));
@@ -1131,33 +1133,33 @@ pub async fn chain_supersessions(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let mut rows: BTreeMap<String, Map<String, Value>> = store
-        .rows_with_ids(
-            "memories",
-            &ids,
-            None,
-            &[
-                "id",
-                "valid_from",
-                "created_at",
-                "superseded_by",
-                "supersession_chain_id",
-            ],
-        )
+    #[derive(Clone, serde::Deserialize)]
+    struct Chained {
+        id: String,
+        valid_from: i64,
+        superseded_by: Option<String>,
+        supersession_chain_id: Option<String>,
+    }
+    let mut rows: BTreeMap<String, Chained> = store
+        .typed_rows_with_ids::<Chained>("memories", &ids, None)
         .await?
         .into_iter()
-        .map(|r| (text_of(&r, "id"), r))
+        .map(|r| (r.id.clone(), r))
         .collect();
     // Memories that already have a predecessor, and which.
+    #[derive(serde::Deserialize)]
+    struct Successor {
+        id: String,
+        superseded_by: String,
+    }
     let mut predecessor: BTreeMap<String, String> = BTreeMap::new();
     for chunk in ids.chunks(500) {
         let filter = format!("superseded_by IN ({})", sql_list(chunk));
-        for r in json_rows(
-            &store
-                .scan_columns("memories", Some(&filter), &["id", "superseded_by"])
-                .await?,
-        ) {
-            predecessor.insert(text_of(&r, "superseded_by"), text_of(&r, "id"));
+        for r in store
+            .scan_rows::<Successor>("memories", Some(&filter))
+            .await?
+        {
+            predecessor.insert(r.superseded_by, r.id);
         }
     }
     let mut chained = 0u64;
@@ -1166,20 +1168,15 @@ pub async fn chain_supersessions(
         let (Some(n), Some(o)) = (rows.get(new).cloned(), rows.get(old).cloned()) else {
             continue;
         };
-        let chain_of = |r: &Map<String, Value>| {
-            r.get("supersession_chain_id")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
-        if o.get("superseded_by").and_then(Value::as_str) == Some(new.as_str()) {
+        if o.superseded_by.as_deref() == Some(new.as_str()) {
             continue; // chained already
         }
-        let why = if let Some(other) = o.get("superseded_by").and_then(Value::as_str) {
+        let why = if let Some(other) = &o.superseded_by {
             Some(format!("{old} is already superseded by {other}"))
         } else if let Some(p) = predecessor.get(new) {
             Some(format!("{new} already supersedes {p}"))
         } else {
-            match (chain_of(&o), chain_of(&n)) {
+            match (&o.supersession_chain_id, &n.supersession_chain_id) {
                 (Some(a), Some(b)) if a != b => Some(format!(
                     "{old} and {new} belong to different chains ({a}, {b})"
                 )),
@@ -1192,11 +1189,12 @@ pub async fn chain_supersessions(
             ));
             continue;
         }
-        let chain = chain_of(&o).or(chain_of(&n)).unwrap_or_else(|| old.clone());
-        let from = time_of(&n, "valid_from")
-            .or(time_of(&n, "created_at"))
-            .unwrap_or(now);
-        let until = from.max(time_of(&o, "valid_from").unwrap_or(i64::MIN));
+        let chain = o
+            .supersession_chain_id
+            .clone()
+            .or(n.supersession_chain_id.clone())
+            .unwrap_or_else(|| old.clone());
+        let until = n.valid_from.max(o.valid_from);
         store
             .update_where(
                 "memories",
@@ -1217,11 +1215,11 @@ pub async fn chain_supersessions(
             .await?;
         // Later pairs see this one.
         if let Some(r) = rows.get_mut(old) {
-            r.insert("superseded_by".into(), json!(new));
-            r.insert("supersession_chain_id".into(), json!(chain));
+            r.superseded_by = Some(new.clone());
+            r.supersession_chain_id = Some(chain.clone());
         }
         if let Some(r) = rows.get_mut(new) {
-            r.insert("supersession_chain_id".into(), json!(chain));
+            r.supersession_chain_id = Some(chain.clone());
         }
         predecessor.insert(new.clone(), old.clone());
         chained += 1;

@@ -44,7 +44,7 @@ use crate::logic::similarity::dot;
 use crate::model::encoding::format_timestamp;
 use crate::model::typed::MemoryRow;
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{Store, json_rows, sql_list, sql_string, text_of};
+use crate::store::{Store, sql_list, sql_string};
 
 const JOB: &str = "integrate";
 
@@ -435,25 +435,24 @@ async fn logged_answers(
         .map(|j| judge_id(run_id, Task::IntegrateClassify, &custom_id(fact_id, j)))
         .collect();
     let filter = format!("id IN ({})", sql_list(&ids));
-    let rows = json_rows(
-        &store
-            .scan_columns(
-                "audit_log",
-                Some(&filter),
-                &["id", "classification", "confidence", "reasoning"],
-            )
-            .await?,
-    );
+    #[derive(serde::Deserialize)]
+    struct Judged {
+        id: String,
+        classification: Option<String>,
+        confidence: Option<f64>,
+        reasoning: Option<String>,
+    }
+    let rows: Vec<Judged> = store.scan_rows("audit_log", Some(&filter)).await?;
     let mut answers = Vec::new();
     for (j, id) in ids.iter().enumerate() {
-        let Some(row) = rows.iter().find(|r| &text_of(r, "id") == id) else {
+        let Some(row) = rows.iter().find(|r| &r.id == id) else {
             break;
         };
         answers.push(Answer {
             candidate: j,
-            class: Class::parse(&text_of(row, "classification")),
-            confidence: row["confidence"].as_f64().unwrap_or(0.0),
-            reasoning: text_of(row, "reasoning"),
+            class: Class::parse(row.classification.as_deref().unwrap_or("")),
+            confidence: row.confidence.unwrap_or(0.0),
+            reasoning: row.reasoning.clone().unwrap_or_default(),
         });
     }
     if answers.is_empty() {

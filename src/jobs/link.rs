@@ -280,7 +280,7 @@ pub async fn write_outcomes(
             )
         })
         .collect();
-    let (chained, notes) = super::integrate::chain_supersessions(store, &pairs, now).await?;
+    let (chained, notes) = super::integrate::chain_supersessions(store, &pairs).await?;
     if chained > 0 {
         *counts.entry("supersessions_chained".into()).or_default() += chained;
     }

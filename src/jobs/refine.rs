@@ -28,11 +28,11 @@ use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::logic::refine::{RefineAnswer, answer_id, plan_answer};
 use crate::model::clock::Clock;
-use crate::model::encoding::{format_timestamp, parse_timestamp};
+use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, LINKS};
 use crate::model::typed::MemoryRow;
 use crate::store::audit::AuditRow;
-use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
+use crate::store::{Store, batch_from_json, sql_list, sql_string, sql_timestamp};
 
 /// Splits verbose memories into focused ones, or trims them, through the LLM layer
 /// (`refine`); refused ones are not asked again after `max_rejections` refusals.
@@ -152,51 +152,53 @@ async fn unfinished(store: &Store) -> Result<Vec<(Value, i64)>> {
         "operation IN ('SPLIT', 'UPDATE') AND classification IN ('SPLIT', 'TRIM')",
     )
     .await?;
-    let heads = json_rows(
-        &store
-            .scan_columns(
-                AUDIT_LOG.name,
-                Some(logged),
-                &["id", "target_id", "created_at"],
-            )
-            .await?,
-    );
-    let originals: Vec<String> = heads
-        .iter()
-        .filter_map(|r| r["target_id"].as_str().map(str::to_string))
-        .collect();
-    let mut refined: BTreeMap<String, i64> = BTreeMap::new();
-    for r in store
-        .rows_with_ids("memories", &originals, None, &["id", "last_refined_at"])
-        .await?
-    {
-        let at = r["last_refined_at"].as_str().and_then(parse_timestamp);
-        if let (Some(id), Some(at)) = (r["id"].as_str(), at) {
-            refined.insert(id.to_string(), at);
-        }
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: String,
+        target_id: Option<String>,
+        created_at: i64,
     }
-    let at_of = |r: &serde_json::Map<String, Value>| {
-        r["created_at"]
-            .as_str()
-            .and_then(parse_timestamp)
-            .unwrap_or(0)
-    };
+    let heads: Vec<Head> = store.scan_rows(AUDIT_LOG.name, Some(logged)).await?;
+    let originals: Vec<String> = heads.iter().filter_map(|r| r.target_id.clone()).collect();
+    #[derive(serde::Deserialize)]
+    struct Refined {
+        id: String,
+        last_refined_at: Option<i64>,
+    }
+    let refined: BTreeMap<String, i64> = store
+        .typed_rows_with_ids::<Refined>("memories", &originals, None)
+        .await?
+        .into_iter()
+        .filter_map(|r| Some((r.id, r.last_refined_at?)))
+        .collect();
     let pending: Vec<String> = heads
         .iter()
         .filter(|r| {
-            let original = r["target_id"].as_str().unwrap_or("");
-            refined.get(original).is_none_or(|done| *done < at_of(r))
+            let original = r.target_id.as_deref().unwrap_or("");
+            refined
+                .get(original)
+                .is_none_or(|done| *done < r.created_at)
         })
-        .filter_map(|r| r["id"].as_str().map(str::to_string))
+        .map(|r| r.id.clone())
         .collect();
     if pending.is_empty() {
         return Ok(Vec::new());
     }
+    #[derive(serde::Deserialize)]
+    struct Logged {
+        id: String,
+        after_state: Option<String>,
+        created_at: i64,
+    }
     let filter = format!("{logged} AND id IN ({})", sql_list(&pending));
     let mut out = Vec::new();
-    for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
-        let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
-        out.push((after, at_of(&row)));
+    for row in store
+        .scan_rows::<Logged>(AUDIT_LOG.name, Some(&filter))
+        .await?
+    {
+        let after: Value = serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))
+            .map_err(|e| anyhow!("audit row {}: unreadable after_state: {e}", row.id))?;
+        out.push((after, row.created_at));
     }
     Ok(out)
 }
