@@ -21,13 +21,13 @@ use crate::app::App;
 use crate::embedders::EmbedderArgs;
 use crate::exit::ExitStatus;
 use crate::jobs::integrate::resume;
+use crate::jobs::review_queue::ReviewItem;
 use crate::jobs::review_queue::{Verdict, queued, settle};
 use crate::jobs::{ItemFailure, JobReport, JobScope, RunLog};
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, LlmArgs};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
-use crate::store::text_of;
 use crate::store::{sql_list, sql_string, sql_timestamp};
 
 const JOB: &str = "review";
@@ -77,9 +77,10 @@ pub enum ReviewCommand {
     },
 }
 
-fn print_list(rows: &[Map<String, Value>], json: bool, out: &mut dyn Write) -> Result<()> {
+fn print_list(rows: &[ReviewItem], json: bool, out: &mut dyn Write) -> Result<()> {
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(rows)?)?;
+        let rows: Vec<Value> = rows.iter().map(ReviewItem::to_json).collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
     if rows.is_empty() {
@@ -87,21 +88,19 @@ fn print_list(rows: &[Map<String, Value>], json: bool, out: &mut dyn Write) -> R
         return Ok(());
     }
     for r in rows {
-        let fact: Map<String, Value> =
-            serde_json::from_str(&text_of(r, "fact")).unwrap_or_default();
         writeln!(
             out,
             "{}  {}  {} ({:.2})  {}  expires {}\n  new:      {}\n  existing: {} {}\n  why:      {}",
-            text_of(r, "id"),
-            text_of(r, "user_id"),
-            text_of(r, "classification"),
-            r["confidence"].as_f64().unwrap_or(0.0),
-            text_of(r, "status"),
-            text_of(r, "expires_at"),
-            text_of(&fact, "text"),
-            text_of(r, "candidate_id"),
-            text_of(r, "candidate_text"),
-            text_of(r, "reasoning"),
+            r.id,
+            r.user_id,
+            r.classification,
+            r.confidence,
+            r.status,
+            r.expires_at.map(format_timestamp).unwrap_or_default(),
+            r.fact_text(),
+            r.candidate_id,
+            r.candidate_text,
+            r.reasoning.as_deref().unwrap_or(""),
         )?;
     }
     Ok(())
@@ -124,11 +123,7 @@ pub async fn run(app: &App, args: &ReviewArgs, out: &mut dyn Write) -> Result<Ex
                 filter = format!("{filter} AND user_id = {}", sql_string(u));
             }
             let mut rows = queued(&ctx.store, &filter).await?;
-            rows.sort_by(|a, b| {
-                text_of(a, "created_at")
-                    .cmp(&text_of(b, "created_at"))
-                    .then(text_of(a, "id").cmp(&text_of(b, "id")))
-            });
+            rows.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
             print_list(&rows, app.json, out)?;
             Ok(ExitStatus::Success)
         }
@@ -192,30 +187,30 @@ async fn apply_verdict(
     } else {
         let found = queued(&ctx.store, &format!("id IN ({})", sql_list(ids))).await?;
         for id in ids {
-            match found.iter().find(|r| text_of(r, "id") == *id) {
+            match found.iter().find(|r| r.id == *id) {
                 None => report.failures.push(ItemFailure {
                     item: id.clone(),
                     reason: "no such review item".into(),
                 }),
-                Some(r) if r["status"] != "pending" => report.failures.push(ItemFailure {
+                Some(r) if r.status != "pending" => report.failures.push(ItemFailure {
                     item: id.clone(),
-                    reason: format!("already {}", text_of(r, "status")),
+                    reason: format!("already {}", r.status),
                 }),
                 Some(_) => {}
             }
         }
         found
             .into_iter()
-            .filter(|r| r["status"] == "pending")
+            .filter(|r| r.status == "pending")
             .collect()
     };
     // Approved merges: the text is written now, by integrate.merge.
     let mut merged = BTreeMap::new();
     let mut llm_usage = None;
     if let Some(llm_args) = llm_args {
-        let merges: Vec<&Map<String, Value>> = chosen
+        let merges: Vec<&ReviewItem> = chosen
             .iter()
-            .filter(|r| r["classification"] == "MERGE")
+            .filter(|r| r.classification == "MERGE")
             .collect();
         if !merges.is_empty() {
             let llm = app.llm(llm_args).await?;
@@ -224,18 +219,18 @@ async fn apply_verdict(
                 .iter()
                 .map(|r| {
                     let fact: Map<String, Value> =
-                        serde_json::from_str(&text_of(r, "fact")).unwrap_or_default();
+                        serde_json::from_str(&r.fact).unwrap_or_default();
                     let candidate = MemoryView {
-                        id: text_of(r, "candidate_id"),
+                        id: r.candidate_id.clone(),
                         kind: "fact".into(),
                         created_at: String::new(),
                         happens_at: None,
-                        text: text_of(r, "candidate_text"),
+                        text: r.candidate_text.clone(),
                         dates: Vec::new(),
                         cluster: None,
                     };
                     Item {
-                        custom_id: text_of(r, "id"),
+                        custom_id: r.id.clone(),
                         input: TaskInput {
                             task: Task::IntegrateMerge,
                             memories: vec![candidate, MemoryView::from_row(&fact)],

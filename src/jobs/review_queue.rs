@@ -5,15 +5,16 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Result, anyhow, bail};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::integrate::{plan, write_plans};
 use super::{ItemFailure, JobCtx};
 use crate::embedders::Embedder;
 use crate::logic::integrate::{Class, Decision};
+pub use crate::logic::rows::ReviewItem;
 use crate::model::schema::REVIEW_QUEUE;
 use crate::model::typed::MemoryRow;
-use crate::store::{Store, json_rows, sql_list, sql_string, sql_timestamp, text_of};
+use crate::store::{Store, sql_list, sql_string, sql_timestamp};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Verdict {
@@ -33,10 +34,8 @@ impl Verdict {
 }
 
 /// The review queue's rows that `filter` keeps.
-pub async fn queued(store: &Store, filter: &str) -> Result<Vec<Map<String, Value>>> {
-    Ok(json_rows(
-        &store.scan(REVIEW_QUEUE.name, Some(filter)).await?,
-    ))
+pub async fn queued(store: &Store, filter: &str) -> Result<Vec<ReviewItem>> {
+    Ok(store.scan_rows(REVIEW_QUEUE.name, Some(filter)).await?)
 }
 
 /// Decides review items: one audit row each (written before anything is applied), the
@@ -46,7 +45,7 @@ pub async fn settle(
     ctx: &JobCtx<'_>,
     embedder: &Embedder,
     run_id: &str,
-    items: &[Map<String, Value>],
+    items: &[ReviewItem],
     verdict: Verdict,
     merged: &BTreeMap<String, String>,
     now: i64,
@@ -55,7 +54,7 @@ pub async fn settle(
 ) -> Result<u64> {
     let config = ctx.app.config().await?;
     let p = &config.integrate;
-    let candidate_ids: Vec<String> = items.iter().map(|i| text_of(i, "candidate_id")).collect();
+    let candidate_ids: Vec<String> = items.iter().map(|i| i.candidate_id.clone()).collect();
     let live = format!(
         "archived_at IS NULL AND state <> 'archived' AND superseded_by IS NULL \
          AND (valid_until IS NULL OR valid_until > {})",
@@ -67,27 +66,27 @@ pub async fn settle(
         .await?;
     let current: BTreeMap<String, MemoryRow> =
         current.into_iter().map(|r| (r.id.clone(), r)).collect();
-    let fact_ids: Vec<String> = items.iter().map(|i| text_of(i, "fact_id")).collect();
+    let fact_ids: Vec<String> = items.iter().map(|i| i.fact_id.clone()).collect();
     let settlement = crate::jobs::integrate::settlement_ids(&ctx.store, &fact_ids).await?;
     let mut plans = Vec::new();
     let mut settled = Vec::new();
     for (item, settlement_id) in items.iter().zip(&settlement) {
-        let id = text_of(item, "id");
-        let fact: Value = serde_json::from_str(&text_of(item, "fact"))
+        let id = item.id.clone();
+        let fact: Value = serde_json::from_str(&item.fact)
             .map_err(|e| anyhow!("review item {id}: its fact is not a JSON object: {e}"))?;
         let fact = crate::model::typed::memories_from_json(&[fact], ctx.store.embedding_dim(), now)
             .map_err(|e| anyhow!("review item {id}: its fact: {e}"))?
             .remove(0);
         let candidate = current
-            .get(&text_of(item, "candidate_id"))
-            .filter(|c| item["candidate_text"].as_str() == Some(c.text.as_str()));
-        let confidence = item["confidence"].as_f64().unwrap_or(0.0);
+            .get(&item.candidate_id)
+            .filter(|c| item.candidate_text == c.text);
+        let confidence = item.confidence;
         let decision = match verdict {
             Verdict::Approve => {
-                let Some(class) = Class::parse(&text_of(item, "classification")) else {
+                let Some(class) = Class::parse(&item.classification) else {
                     bail!(
-                        "review item {id}: unknown classification {}",
-                        item["classification"]
+                        "review item {id}: unknown classification {:?}",
+                        item.classification
                     );
                 };
                 if candidate.is_none() {
@@ -110,7 +109,10 @@ pub async fn settle(
                     class,
                     candidate: 0,
                     confidence,
-                    reasoning: format!("approved in review: {}", text_of(item, "reasoning")),
+                    reasoning: format!(
+                        "approved in review: {}",
+                        item.reasoning.as_deref().unwrap_or("")
+                    ),
                 }
             }
             Verdict::Reject | Verdict::Expire => Decision::Coexist {

@@ -172,3 +172,58 @@ impl AuditRow {
         }
     }
 }
+
+/// One row of `review_queue`: a fact the judge was unsure about, waiting for a person (or
+/// its expiry). Timestamps are microseconds since the epoch, UTC.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReviewItem {
+    pub id: String,
+    pub run_id: String,
+    pub user_id: String,
+    pub fact_id: String,
+    /// The fact's memory row as JSON (`MemoryRow::to_json`).
+    pub fact: String,
+    pub candidate_id: String,
+    /// The candidate's text when the judge read it: approval refuses if it changed.
+    pub candidate_text: String,
+    pub classification: String,
+    pub confidence: f64,
+    pub reasoning: Option<String>,
+    pub status: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub decided_at: Option<i64>,
+    pub decided_by_run: Option<String>,
+}
+
+impl ReviewItem {
+    /// The item as `memlife review list --json` shows it (times as RFC 3339 text).
+    pub fn to_json(&self) -> Value {
+        let time = |t: Option<i64>| t.map(format_timestamp);
+        json!({
+            "id": self.id,
+            "run_id": self.run_id,
+            "user_id": self.user_id,
+            "fact_id": self.fact_id,
+            "fact": self.fact,
+            "candidate_id": self.candidate_id,
+            "candidate_text": self.candidate_text,
+            "classification": self.classification,
+            "confidence": self.confidence,
+            "reasoning": self.reasoning,
+            "status": self.status,
+            "created_at": format_timestamp(self.created_at),
+            "expires_at": time(self.expires_at),
+            "decided_at": time(self.decided_at),
+            "decided_by_run": self.decided_by_run,
+        })
+    }
+
+    /// The fact's text (empty when its JSON is unreadable).
+    pub fn fact_text(&self) -> String {
+        serde_json::from_str::<Value>(&self.fact)
+            .ok()
+            .and_then(|f| f["text"].as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}
