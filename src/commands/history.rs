@@ -7,14 +7,14 @@
 use std::io::Write;
 
 use anyhow::{Result, anyhow, bail};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::exit::ExitStatus;
 use crate::logic::integrate::{chain_order, valid_at};
 use crate::model::clock::Clock;
-use crate::store::{json_rows, sql_string};
-use crate::store::{text_of, time_of};
+use crate::model::encoding::format_timestamp;
+use crate::store::sql_string;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct HistoryArgs {
@@ -25,55 +25,62 @@ pub struct HistoryArgs {
     pub as_of: Option<Clock>,
 }
 
-const COLUMNS: &[&str] = &[
-    "id",
-    "user_id",
-    "text",
-    "valid_from",
-    "valid_until",
-    "superseded_by",
-    "supersession_chain_id",
-    "archived_at",
-    "created_at",
-];
+/// A version of a memory as the history shows it.
+#[derive(Clone, serde::Deserialize)]
+struct Version {
+    id: String,
+    user_id: String,
+    text: String,
+    valid_from: Option<i64>,
+    valid_until: Option<i64>,
+    superseded_by: Option<String>,
+    supersession_chain_id: Option<String>,
+    archived_at: Option<i64>,
+    created_at: Option<i64>,
+}
+
+impl Version {
+    /// As `--json` shows it: times as RFC 3339 text, numbered in the chain.
+    fn to_json(&self, number: usize) -> Value {
+        let time = |t: Option<i64>| t.map(format_timestamp);
+        json!({
+            "id": self.id,
+            "user_id": self.user_id,
+            "text": self.text,
+            "valid_from": time(self.valid_from),
+            "valid_until": time(self.valid_until),
+            "superseded_by": self.superseded_by,
+            "supersession_chain_id": self.supersession_chain_id,
+            "archived_at": time(self.archived_at),
+            "created_at": time(self.created_at),
+            "version": number,
+        })
+    }
+}
 
 pub async fn run(app: &App, args: &HistoryArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     let as_of = args.as_of.map(Clock::micros);
     let store = app.store().await?;
-    let found = json_rows(
-        &store
-            .scan_columns(
-                "memories",
-                Some(&format!("id = {}", sql_string(&args.id))),
-                COLUMNS,
-            )
-            .await?,
-    );
+    let found: Vec<Version> = store
+        .scan_rows("memories", Some(&format!("id = {}", sql_string(&args.id))))
+        .await?;
     let Some(memory) = found.into_iter().next() else {
         bail!("no memory with id '{}'", args.id);
     };
-    let versions = match memory.get("supersession_chain_id").and_then(Value::as_str) {
-        Some(chain) => json_rows(
-            &store
-                .scan_columns(
+    let versions: Vec<Version> = match &memory.supersession_chain_id {
+        Some(chain) => {
+            store
+                .scan_rows(
                     "memories",
                     Some(&format!("supersession_chain_id = {}", sql_string(chain))),
-                    COLUMNS,
                 )
-                .await?,
-        ),
+                .await?
+        }
         None => vec![memory.clone()],
     };
     let pairs: Vec<(String, Option<String>)> = versions
         .iter()
-        .map(|v| {
-            (
-                text_of(v, "id"),
-                v.get("superseded_by")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-            )
-        })
+        .map(|v| (v.id.clone(), v.superseded_by.clone()))
         .collect();
     let order = chain_order(&pairs).map_err(|e| {
         anyhow!(
@@ -81,33 +88,24 @@ pub async fn run(app: &App, args: &HistoryArgs, out: &mut dyn Write) -> Result<E
             args.id
         )
     })?;
-    let ordered: Vec<&Map<String, Value>> = order
+    let ordered: Vec<&Version> = order
         .iter()
-        .filter_map(|id| versions.iter().find(|v| text_of(v, "id") == *id))
+        .filter_map(|id| versions.iter().find(|v| v.id == *id))
         .collect();
-    let shown: Vec<(usize, &Map<String, Value>)> = ordered
+    let shown: Vec<(usize, &Version)> = ordered
         .iter()
         .enumerate()
-        .filter(|(_, v)| {
-            as_of.is_none_or(|t| valid_at(time_of(v, "valid_from"), time_of(v, "valid_until"), t))
-        })
+        .filter(|(_, v)| as_of.is_none_or(|t| valid_at(v.valid_from, v.valid_until, t)))
         .map(|(i, v)| (i + 1, *v))
         .collect();
     if app.json {
-        let rows: Vec<Value> = shown
-            .iter()
-            .map(|(n, v)| {
-                let mut v = Value::Object((*v).clone());
-                v["version"] = json!(n);
-                v
-            })
-            .collect();
+        let rows: Vec<Value> = shown.iter().map(|(n, v)| v.to_json(*n)).collect();
         writeln!(
             out,
             "{}",
             serde_json::to_string_pretty(&json!({
                 "id": args.id,
-                "chain": memory.get("supersession_chain_id"),
+                "chain": memory.supersession_chain_id,
                 "as_of": args.as_of.map(|c| c.to_string()),
                 "versions": rows,
             }))?
@@ -137,10 +135,9 @@ pub async fn run(app: &App, args: &HistoryArgs, out: &mut dyn Write) -> Result<E
     }
     for (n, v) in shown {
         let until = v
-            .get("valid_until")
-            .and_then(Value::as_str)
-            .unwrap_or("now (current)");
-        let archived = if v["archived_at"].is_null() {
+            .valid_until
+            .map_or_else(|| "now (current)".to_string(), format_timestamp);
+        let archived = if v.archived_at.is_none() {
             ""
         } else {
             " [archived]"
@@ -148,9 +145,9 @@ pub async fn run(app: &App, args: &HistoryArgs, out: &mut dyn Write) -> Result<E
         writeln!(
             out,
             "V{n} {}  [{} .. {until}){archived}\n   {}",
-            text_of(v, "id"),
-            text_of(v, "valid_from"),
-            text_of(v, "text")
+            v.id,
+            v.valid_from.map(format_timestamp).unwrap_or_default(),
+            v.text
         )?;
     }
     Ok(ExitStatus::Success)
