@@ -134,7 +134,7 @@ struct NodeRow {
 }
 
 #[derive(serde::Deserialize)]
-struct LinkRow {
+struct EdgeRow {
     source_id: String,
     target_id: String,
     link_type: String,
@@ -236,7 +236,7 @@ impl Walker {
             let is_archived = row.archived_at.is_some() || row.state == "archived";
             memories.insert(row.id, (row.state, is_archived, row.text));
         }
-        let rows: Vec<LinkRow> = self.links.rows_where(mine).await?;
+        let rows: Vec<EdgeRow> = self.links.rows_where(mine).await?;
         let mut links = Vec::with_capacity(rows.len());
         let mut touching: HashMap<String, Vec<u32>> = HashMap::new();
         for row in rows {
@@ -310,7 +310,7 @@ impl Walker {
             if let Some(filter) = &filter {
                 condition = condition.and(filter.clone());
             }
-            let rows: Vec<LinkRow> = self.links.rows_where(condition).await?;
+            let rows: Vec<EdgeRow> = self.links.rows_where(condition).await?;
             out.extend(rows.into_iter().map(|row| Link {
                 source: row.source_id,
                 target: row.target_id,

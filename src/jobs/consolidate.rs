@@ -39,6 +39,7 @@ use crate::logic::shard::UserScope;
 use crate::model::clock::Clock;
 use crate::model::encoding::{format_timestamp, parse_timestamp};
 use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, MEMORY_ENTITIES};
+use crate::model::typed::LinkRow;
 use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
 
@@ -398,7 +399,6 @@ async fn move_links(
     holder: &BTreeMap<&str, &str>,
     now: i64,
 ) -> Result<u64> {
-    let dim = store.embedding_dim();
     let new_ids: Vec<String> = plans.iter().map(|(p, ..)| p.new_id.clone()).collect();
     let all_members: Vec<String> = holder.keys().map(|m| m.to_string()).collect();
     let list = sql_list(&all_members);
@@ -406,37 +406,39 @@ async fn move_links(
         "(source_id IN ({list}) OR target_id IN ({list})) AND NOT (link_type = 'consolidates' AND source_id IN ({}))",
         sql_list(&new_ids)
     );
-    let old_links = json_rows(&store.scan("links", Some(&touching)).await?);
+    let old_links: Vec<LinkRow> = store.scan_rows("links", Some(&touching)).await?;
     let ends: Vec<LinkEnds> = old_links
         .iter()
         .map(|link| LinkEnds {
-            source: link["source_id"].as_str().unwrap_or(""),
-            target: link["target_id"].as_str().unwrap_or(""),
-            link_type: link["link_type"].as_str().unwrap_or(""),
-            confidence: link["confidence"].as_f64().unwrap_or(0.0),
+            source: &link.source_id,
+            target: &link.target_id,
+            link_type: &link.link_type,
+            confidence: link.confidence,
         })
         .collect();
-    let mut rows: Vec<Value> = consolidation::relink(&ends, holder)
+    let mut links: Vec<LinkRow> = consolidation::relink(&ends, holder)
         .into_iter()
-        .map(|moved| {
-            let mut row = old_links[moved.from].clone();
-            row.insert("source_id".into(), json!(moved.source));
-            row.insert("target_id".into(), json!(moved.target));
-            Value::Object(row)
+        .map(|moved| LinkRow {
+            source_id: moved.source.to_string(),
+            target_id: moved.target.to_string(),
+            ..old_links[moved.from].clone()
         })
         .collect();
-    let created = format_timestamp(now);
     for (plan, ..) in plans {
         for member in &plan.members {
-            rows.push(json!({
-                "source_id": plan.new_id, "target_id": member, "user_id": plan.user,
-                "link_type": "consolidates", "confidence": plan.confidence,
-                "reasoning": "consolidated into the source", "origin": "llm", "created_at": created,
-            }));
+            links.push(LinkRow {
+                source_id: plan.new_id.clone(),
+                target_id: member.clone(),
+                user_id: plan.user.clone(),
+                link_type: "consolidates".into(),
+                confidence: plan.confidence,
+                reasoning: Some("consolidated into the source".into()),
+                origin: "llm".into(),
+                created_at: now,
+            });
         }
     }
-    let batch = batch_from_json(&LINKS, dim, now, &rows).map_err(|e| anyhow!(e))?;
-    store.upsert_batch(&LINKS, batch).await?;
+    store.upsert_links(&links, now).await?;
     crate::crash::point("consolidate.after-links");
     if !old_links.is_empty() {
         store.delete_where("links", &touching).await?;

@@ -34,6 +34,7 @@ use crate::model::encoding::format_timestamp;
 use crate::model::schema::{
     ENTITIES, ENTITY_SCANS, ENTITY_TYPES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX,
 };
+use crate::model::typed::LinkRow;
 use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string};
 
@@ -943,16 +944,12 @@ async fn write_readings(
         let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
         w.store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
     }
-    let rows: Vec<Value> = links
+    let rows: Vec<LinkRow> = links
         .iter()
-        .map(|((s, t, ty), u)| {
-            json!({"source_id": s, "target_id": t, "user_id": u, "link_type": ty,
-                   "confidence": 1.0, "origin": "structural"})
-        })
+        .map(|((s, t, ty), u)| LinkRow::structural((s, t, u), ty, now))
         .collect();
     for chunk in rows.chunks(50_000) {
-        let batch = batch_from_json(&LINKS, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        w.store.upsert_batch(&LINKS, batch).await?;
+        w.store.upsert_links(chunk, now).await?;
     }
     crate::crash::point("entities.after-links");
     let mut per_memory: BTreeMap<&str, usize> = BTreeMap::new();

@@ -25,6 +25,7 @@ use crate::logic::entity_gc::{GcEntity, GcPlan, StoredEntity, plan_gc, shares_en
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX};
+use crate::model::typed::LinkRow;
 use crate::store::audit::AuditRow;
 use crate::store::{batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
 
@@ -568,7 +569,6 @@ async fn rebuild_chains(
     args: &EntityGcArgs,
 ) -> Result<(u64, u64)> {
     let now = ctx.now.timestamp_micros();
-    let dim = ctx.store.embedding_dim();
     let (merges, merged) = (&plan.merges, plan.merged());
     let into: BTreeMap<&str, usize> = merges
         .iter()
@@ -621,16 +621,12 @@ async fn rebuild_chains(
             wanted.insert(key);
         }
     }
-    let rows: Vec<Value> = wanted
+    let rows: Vec<LinkRow> = wanted
         .iter()
-        .map(|k| {
-            json!({"source_id": k.0, "target_id": k.1, "user_id": users_of_link[k],
-                   "link_type": k.2, "confidence": 1.0, "origin": "structural"})
-        })
+        .map(|k| LinkRow::structural((&k.0, &k.1, &users_of_link[k]), &k.2, now))
         .collect();
     for chunk in rows.chunks(50_000) {
-        let batch = batch_from_json(&LINKS, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        ctx.store.upsert_batch(&LINKS, batch).await?;
+        ctx.store.upsert_links(chunk, now).await?;
     }
     // Stale links of the touched names: what the merged entities' chains had.
     let mut stale = Vec::new();

@@ -47,8 +47,8 @@ use crate::logic::shard::UserScope;
 use crate::logic::similarity::dot;
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
-use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, REVIEW_QUEUE};
-use crate::model::typed::{EmbeddedMemory, MemoryRow};
+use crate::model::schema::{AUDIT_LOG, MEMORIES, REVIEW_QUEUE};
+use crate::model::typed::{EmbeddedMemory, LinkRow, MemoryRow};
 use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, batch_from_json, sql_list, sql_string, sql_timestamp};
 
@@ -303,10 +303,9 @@ async fn apply_plans(
     job: &str,
 ) -> Result<()> {
     let dim = store.embedding_dim();
-    let links: Vec<Value> = plans.iter().flat_map(|p| p.links.clone()).collect();
+    let links: Vec<LinkRow> = plans.iter().flat_map(|p| p.links.clone()).collect();
     if !links.is_empty() {
-        let batch = batch_from_json(&LINKS, dim, now, &links).map_err(|e| anyhow!(e))?;
-        store.upsert_batch(&LINKS, batch).await?;
+        store.upsert_links(&links, now).await?;
     }
     crate::crash::point(&format!("{job}.after-links"));
     let reviews: Vec<Value> = plans.iter().filter_map(|p| p.review.clone()).collect();
@@ -501,7 +500,11 @@ async fn unfinished(
             plans.push(FactPlan {
                 audit: Vec::new(),
                 memories,
-                links: after["links"].as_array().cloned().unwrap_or_default(),
+                links: crate::model::typed::links_from_json(
+                    after["links"].as_array().map_or(&[][..], Vec::as_slice),
+                    now,
+                )
+                .map_err(|e| anyhow!("audit row {}: {e}", row.id))?,
                 review: Some(after["review"].clone()).filter(|r| !r.is_null()),
             });
         }

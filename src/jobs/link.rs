@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use serde_json::Value;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
@@ -19,10 +19,11 @@ use crate::llm::tasks::{LinkType, MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
-use crate::model::schema::{AUDIT_LOG, LINKS};
+use crate::model::schema::AUDIT_LOG;
 use crate::model::typed::EmbeddedMemory;
+use crate::model::typed::LinkRow;
 use crate::store::audit::AuditRow;
-use crate::store::{Store, batch_from_json, sql_string};
+use crate::store::{Store, sql_string};
 
 /// Typed links (conflicts, supersedes, causes, ...) between similar memories, judged by
 /// the LLM layer (`link.classify`); `--mode batch` submits and exits.
@@ -223,11 +224,16 @@ pub async fn write_outcomes(
         if let (None, Some(Reply::Link(r))) = (&outcome.failure, &outcome.reply)
             && r.link_type != LinkType::Null
         {
-            links.push(serde_json::json!({
-                "source_id": source.id, "target_id": target.id, "user_id": user_id,
-                "link_type": r.link_type.as_str(), "confidence": r.confidence,
-                "reasoning": r.reasoning, "origin": "llm", "created_at": format_timestamp(now),
-            }));
+            links.push(LinkRow {
+                source_id: source.id.clone(),
+                target_id: target.id.clone(),
+                user_id: user_id.clone().unwrap_or_default(),
+                link_type: r.link_type.as_str().to_string(),
+                confidence: r.confidence,
+                reasoning: Some(r.reasoning.clone()),
+                origin: "llm".into(),
+                created_at: now,
+            });
             *counts
                 .entry(format!("links_{}", r.link_type.as_str()))
                 .or_default() += 1;
@@ -249,23 +255,21 @@ pub async fn write_outcomes(
         row.after_state = Some(serde_json::json!({"served_by": outcome.served_by}).to_string());
         audit.push(row);
     }
-    let dim = store.embedding_dim();
     // The links first, then the audit rows: an audit row marks a pair judged (the next run
     // skips it), so it must not exist before the pair's link does. A crash between the two
     // commits leaves links without audit rows; the next run judges those pairs again and
     // writes the same links (keyed by pair and type) and the missing audit rows.
     if !links.is_empty() {
-        let batch = batch_from_json(&LINKS, dim, now, &links).map_err(|e| anyhow!(e))?;
-        store.upsert_batch(&LINKS, batch).await?;
+        store.upsert_links(&links, now).await?;
     }
     crate::crash::point("link.after-links");
     // `supersedes` links become supersession chains, as integrate makes them, when the judge
     // is as sure as integrate needs to be to apply a supersession (`integrate.min_confidence`):
     // a less sure one stays a link, counted, and changes no memory's validity.
-    let (sure, unsure): (Vec<&Value>, Vec<&Value>) = links
+    let (sure, unsure): (Vec<&LinkRow>, Vec<&LinkRow>) = links
         .iter()
-        .filter(|l| l["link_type"] == "supersedes")
-        .partition(|l| l["confidence"].as_f64().unwrap_or(0.0) >= chain_min_confidence);
+        .filter(|l| l.link_type == "supersedes")
+        .partition(|l| l.confidence >= chain_min_confidence);
     if !unsure.is_empty() {
         *counts
             .entry("supersedes_under_min_confidence".into())
@@ -273,12 +277,7 @@ pub async fn write_outcomes(
     }
     let pairs: Vec<(String, String)> = sure
         .into_iter()
-        .map(|l| {
-            (
-                l["source_id"].as_str().unwrap_or("").to_string(),
-                l["target_id"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(|l| (l.source_id.clone(), l.target_id.clone()))
         .collect();
     let (chained, notes) = super::integrate::chain_supersessions(store, &pairs).await?;
     if chained > 0 {

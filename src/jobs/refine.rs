@@ -29,10 +29,10 @@ use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::logic::refine::{RefineAnswer, answer_id, plan_answer};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
-use crate::model::schema::{AUDIT_LOG, LINKS};
+use crate::model::schema::AUDIT_LOG;
 use crate::model::typed::MemoryRow;
 use crate::store::audit::AuditRow;
-use crate::store::{Store, batch_from_json, sql_list, sql_string, sql_timestamp};
+use crate::store::{Store, sql_list, sql_string, sql_timestamp};
 
 /// Splits verbose memories into focused ones, or trims them, through the LLM layer
 /// (`refine`); refused ones are not asked again after `max_rejections` refusals.
@@ -127,10 +127,13 @@ async fn apply(
         store.upsert_memories(&embedded, &vectors, now).await?;
     }
     crate::crash::point("refine.after-memories");
-    let links: Vec<Value> = after["links"].as_array().cloned().unwrap_or_default();
+    let links = crate::model::typed::links_from_json(
+        after["links"].as_array().map_or(&[][..], Vec::as_slice),
+        now,
+    )
+    .map_err(|e| anyhow!("the refinement of {original}: {e}"))?;
     if !links.is_empty() {
-        let batch = batch_from_json(&LINKS, dim, now, &links).map_err(|e| anyhow!(e))?;
-        store.upsert_batch(&LINKS, batch).await?;
+        store.upsert_links(&links, now).await?;
     }
     store
         .update_where(

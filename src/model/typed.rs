@@ -9,10 +9,10 @@
 use arrow::array::RecordBatch;
 use serde::de::DeserializeOwned;
 
-pub use crate::logic::rows::MemoryRow;
+pub use crate::logic::rows::{LinkRow, MemoryRow};
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
-use crate::model::schema::MEMORIES;
+use crate::model::schema::{LINKS, MEMORIES};
 use serde_arrow::schema::{SchemaLike, TracingOptions};
 
 /// A batch that does not hold the rows a type expects: a column missing or of another type.
@@ -213,6 +213,49 @@ pub fn memories_from_json(
     rows_of("memories", &[batch]).map_err(|e| e.to_string())
 }
 
+/// `links` rows as one batch of the table's schema, each validated as an imported one is.
+pub fn link_batch(rows: &[LinkRow], now: i64) -> Result<RecordBatch, String> {
+    let mut builder = RowBuilder::new(&LINKS, 0, now);
+    for (index, row) in rows.iter().enumerate() {
+        builder
+            .append(|_, name| match name {
+                "source_id" => Cell::Str(&row.source_id),
+                "target_id" => Cell::Str(&row.target_id),
+                "user_id" => Cell::Str(&row.user_id),
+                "link_type" => Cell::Str(&row.link_type),
+                "confidence" => Cell::F64(row.confidence),
+                "reasoning" => row.reasoning.as_deref().map_or(Cell::Null, Cell::Str),
+                "origin" => Cell::Str(&row.origin),
+                "created_at" => Cell::Timestamp(row.created_at),
+                _ => Cell::Missing,
+            })
+            .map_err(|e| {
+                format!(
+                    "links row {index} ({} -> {} {}): {e}",
+                    row.source_id, row.target_id, row.link_type
+                )
+            })?;
+    }
+    builder.finish().map_err(|e| e.to_string())
+}
+
+/// `links` rows as JSON objects (an audit state's) read as typed rows, validated and
+/// defaulted as imported rows are.
+pub fn links_from_json(values: &[serde_json::Value], now: i64) -> Result<Vec<LinkRow>, String> {
+    let mut builder = RowBuilder::new(&LINKS, 0, now);
+    for (index, value) in values.iter().enumerate() {
+        builder
+            .append(|_, name| match value.get(name) {
+                None => Cell::Missing,
+                Some(serde_json::Value::Null) => Cell::Null,
+                Some(v) => Cell::Json(v),
+            })
+            .map_err(|e| format!("links row {index}: {e}"))?;
+    }
+    let batch = builder.finish().map_err(|e| e.to_string())?;
+    rows_of("links", &[batch]).map_err(|e| e.to_string())
+}
+
 /// A run as the schedule, nightly and optimize read it: when it started and the options it
 /// was started with (`runs.params`, JSON: `now` or `clock` hold the run's clock).
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -373,6 +416,30 @@ mod tests {
         assert_eq!(
             columns_of::<MemoryRow>(),
             MEMORIES.columns_except("embedding")
+        );
+    }
+
+    #[test]
+    fn a_link_row_has_every_column_and_reads_back_from_its_json() {
+        let names: Vec<&str> = LINKS.fields.iter().map(|f| f.name).collect();
+        assert_eq!(columns_of::<LinkRow>(), names);
+        let link = LinkRow::judged(("a", "b", "u"), "supersedes", 1.7, "newer", 5_000_000);
+        assert_eq!(link.confidence, 1.0, "clamped");
+        let back = links_from_json(&[link.to_json()], 0).unwrap();
+        assert_eq!(back, vec![link.clone()]);
+        let batch = link_batch(std::slice::from_ref(&link), 0).unwrap();
+        assert_eq!(
+            rows_of::<LinkRow>("links", &[batch]).unwrap(),
+            vec![link.clone()]
+        );
+        let bad = LinkRow {
+            link_type: "likes".into(),
+            ..link
+        };
+        let e = link_batch(&[bad], 0).unwrap_err();
+        assert!(
+            e.contains("links row 0 (a -> b likes)") && e.contains("link_type"),
+            "{e}"
         );
     }
 

@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
-use crate::model::schema::{ALL_TABLES, MEMORIES, META, SCHEMA_VERSION, TableSpec};
-use crate::model::typed::MemoryRow;
+use crate::model::schema::{ALL_TABLES, LINKS, MEMORIES, META, SCHEMA_VERSION, TableSpec};
+use crate::model::typed::{LinkRow, MemoryRow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -646,6 +646,12 @@ impl Store {
         let batch = crate::model::typed::memory_batch(rows, vectors, self.embedding_dim(), now)
             .map_err(StoreError::Rows)?;
         self.upsert_batch(&MEMORIES, batch).await
+    }
+
+    /// Writes `links` rows in one commit, merged on their key (source, target, type).
+    pub async fn upsert_links(&self, rows: &[LinkRow], now: i64) -> Result<WriteStats> {
+        let batch = crate::model::typed::link_batch(rows, now).map_err(StoreError::Rows)?;
+        self.upsert_batch(&LINKS, batch).await
     }
 
     /// The distinct `user_id`s of a table, sorted.

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::rows::{AuditRow, MemoryRow, derived_id, format_timestamp};
+use crate::rows::{AuditRow, LinkRow, MemoryRow, derived_id, format_timestamp};
 
 /// `[integrate]` in memlife.toml.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -321,14 +321,14 @@ pub fn chain_order(versions: &[(String, Option<String>)]) -> Result<Vec<String>,
 }
 
 /// One decision, ready to log and apply: its audit rows (the decision's own last) and what
-/// applying it writes. Links and the review item are the JSON objects the decision's audit
-/// row logs (and the writer validates against their tables).
+/// applying it writes. The review item is the JSON object the decision's audit row logs (the
+/// writer validates it against its table).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FactPlan {
     pub audit: Vec<AuditRow>,
     /// Memory rows to upsert (their vectors are the writer's: known, or embedded then).
     pub memories: Vec<MemoryRow>,
-    pub links: Vec<Value>,
+    pub links: Vec<LinkRow>,
     pub review: Option<Value>,
 }
 
@@ -338,27 +338,13 @@ pub struct FactPlan {
 fn after_state(
     fact: &MemoryRow,
     memories: &[MemoryRow],
-    links: &[Value],
+    links: &[LinkRow],
     review: Option<&Value>,
 ) -> String {
     let memories: Vec<Value> = memories.iter().map(MemoryRow::to_json).collect();
+    let links: Vec<Value> = links.iter().map(LinkRow::to_json).collect();
     json!({"fact": fact.to_json(), "memories": memories, "links": links, "review": review})
         .to_string()
-}
-
-/// A link the decision writes, as its audit row logs it.
-fn link(
-    (source, target, user): (&str, &str, &str),
-    link_type: &str,
-    confidence: f64,
-    why: &str,
-    now: &str,
-) -> Value {
-    json!({
-        "source_id": source, "target_id": target, "user_id": user, "link_type": link_type,
-        "confidence": confidence.clamp(0.0, 1.0), "reasoning": why, "origin": "llm",
-        "created_at": now,
-    })
 }
 
 /// The review item of a fact the judge was unsure about: the fact, its candidate, the
@@ -398,7 +384,7 @@ fn superseding(
     before: Option<String>,
     p: &IntegrateParams,
     now: i64,
-) -> (Vec<MemoryRow>, Vec<Value>, Option<AuditRow>) {
+) -> (Vec<MemoryRow>, Vec<LinkRow>, Option<AuditRow>) {
     let now_text = format_timestamp(now);
     let mut old = c.clone();
     let mut delete = None;
@@ -429,7 +415,13 @@ fn superseding(
     }
     new_row.supersession_chain_id = Some(chain);
     let ends = (fact.id.as_str(), c.id.as_str(), fact.user_id.as_str());
-    let links = vec![link(ends, "supersedes", confidence, reasoning, &now_text)];
+    let links = vec![LinkRow::judged(
+        ends,
+        "supersedes",
+        confidence,
+        reasoning,
+        now,
+    )];
     (vec![old, new_row], links, delete)
 }
 
@@ -441,7 +433,7 @@ fn merging(
     merged: Option<&str>,
     confidence: f64,
     now: i64,
-) -> (Vec<MemoryRow>, Vec<Value>) {
+) -> (Vec<MemoryRow>, Vec<LinkRow>) {
     let mut old = c.clone();
     old.text = merged.unwrap_or("").to_string();
     old.importance = c.importance.max(fact.importance);
@@ -455,13 +447,7 @@ fn merging(
     new_row.tier = "archived".into();
     let ends = (fact.id.as_str(), c.id.as_str(), fact.user_id.as_str());
     let why = "merged into the target (integrate: MERGE)";
-    let links = vec![link(
-        ends,
-        "merged_into",
-        confidence,
-        why,
-        &format_timestamp(now),
-    )];
+    let links = vec![LinkRow::judged(ends, "merged_into", confidence, why, now)];
     (vec![old, new_row], links)
 }
 
@@ -479,7 +465,6 @@ pub fn plan(
     p: &IntegrateParams,
     now: i64,
 ) -> FactPlan {
-    let now_text = format_timestamp(now);
     let mut new_row = fact.clone();
     new_row.embedding_model = None;
     new_row.updated_at = now;
@@ -503,12 +488,12 @@ pub fn plan(
             row.confidence = Some(confidence.clamp(0.0, 1.0));
             row.reasoning = Some(reasoning.clone());
             let links = match (related, candidate) {
-                (Some(_), Some(c)) => vec![link(
+                (Some(_), Some(c)) => vec![LinkRow::judged(
                     (&fact.id, &c.id, &fact.user_id),
                     "related_to",
                     *confidence,
                     "related but distinct (integrate: COEXIST)",
-                    &now_text,
+                    now,
                 )],
                 _ => vec![],
             };
@@ -648,8 +633,8 @@ mod tests {
         );
         assert_eq!(joined.source.as_deref(), Some("integrate"));
         assert_eq!(plan.links.len(), 1);
-        assert_eq!(plan.links[0]["link_type"], "supersedes");
-        assert_eq!(plan.links[0]["source_id"], "new");
+        assert_eq!(plan.links[0].link_type, "supersedes");
+        assert_eq!(plan.links[0].source_id, "new");
         let decision = plan.audit.last().unwrap();
         assert_eq!(
             (decision.id.as_str(), decision.operation),
@@ -724,7 +709,7 @@ mod tests {
             (kept.state.as_str(), kept.archived_at),
             ("archived", Some(30 * DAY))
         );
-        assert_eq!(plan.links[0]["link_type"], "merged_into");
+        assert_eq!(plan.links[0].link_type, "merged_into");
         assert_eq!(plan.audit.last().unwrap().target_id.as_deref(), Some("old"));
     }
 
@@ -809,8 +794,8 @@ mod tests {
         let plan = super::plan("r1", "d1", &fact, &coexist, Some(&old), None, &p, 30 * DAY);
         assert_eq!(plan.memories.len(), 1);
         assert_eq!(plan.memories[0].id, "new");
-        assert_eq!(plan.links[0]["link_type"], "related_to");
-        assert_eq!(plan.links[0]["confidence"], 1.0, "clamped");
+        assert_eq!(plan.links[0].link_type, "related_to");
+        assert_eq!(plan.links[0].confidence, 1.0, "clamped");
         let row = plan.audit.last().unwrap();
         assert_eq!(
             (row.operation, row.classification.as_deref()),

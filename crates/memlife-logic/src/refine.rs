@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::rows::{AuditRow, MemoryRow, derived_id, format_timestamp};
+use crate::rows::{AuditRow, LinkRow, MemoryRow, derived_id};
 
 /// What the judge may answer about a verbose memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,7 +128,6 @@ pub fn plan_answer(
             },
             Some(memory),
         ) => {
-            let now_text = format_timestamp(now);
             let (operation, rows, links, counted) = match action {
                 RefineAction::Keep => {
                     return planned(noop("KEEP", reasoning.to_string()), Some("kept"), 0, None);
@@ -148,12 +147,9 @@ pub fn plan_answer(
                     let links = rows
                         .iter()
                         .map(|r| {
-                            json!({
-                                "source_id": r.id, "target_id": id, "user_id": memory.user_id,
-                                "link_type": "split_from", "confidence": confidence,
-                                "reasoning": "split from the target by refine", "origin": "llm",
-                                "created_at": now_text,
-                            })
+                            let ends = (r.id.as_str(), id.as_str(), memory.user_id.as_str());
+                            let why = "split from the target by refine";
+                            LinkRow::judged(ends, "split_from", *confidence, why, now).to_json()
                         })
                         .collect::<Vec<_>>();
                     ("SPLIT", rows, links, "split")
@@ -237,8 +233,11 @@ mod tests {
         assert_eq!(made[1]["kind"], "episode");
         assert_eq!(made[1]["importance"], 0.7);
         assert_eq!(made[1]["consolidates_memory_ids"], json!(["m1"]));
-        assert_eq!(made[1]["last_refined_at"], format_timestamp(500));
-        assert_eq!(made[1]["created_at"], format_timestamp(100));
+        assert_eq!(
+            made[1]["last_refined_at"],
+            crate::rows::format_timestamp(500)
+        );
+        assert_eq!(made[1]["created_at"], crate::rows::format_timestamp(100));
         assert_eq!(made[1]["state"], "candidate", "a new memory starts as one");
         assert_eq!(logged["links"][0]["link_type"], "split_from");
         assert_eq!(logged["links"][0]["target_id"], "m1");

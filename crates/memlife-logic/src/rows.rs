@@ -227,3 +227,68 @@ impl ReviewItem {
             .unwrap_or_default()
     }
 }
+
+/// One row of `links`: a typed edge between two memories of a user. Timestamps are
+/// microseconds since the epoch, UTC.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkRow {
+    pub source_id: String,
+    pub target_id: String,
+    pub user_id: String,
+    pub link_type: String,
+    pub confidence: f64,
+    pub reasoning: Option<String>,
+    /// "llm" (a judge's) or "structural" (derived from the store).
+    pub origin: String,
+    pub created_at: i64,
+}
+
+impl LinkRow {
+    /// A link a judge made, its confidence clamped to [0, 1].
+    pub fn judged(
+        (source, target, user): (&str, &str, &str),
+        link_type: &str,
+        confidence: f64,
+        reasoning: &str,
+        created_at: i64,
+    ) -> LinkRow {
+        LinkRow {
+            source_id: source.to_string(),
+            target_id: target.to_string(),
+            user_id: user.to_string(),
+            link_type: link_type.to_string(),
+            confidence: confidence.clamp(0.0, 1.0),
+            reasoning: Some(reasoning.to_string()),
+            origin: "llm".into(),
+            created_at,
+        }
+    }
+
+    /// A link the store's own structure implies (confidence 1, no reasoning).
+    pub fn structural(
+        (source, target, user): (&str, &str, &str),
+        link_type: &str,
+        created_at: i64,
+    ) -> LinkRow {
+        LinkRow {
+            source_id: source.to_string(),
+            target_id: target.to_string(),
+            user_id: user.to_string(),
+            link_type: link_type.to_string(),
+            confidence: 1.0,
+            reasoning: None,
+            origin: "structural".into(),
+            created_at,
+        }
+    }
+
+    /// The link as audit states hold it (the time as RFC 3339 text).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "source_id": self.source_id, "target_id": self.target_id, "user_id": self.user_id,
+            "link_type": self.link_type, "confidence": self.confidence,
+            "reasoning": self.reasoning, "origin": self.origin,
+            "created_at": format_timestamp(self.created_at),
+        })
+    }
+}
