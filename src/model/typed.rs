@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 pub use crate::logic::rows::{LinkRow, MemoryRow};
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
-use crate::model::schema::{LINKS, MEMORIES};
+use crate::model::schema::{Kind, LINKS, MEMORIES, TableSpec};
 use serde_arrow::schema::{SchemaLike, TracingOptions};
 
 /// A batch that does not hold the rows a type expects: a column missing or of another type.
@@ -190,29 +190,6 @@ pub fn memory_batch(
     builder.finish().map_err(|e| e.to_string())
 }
 
-/// `memories` rows as JSON objects (an audit state's, a review item's fact: times as RFC 3339
-/// text) read as typed rows, validated and defaulted as imported rows are.
-pub fn memories_from_json(
-    values: &[serde_json::Value],
-    embedding_dim: usize,
-    now: i64,
-) -> Result<Vec<MemoryRow>, String> {
-    let mut builder = RowBuilder::new(&MEMORIES, embedding_dim, now);
-    for (index, value) in values.iter().enumerate() {
-        builder
-            .append(|_, name| match value.get(name) {
-                None => Cell::Missing,
-                // The vector is the writer's to give (a logged row holds none).
-                Some(_) if name == "embedding" => Cell::Null,
-                Some(serde_json::Value::Null) => Cell::Null,
-                Some(v) => Cell::Json(v),
-            })
-            .map_err(|e| format!("memories row {index}: {e}"))?;
-    }
-    let batch = builder.finish().map_err(|e| e.to_string())?;
-    rows_of("memories", &[batch]).map_err(|e| e.to_string())
-}
-
 /// `links` rows as one batch of the table's schema, each validated as an imported one is.
 pub fn link_batch(rows: &[LinkRow], now: i64) -> Result<RecordBatch, String> {
     let mut builder = RowBuilder::new(&LINKS, 0, now);
@@ -239,21 +216,42 @@ pub fn link_batch(rows: &[LinkRow], now: i64) -> Result<RecordBatch, String> {
     builder.finish().map_err(|e| e.to_string())
 }
 
-/// `links` rows as JSON objects (an audit state's) read as typed rows, validated and
-/// defaulted as imported rows are.
-pub fn links_from_json(values: &[serde_json::Value], now: i64) -> Result<Vec<LinkRow>, String> {
-    let mut builder = RowBuilder::new(&LINKS, 0, now);
+/// Rows of `spec` as JSON objects (an audit state's, a review item's fact: times as RFC 3339
+/// text) read as typed rows, validated and defaulted as imported rows are. Vector columns
+/// are read as null: a logged row holds none, its writer gives them.
+fn rows_from_json<T: DeserializeOwned>(
+    spec: &'static TableSpec,
+    values: &[serde_json::Value],
+    embedding_dim: usize,
+    now: i64,
+) -> Result<Vec<T>, String> {
+    let mut builder = RowBuilder::new(spec, embedding_dim, now);
     for (index, value) in values.iter().enumerate() {
         builder
-            .append(|_, name| match value.get(name) {
+            .append(|at, name| match value.get(name) {
                 None => Cell::Missing,
+                Some(_) if spec.fields[at].kind == Kind::Embedding => Cell::Null,
                 Some(serde_json::Value::Null) => Cell::Null,
                 Some(v) => Cell::Json(v),
             })
-            .map_err(|e| format!("links row {index}: {e}"))?;
+            .map_err(|e| format!("{} row {index}: {e}", spec.name))?;
     }
     let batch = builder.finish().map_err(|e| e.to_string())?;
-    rows_of("links", &[batch]).map_err(|e| e.to_string())
+    rows_of(spec.name, &[batch]).map_err(|e| e.to_string())
+}
+
+/// `memories` rows as JSON objects read as typed rows (`rows_from_json`).
+pub fn memories_from_json(
+    values: &[serde_json::Value],
+    embedding_dim: usize,
+    now: i64,
+) -> Result<Vec<MemoryRow>, String> {
+    rows_from_json(&MEMORIES, values, embedding_dim, now)
+}
+
+/// `links` rows as JSON objects read as typed rows (`rows_from_json`).
+pub fn links_from_json(values: &[serde_json::Value], now: i64) -> Result<Vec<LinkRow>, String> {
+    rows_from_json(&LINKS, values, 0, now)
 }
 
 /// A run as the schedule, nightly and optimize read it: when it started and the options it

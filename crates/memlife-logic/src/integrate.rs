@@ -606,16 +606,7 @@ mod tests {
         let fact = memory("new", "Ana lives in Porto.", 20 * DAY);
         let p = IntegrateParams::default();
         let now = 30 * DAY;
-        let plan = super::plan(
-            "r1",
-            "d1",
-            &fact,
-            &apply(Class::Supersede),
-            Some(&old),
-            None,
-            &p,
-            now,
-        );
+        let plan = planned(&fact, &apply(Class::Supersede), Some(&old), None, &p);
         let [closed, joined] = plan.memories.as_slice() else {
             panic!("two rows: {:?}", plan.memories)
         };
@@ -655,7 +646,7 @@ mod tests {
             enable_delete: true,
             ..p
         };
-        let plan = plan_of(&fact, &old, &deleting, now);
+        let plan = planned(&fact, &apply(Class::Supersede), Some(&old), None, &deleting);
         assert_eq!(plan.audit.len(), 2, "the DELETE row before the decision's");
         assert_eq!(plan.audit[0].operation, "DELETE");
         assert_eq!(plan.audit[0].target_id.as_deref(), Some("old"));
@@ -663,17 +654,15 @@ mod tests {
         assert_eq!(plan.memories[0].state, "archived");
     }
 
-    fn plan_of(fact: &MemoryRow, old: &MemoryRow, p: &IntegrateParams, now: i64) -> FactPlan {
-        super::plan(
-            "r1",
-            "d1",
-            fact,
-            &apply(Class::Supersede),
-            Some(old),
-            None,
-            p,
-            now,
-        )
+    /// The plan of `fact` at day 30 (run r1, decision row d1).
+    fn planned(
+        fact: &MemoryRow,
+        decision: &Decision,
+        candidate: Option<&MemoryRow>,
+        merged: Option<&str>,
+        p: &IntegrateParams,
+    ) -> FactPlan {
+        super::plan("r1", "d1", fact, decision, candidate, merged, p, 30 * DAY)
     }
 
     #[test]
@@ -686,16 +675,7 @@ mod tests {
         fact.tags = vec!["tea".into()];
         let p = IntegrateParams::default();
         let merged = "Ana likes tea, green tea most.";
-        let plan = super::plan(
-            "r1",
-            "d1",
-            &fact,
-            &apply(Class::Merge),
-            Some(&old),
-            Some(merged),
-            &p,
-            30 * DAY,
-        );
+        let plan = planned(&fact, &apply(Class::Merge), Some(&old), Some(merged), &p);
         let [target, kept] = plan.memories.as_slice() else {
             panic!("two rows")
         };
@@ -718,16 +698,7 @@ mod tests {
         let old = memory("old", "Ana has a cat.", 10 * DAY);
         let p = IntegrateParams::default();
         let newer = memory("new", "Ana has a cat.", 20 * DAY);
-        let plan = super::plan(
-            "r1",
-            "d1",
-            &newer,
-            &apply(Class::Duplicate),
-            Some(&old),
-            None,
-            &p,
-            30 * DAY,
-        );
+        let plan = planned(&newer, &apply(Class::Duplicate), Some(&old), None, &p);
         assert_eq!(plan.audit.last().unwrap().operation, "UPDATE");
         assert_eq!(plan.memories.len(), 1);
         assert_eq!(
@@ -735,16 +706,7 @@ mod tests {
             ("old", 30 * DAY)
         );
         let older = memory("new", "Ana has a cat.", 5 * DAY);
-        let plan = super::plan(
-            "r1",
-            "d1",
-            &older,
-            &apply(Class::Duplicate),
-            Some(&old),
-            None,
-            &p,
-            30 * DAY,
-        );
+        let plan = planned(&older, &apply(Class::Duplicate), Some(&old), None, &p);
         assert_eq!(plan.audit.last().unwrap().operation, "NOOP");
         assert!(plan.memories.is_empty() && plan.links.is_empty());
         assert_eq!(
@@ -766,7 +728,7 @@ mod tests {
             reasoning: "maybe".into(),
         };
         let now = 30 * DAY;
-        let plan = super::plan("r1", "d1", &fact, &review, Some(&old), None, &p, now);
+        let plan = planned(&fact, &review, Some(&old), None, &p);
         assert!(plan.memories.is_empty());
         let item = plan.review.as_ref().expect("a review item");
         assert_eq!(item["status"], "pending");
@@ -791,7 +753,7 @@ mod tests {
             confidence: 1.4,
             reasoning: "distinct".into(),
         };
-        let plan = super::plan("r1", "d1", &fact, &coexist, Some(&old), None, &p, 30 * DAY);
+        let plan = planned(&fact, &coexist, Some(&old), None, &p);
         assert_eq!(plan.memories.len(), 1);
         assert_eq!(plan.memories[0].id, "new");
         assert_eq!(plan.links[0].link_type, "related_to");

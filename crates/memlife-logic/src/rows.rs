@@ -265,20 +265,11 @@ impl LinkRow {
     }
 
     /// A link the store's own structure implies (confidence 1, no reasoning).
-    pub fn structural(
-        (source, target, user): (&str, &str, &str),
-        link_type: &str,
-        created_at: i64,
-    ) -> LinkRow {
+    pub fn structural(ends: (&str, &str, &str), link_type: &str, created_at: i64) -> LinkRow {
         LinkRow {
-            source_id: source.to_string(),
-            target_id: target.to_string(),
-            user_id: user.to_string(),
-            link_type: link_type.to_string(),
-            confidence: 1.0,
             reasoning: None,
             origin: "structural".into(),
-            created_at,
+            ..LinkRow::judged(ends, link_type, 1.0, "", created_at)
         }
     }
 
