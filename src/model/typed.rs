@@ -492,7 +492,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(batch.schema(), MEMORIES.arrow_schema(2));
-        let back: Vec<MemoryRow> = rows_of("memories", &[batch.clone()]).unwrap();
+        let back: Vec<MemoryRow> = rows_of("memories", std::slice::from_ref(&batch)).unwrap();
         assert_eq!(back, vec![row.clone()]);
         assert_eq!(
             optional_vectors_of("memories", &[batch], "embedding").unwrap(),
