@@ -48,9 +48,9 @@ use crate::logic::similarity::dot;
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, MEMORIES, REVIEW_QUEUE};
-use crate::model::typed::{EmbeddedMemory, LinkRow, MemoryRow};
+use crate::model::typed::{EmbeddedMemory, LinkRow, MemoryRow, ReviewItem};
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{Store, batch_from_json, sql_list, sql_string, sql_timestamp};
+use crate::store::{Store, sql_list, sql_string, sql_timestamp};
 
 /// Integrate new facts (JSON Lines, CSV or Parquet memory rows): ADD, UPDATE (a duplicate
 /// touched), SUPERSEDE, MERGE or NOOP, judged by the LLM layer (`integrate.classify`,
@@ -302,26 +302,21 @@ async fn apply_plans(
     now: i64,
     job: &str,
 ) -> Result<()> {
-    let dim = store.embedding_dim();
     let links: Vec<LinkRow> = plans.iter().flat_map(|p| p.links.clone()).collect();
     if !links.is_empty() {
         store.upsert_links(&links, now).await?;
     }
     crate::crash::point(&format!("{job}.after-links"));
-    let reviews: Vec<Value> = plans.iter().filter_map(|p| p.review.clone()).collect();
+    let reviews: Vec<ReviewItem> = plans.iter().filter_map(|p| p.review.clone()).collect();
     if !reviews.is_empty() {
-        let ids: Vec<String> = reviews
-            .iter()
-            .map(|r| r["id"].as_str().unwrap_or("").to_string())
-            .collect();
+        let ids: Vec<String> = reviews.iter().map(|r| r.id.clone()).collect();
         let present = store.ids_present(REVIEW_QUEUE.name, &ids, None).await?;
-        let fresh: Vec<Value> = reviews
+        let fresh: Vec<ReviewItem> = reviews
             .into_iter()
-            .filter(|r| !present.contains(r["id"].as_str().unwrap_or("")))
+            .filter(|r| !present.contains(&r.id))
             .collect();
         if !fresh.is_empty() {
-            let batch = batch_from_json(&REVIEW_QUEUE, dim, now, &fresh).map_err(|e| anyhow!(e))?;
-            store.upsert_batch(&REVIEW_QUEUE, batch).await?;
+            store.upsert_review_items(&fresh, now).await?;
         }
     }
     crate::crash::point(&format!("{job}.after-review"));
@@ -505,7 +500,17 @@ async fn unfinished(
                     now,
                 )
                 .map_err(|e| anyhow!("audit row {}: {e}", row.id))?,
-                review: Some(after["review"].clone()).filter(|r| !r.is_null()),
+                review: match &after["review"] {
+                    Value::Null => None,
+                    logged => Some(
+                        crate::model::typed::review_items_from_json(
+                            std::slice::from_ref(logged),
+                            now,
+                        )
+                        .map_err(|e| anyhow!("audit row {}: {e}", row.id))?
+                        .remove(0),
+                    ),
+                },
             });
         }
     }

@@ -9,10 +9,10 @@
 use arrow::array::RecordBatch;
 use serde::de::DeserializeOwned;
 
-pub use crate::logic::rows::{LinkRow, MemoryRow};
+pub use crate::logic::rows::{LinkRow, MemoryRow, ReviewItem};
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
-use crate::model::schema::{Kind, LINKS, MEMORIES, TableSpec};
+use crate::model::schema::{Kind, LINKS, MEMORIES, REVIEW_QUEUE, TableSpec};
 use serde_arrow::schema::{SchemaLike, TracingOptions};
 
 /// A batch that does not hold the rows a type expects: a column missing or of another type.
@@ -249,6 +249,45 @@ pub fn memories_from_json(
     rows_from_json(&MEMORIES, values, embedding_dim, now)
 }
 
+/// `review_queue` rows as JSON objects read as typed rows (`rows_from_json`).
+pub fn review_items_from_json(
+    values: &[serde_json::Value],
+    now: i64,
+) -> Result<Vec<ReviewItem>, String> {
+    rows_from_json(&REVIEW_QUEUE, values, 0, now)
+}
+
+/// `review_queue` rows as one batch of the table's schema, each validated as an imported one is.
+pub fn review_batch(items: &[ReviewItem], now: i64) -> Result<RecordBatch, String> {
+    let mut builder = RowBuilder::new(&REVIEW_QUEUE, 0, now);
+    fn text(v: &Option<String>) -> Cell<'_> {
+        v.as_deref().map_or(Cell::Null, Cell::Str)
+    }
+    for (index, item) in items.iter().enumerate() {
+        builder
+            .append(|_, name| match name {
+                "id" => Cell::Str(&item.id),
+                "run_id" => Cell::Str(&item.run_id),
+                "user_id" => Cell::Str(&item.user_id),
+                "fact_id" => Cell::Str(&item.fact_id),
+                "fact" => Cell::Str(&item.fact),
+                "candidate_id" => Cell::Str(&item.candidate_id),
+                "candidate_text" => Cell::Str(&item.candidate_text),
+                "classification" => Cell::Str(&item.classification),
+                "confidence" => Cell::F64(item.confidence),
+                "reasoning" => text(&item.reasoning),
+                "status" => Cell::Str(&item.status),
+                "created_at" => Cell::Timestamp(item.created_at),
+                "expires_at" => item.expires_at.map_or(Cell::Null, Cell::Timestamp),
+                "decided_at" => item.decided_at.map_or(Cell::Null, Cell::Timestamp),
+                "decided_by_run" => text(&item.decided_by_run),
+                _ => Cell::Missing,
+            })
+            .map_err(|e| format!("review_queue row {index} ({}): {e}", item.id))?;
+    }
+    builder.finish().map_err(|e| e.to_string())
+}
+
 /// `links` rows as JSON objects read as typed rows (`rows_from_json`).
 pub fn links_from_json(values: &[serde_json::Value], now: i64) -> Result<Vec<LinkRow>, String> {
     rows_from_json(&LINKS, values, 0, now)
@@ -437,6 +476,47 @@ mod tests {
         let e = link_batch(&[bad], 0).unwrap_err();
         assert!(
             e.contains("links row 0 (a -> b likes)") && e.contains("link_type"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_review_item_has_every_column_and_reads_back_from_its_json() {
+        let names: Vec<&str> = REVIEW_QUEUE.fields.iter().map(|f| f.name).collect();
+        assert_eq!(columns_of::<ReviewItem>(), names);
+        let item = ReviewItem {
+            id: "r1".into(),
+            run_id: "run".into(),
+            user_id: "u".into(),
+            fact_id: "f1".into(),
+            fact: "{}".into(),
+            candidate_id: "m1".into(),
+            candidate_text: String::new(),
+            classification: "SUPERSEDE".into(),
+            confidence: 0.6,
+            reasoning: None,
+            status: "pending".into(),
+            created_at: 1_000_000,
+            expires_at: Some(2_000_000),
+            decided_at: None,
+            decided_by_run: None,
+        };
+        assert_eq!(
+            review_items_from_json(&[item.to_json()], 0).unwrap(),
+            vec![item.clone()]
+        );
+        let batch = review_batch(std::slice::from_ref(&item), 0).unwrap();
+        assert_eq!(
+            rows_of::<ReviewItem>("review_queue", &[batch]).unwrap(),
+            vec![item.clone()]
+        );
+        let bad = ReviewItem {
+            status: "lost".into(),
+            ..item
+        };
+        let e = review_batch(&[bad], 0).unwrap_err();
+        assert!(
+            e.contains("review_queue row 0 (r1)") && e.contains("status"),
             "{e}"
         );
     }

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
 use crate::model::schema::{ALL_TABLES, LINKS, MEMORIES, META, SCHEMA_VERSION, TableSpec};
-use crate::model::typed::{LinkRow, MemoryRow};
+use crate::model::typed::{LinkRow, MemoryRow, ReviewItem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -646,6 +646,13 @@ impl Store {
         let batch = crate::model::typed::memory_batch(rows, vectors, self.embedding_dim(), now)
             .map_err(StoreError::Rows)?;
         self.upsert_batch(&MEMORIES, batch).await
+    }
+
+    /// Writes review items in one commit, merged on their id.
+    pub async fn upsert_review_items(&self, items: &[ReviewItem], now: i64) -> Result<WriteStats> {
+        let batch = crate::model::typed::review_batch(items, now).map_err(StoreError::Rows)?;
+        self.upsert_batch(&crate::model::schema::REVIEW_QUEUE, batch)
+            .await
     }
 
     /// Writes `links` rows in one commit, merged on their key (source, target, type).

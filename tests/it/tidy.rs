@@ -234,7 +234,6 @@ const JSON_ROW_FILES: &[(&str, usize)] = &[
     ("src/jobs/describe.rs", 17),
     ("src/jobs/entities.rs", 4),
     ("src/jobs/entity_gc.rs", 3),
-    ("src/jobs/integrate.rs", 1),
     ("src/llm/batch.rs", 2),
 ];
 

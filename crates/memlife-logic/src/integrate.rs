@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::rows::{AuditRow, LinkRow, MemoryRow, derived_id, format_timestamp};
+use crate::rows::{AuditRow, LinkRow, MemoryRow, ReviewItem, derived_id, format_timestamp};
 
 /// `[integrate]` in memlife.toml.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -321,15 +321,14 @@ pub fn chain_order(versions: &[(String, Option<String>)]) -> Result<Vec<String>,
 }
 
 /// One decision, ready to log and apply: its audit rows (the decision's own last) and what
-/// applying it writes. The review item is the JSON object the decision's audit row logs (the
-/// writer validates it against its table).
+/// applying it writes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FactPlan {
     pub audit: Vec<AuditRow>,
     /// Memory rows to upsert (their vectors are the writer's: known, or embedded then).
     pub memories: Vec<MemoryRow>,
     pub links: Vec<LinkRow>,
-    pub review: Option<Value>,
+    pub review: Option<ReviewItem>,
 }
 
 /// What a decision writes, as the audit row's `after_state`.
@@ -339,8 +338,9 @@ fn after_state(
     fact: &MemoryRow,
     memories: &[MemoryRow],
     links: &[LinkRow],
-    review: Option<&Value>,
+    review: Option<&ReviewItem>,
 ) -> String {
+    let review = review.map(ReviewItem::to_json);
     let memories: Vec<Value> = memories.iter().map(MemoryRow::to_json).collect();
     let links: Vec<Value> = links.iter().map(LinkRow::to_json).collect();
     json!({"fact": fact.to_json(), "memories": memories, "links": links, "review": review})
@@ -356,22 +356,24 @@ fn review_item(
     (class, confidence, reasoning): (Class, f64, &str),
     p: &IntegrateParams,
     now: i64,
-) -> Value {
-    json!({
-        "id": derived_id(&format!("review|{}", fact.id)),
-        "run_id": run_id,
-        "user_id": fact.user_id,
-        "fact_id": fact.id,
-        "fact": fact.to_json().to_string(),
-        "candidate_id": c.id,
-        "candidate_text": c.text,
-        "classification": class.as_str(),
-        "confidence": confidence.clamp(0.0, 1.0),
-        "reasoning": reasoning,
-        "status": "pending",
-        "created_at": format_timestamp(now),
-        "expires_at": format_timestamp(now + p.review_ttl_days * 86_400_000_000),
-    })
+) -> ReviewItem {
+    ReviewItem {
+        id: derived_id(&format!("review|{}", fact.id)),
+        run_id: run_id.to_string(),
+        user_id: fact.user_id.clone(),
+        fact_id: fact.id.clone(),
+        fact: fact.to_json().to_string(),
+        candidate_id: c.id.clone(),
+        candidate_text: c.text.clone(),
+        classification: class.as_str().to_string(),
+        confidence: confidence.clamp(0.0, 1.0),
+        reasoning: Some(reasoning.to_string()),
+        status: "pending".into(),
+        created_at: now,
+        expires_at: Some(now + p.review_ttl_days * 86_400_000_000),
+        decided_at: None,
+        decided_by_run: None,
+    }
 }
 
 /// A SUPERSEDE: the candidate `c` closed (valid until the fact's start, superseded by it, in
@@ -731,15 +733,17 @@ mod tests {
         let plan = planned(&fact, &review, Some(&old), None, &p);
         assert!(plan.memories.is_empty());
         let item = plan.review.as_ref().expect("a review item");
-        assert_eq!(item["status"], "pending");
-        assert_eq!(item["candidate_id"], "old");
-        assert_eq!(
-            item["expires_at"],
-            format_timestamp(now + p.review_ttl_days * DAY)
-        );
-        let queued: Value = serde_json::from_str(item["fact"].as_str().unwrap()).unwrap();
+        assert_eq!(item.status, "pending");
+        assert_eq!(item.candidate_id, "old");
+        assert_eq!(item.expires_at, Some(now + p.review_ttl_days * DAY));
+        let queued: Value = serde_json::from_str(&item.fact).unwrap();
         assert_eq!(queued["id"], "new");
-        assert_eq!(item["id"], derived_id("review|new"));
+        assert_eq!(item.id, derived_id("review|new"));
+        assert_eq!(
+            after(&plan)["review"]["status"],
+            "pending",
+            "the decision logs it"
+        );
         assert_eq!(plan.audit.last().unwrap().operation, "REVIEW");
     }
 
