@@ -104,23 +104,28 @@ pub fn optional_vectors_of(
     column: &str,
 ) -> Result<Vec<Option<Vec<f32>>>, RowTypeError> {
     use arrow::array::{Array, AsArray};
+    let error = |reason: String| RowTypeError {
+        table: table.to_string(),
+        row: "vectors",
+        reason,
+    };
     let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
     for batch in batches {
         let list = batch
             .column_by_name(column)
             .and_then(|c| c.as_fixed_size_list_opt())
-            .ok_or_else(|| RowTypeError {
-                table: table.to_string(),
-                row: "vectors",
-                reason: format!("no fixed-size list column {column}"),
-            })?;
+            .ok_or_else(|| error(format!("no fixed-size list column {column}")))?;
+        let values = list
+            .values()
+            .as_primitive_opt::<arrow::datatypes::Float32Type>()
+            .ok_or_else(|| error(format!("{column} does not hold f32 values")))?;
+        let dim = list.value_length() as usize;
         for i in 0..list.len() {
-            out.push(list.is_valid(i).then(|| {
-                list.value(i)
-                    .as_primitive::<arrow::datatypes::Float32Type>()
-                    .values()
-                    .to_vec()
-            }));
+            let start = (list.offset() + i) * dim;
+            out.push(
+                list.is_valid(i)
+                    .then(|| values.values()[start..start + dim].to_vec()),
+            );
         }
     }
     Ok(out)
@@ -128,8 +133,7 @@ pub fn optional_vectors_of(
 
 /// The input cell of `memories` column `name` in `row` (`vector` for `embedding`).
 fn memory_cell<'a>(row: &'a MemoryRow, vector: Option<&'a [f32]>, name: &str) -> Cell<'a> {
-    let text = |v: &'a Option<String>| v.as_deref().map_or(Cell::Null, Cell::Str);
-    let time = |v: Option<i64>| v.map_or(Cell::Null, Cell::Timestamp);
+    let (text, time) = (text_cell, time_cell);
     let list = |v: &'a [String]| Cell::StrList(v.iter().map(|s| Some(s.as_str())).collect());
     match name {
         "id" => Cell::Str(&row.id),
@@ -172,48 +176,66 @@ fn memory_cell<'a>(row: &'a MemoryRow, vector: Option<&'a [f32]>, name: &str) ->
     }
 }
 
-/// `memories` rows and their vectors (`None`: no vector) as one batch of the table's schema,
-/// each row validated as an imported one is (`RowBuilder`).
+/// Typed rows of `spec` as one batch of the table's schema, each validated as an imported
+/// row is (`RowBuilder`): `cell(index, row, column)` gives a row's input cells, `named(row)`
+/// how an error names the row.
+fn batch_of<'r, T>(
+    spec: &'static TableSpec,
+    (embedding_dim, now): (usize, i64),
+    rows: &'r [T],
+    cell: impl Fn(usize, &'r T, &str) -> Cell<'r>,
+    named: impl Fn(&T) -> String,
+) -> Result<RecordBatch, String> {
+    let mut builder = RowBuilder::new(spec, embedding_dim, now);
+    for (index, row) in rows.iter().enumerate() {
+        builder
+            .append(|_, name| cell(index, row, name))
+            .map_err(|e| format!("{} row {index} ({}): {e}", spec.name, named(row)))?;
+    }
+    builder.finish().map_err(|e| e.to_string())
+}
+
+fn text_cell(v: &Option<String>) -> Cell<'_> {
+    v.as_deref().map_or(Cell::Null, Cell::Str)
+}
+
+fn time_cell<'a>(v: Option<i64>) -> Cell<'a> {
+    v.map_or(Cell::Null, Cell::Timestamp)
+}
+
+/// `memories` rows and their vectors (`None`: no vector) as one batch of the table's schema.
 pub fn memory_batch(
     rows: &[MemoryRow],
     vectors: &[Option<Vec<f32>>],
     embedding_dim: usize,
     now: i64,
 ) -> Result<RecordBatch, String> {
-    let mut builder = RowBuilder::new(&MEMORIES, embedding_dim, now);
-    for (index, row) in rows.iter().enumerate() {
-        let vector = vectors.get(index).and_then(|v| v.as_deref());
-        builder
-            .append(|_, name| memory_cell(row, vector, name))
-            .map_err(|e| format!("memories row {index} ({}): {e}", row.id))?;
-    }
-    builder.finish().map_err(|e| e.to_string())
+    let cell = |index: usize, row, name: &str| {
+        memory_cell(row, vectors.get(index).and_then(|v| v.as_deref()), name)
+    };
+    batch_of(&MEMORIES, (embedding_dim, now), rows, cell, |r| {
+        r.id.clone()
+    })
 }
 
-/// `links` rows as one batch of the table's schema, each validated as an imported one is.
+/// `links` rows as one batch of the table's schema.
 pub fn link_batch(rows: &[LinkRow], now: i64) -> Result<RecordBatch, String> {
-    let mut builder = RowBuilder::new(&LINKS, 0, now);
-    for (index, row) in rows.iter().enumerate() {
-        builder
-            .append(|_, name| match name {
-                "source_id" => Cell::Str(&row.source_id),
-                "target_id" => Cell::Str(&row.target_id),
-                "user_id" => Cell::Str(&row.user_id),
-                "link_type" => Cell::Str(&row.link_type),
-                "confidence" => Cell::F64(row.confidence),
-                "reasoning" => row.reasoning.as_deref().map_or(Cell::Null, Cell::Str),
-                "origin" => Cell::Str(&row.origin),
-                "created_at" => Cell::Timestamp(row.created_at),
-                _ => Cell::Missing,
-            })
-            .map_err(|e| {
-                format!(
-                    "links row {index} ({} -> {} {}): {e}",
-                    row.source_id, row.target_id, row.link_type
-                )
-            })?;
+    let named = |r: &LinkRow| format!("{} -> {} {}", r.source_id, r.target_id, r.link_type);
+    batch_of(&LINKS, (0, now), rows, |_, r, n| link_cell(r, n), named)
+}
+
+fn link_cell<'a>(row: &'a LinkRow, name: &str) -> Cell<'a> {
+    match name {
+        "source_id" => Cell::Str(&row.source_id),
+        "target_id" => Cell::Str(&row.target_id),
+        "user_id" => Cell::Str(&row.user_id),
+        "link_type" => Cell::Str(&row.link_type),
+        "confidence" => Cell::F64(row.confidence),
+        "reasoning" => text_cell(&row.reasoning),
+        "origin" => Cell::Str(&row.origin),
+        "created_at" => Cell::Timestamp(row.created_at),
+        _ => Cell::Missing,
     }
-    builder.finish().map_err(|e| e.to_string())
 }
 
 /// Rows of `spec` as JSON objects (an audit state's, a review item's fact: times as RFC 3339
@@ -257,35 +279,36 @@ pub fn review_items_from_json(
     rows_from_json(&REVIEW_QUEUE, values, 0, now)
 }
 
-/// `review_queue` rows as one batch of the table's schema, each validated as an imported one is.
+/// `review_queue` rows as one batch of the table's schema.
 pub fn review_batch(items: &[ReviewItem], now: i64) -> Result<RecordBatch, String> {
-    let mut builder = RowBuilder::new(&REVIEW_QUEUE, 0, now);
-    fn text(v: &Option<String>) -> Cell<'_> {
-        v.as_deref().map_or(Cell::Null, Cell::Str)
+    batch_of(
+        &REVIEW_QUEUE,
+        (0, now),
+        items,
+        |_, i, n| review_cell(i, n),
+        |i| i.id.clone(),
+    )
+}
+
+fn review_cell<'a>(item: &'a ReviewItem, name: &str) -> Cell<'a> {
+    match name {
+        "id" => Cell::Str(&item.id),
+        "run_id" => Cell::Str(&item.run_id),
+        "user_id" => Cell::Str(&item.user_id),
+        "fact_id" => Cell::Str(&item.fact_id),
+        "fact" => Cell::Str(&item.fact),
+        "candidate_id" => Cell::Str(&item.candidate_id),
+        "candidate_text" => Cell::Str(&item.candidate_text),
+        "classification" => Cell::Str(&item.classification),
+        "confidence" => Cell::F64(item.confidence),
+        "reasoning" => text_cell(&item.reasoning),
+        "status" => Cell::Str(&item.status),
+        "created_at" => Cell::Timestamp(item.created_at),
+        "expires_at" => time_cell(item.expires_at),
+        "decided_at" => time_cell(item.decided_at),
+        "decided_by_run" => text_cell(&item.decided_by_run),
+        _ => Cell::Missing,
     }
-    for (index, item) in items.iter().enumerate() {
-        builder
-            .append(|_, name| match name {
-                "id" => Cell::Str(&item.id),
-                "run_id" => Cell::Str(&item.run_id),
-                "user_id" => Cell::Str(&item.user_id),
-                "fact_id" => Cell::Str(&item.fact_id),
-                "fact" => Cell::Str(&item.fact),
-                "candidate_id" => Cell::Str(&item.candidate_id),
-                "candidate_text" => Cell::Str(&item.candidate_text),
-                "classification" => Cell::Str(&item.classification),
-                "confidence" => Cell::F64(item.confidence),
-                "reasoning" => text(&item.reasoning),
-                "status" => Cell::Str(&item.status),
-                "created_at" => Cell::Timestamp(item.created_at),
-                "expires_at" => item.expires_at.map_or(Cell::Null, Cell::Timestamp),
-                "decided_at" => item.decided_at.map_or(Cell::Null, Cell::Timestamp),
-                "decided_by_run" => text(&item.decided_by_run),
-                _ => Cell::Missing,
-            })
-            .map_err(|e| format!("review_queue row {index} ({}): {e}", item.id))?;
-    }
-    builder.finish().map_err(|e| e.to_string())
 }
 
 /// `links` rows as JSON objects read as typed rows (`rows_from_json`).

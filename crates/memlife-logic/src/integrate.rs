@@ -150,6 +150,29 @@ impl Decision {
         }
     }
 
+    /// The judge's confidence and reasoning behind the decision (none for an ADD: no judge
+    /// was asked).
+    pub fn judgement(&self) -> Option<(f64, &str)> {
+        match self {
+            Decision::Add => None,
+            Decision::Apply {
+                confidence,
+                reasoning,
+                ..
+            }
+            | Decision::Review {
+                confidence,
+                reasoning,
+                ..
+            }
+            | Decision::Coexist {
+                confidence,
+                reasoning,
+                ..
+            } => Some((*confidence, reasoning)),
+        }
+    }
+
     /// The candidate the decision names (by position): the one applied to, the one under
     /// review, or the one a kept fact is related to.
     pub fn candidate(&self) -> Option<usize> {
@@ -478,6 +501,10 @@ pub fn plan(
     row.user_id = Some(fact.user_id.clone());
     row.source_ids = vec![fact.id.clone()];
     row.classification = Some(decision.classification().to_string());
+    if let Some((confidence, reasoning)) = decision.judgement() {
+        row.confidence = Some(confidence.clamp(0.0, 1.0));
+        row.reasoning = Some(reasoning.to_string());
+    }
     let before = candidate.map(|c| c.to_json().to_string());
     let mut audit = Vec::new();
     let (memories, links, review, target) = match decision {
@@ -485,10 +512,8 @@ pub fn plan(
         Decision::Coexist {
             related,
             confidence,
-            reasoning,
+            ..
         } => {
-            row.confidence = Some(confidence.clamp(0.0, 1.0));
-            row.reasoning = Some(reasoning.clone());
             let links = match (related, candidate) {
                 (Some(_), Some(c)) => vec![LinkRow::judged(
                     (&fact.id, &c.id, &fact.user_id),
@@ -507,8 +532,6 @@ pub fn plan(
             reasoning,
             ..
         } => {
-            row.confidence = Some(confidence.clamp(0.0, 1.0));
-            row.reasoning = Some(reasoning.clone());
             let c = candidate.expect("a review has a candidate");
             let review = review_item(run_id, fact, c, (*class, *confidence, reasoning), p, now);
             (vec![], vec![], Some(review), c.id.clone())
@@ -519,8 +542,6 @@ pub fn plan(
             reasoning,
             ..
         } => {
-            row.confidence = Some(confidence.clamp(0.0, 1.0));
-            row.reasoning = Some(reasoning.clone());
             let c = candidate.expect("an applied decision has a candidate");
             match class {
                 Class::Duplicate => {
@@ -766,6 +787,15 @@ mod tests {
         assert_eq!(
             (row.operation, row.classification.as_deref()),
             ("ADD", Some("COEXIST"))
+        );
+        assert_eq!(row.confidence, Some(1.0), "the judge's confidence, clamped");
+        assert_eq!(row.reasoning.as_deref(), Some("distinct"));
+        let added = planned(&fact, &Decision::Add, None, None, &p);
+        let row = added.audit.last().unwrap();
+        assert_eq!(
+            (row.confidence, row.reasoning.as_deref()),
+            (None, None),
+            "no judge asked"
         );
     }
 
