@@ -14,8 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Result, anyhow, bail};
-use serde_json::{Value, json};
+use anyhow::{Result, bail};
+use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, EmbedderArgs};
@@ -25,10 +25,9 @@ use crate::llm::{CallMode, Item, LlmArgs};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, MEMORY_ENTITIES};
-use crate::model::typed::ShownMemory;
+use crate::model::typed::{EntityRow, MemoryEntityRow, ShownMemory};
 use crate::store::audit::AuditRow;
-use crate::store::text_of;
-use crate::store::{batch_from_json, json_rows, sql_list};
+use crate::store::sql_list;
 
 /// Updated descriptions of dirty entities (LLM role `entity.describe`, offline fallback).
 #[derive(clap::Args, Debug, Clone)]
@@ -57,38 +56,16 @@ impl Job for DescribeArgs {
     }
 }
 
-/// The notes of an entity row, oldest first: (text, date_added).
-fn notes_of(row: &serde_json::Map<String, Value>) -> Vec<(String, String)> {
-    let mut notes: Vec<(String, String)> = row
-        .get("notes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|n| {
-            Some((
-                n.get("text")?.as_str()?.to_string(),
-                n.get("added_at")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-            ))
-        })
-        .collect();
-    notes.sort_by(|a, b| a.1.cmp(&b.1));
-    notes
-}
-
-/// The text the entity's vector is made from: name, description, notes (at most 1000 chars).
-fn embedding_text(name: &str, description: &str, notes: &[(String, String)]) -> String {
-    let mut text = format!("{name}: {description}");
-    for (note, _) in notes {
+/// The text the entity's vector is made from: name, description, notes oldest first (at
+/// most 1000 chars).
+fn embedding_text(row: &EntityRow, description: &str) -> String {
+    let mut text = format!("{}: {description}", row.name);
+    for note in row.notes_oldest_first() {
         text.push(' ');
-        text.push_str(note);
+        text.push_str(&note.text);
     }
     text.chars().take(1000).collect()
 }
-
-type Row = serde_json::Map<String, Value>;
 
 /// The memories naming each of `ids` (entity id to memory ids), and the live ones among them
 /// as the LLM layer shows them.
@@ -96,17 +73,12 @@ async fn naming_memories(
     ctx: &JobCtx<'_>,
     ids: &[String],
 ) -> Result<(BTreeMap<String, Vec<String>>, BTreeMap<String, MemoryView>)> {
-    #[derive(serde::Deserialize)]
-    struct Naming {
-        entity_id: String,
-        memory_id: String,
-    }
     let mut named: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for chunk in ids.chunks(1000) {
         let filter = format!("entity_id IN ({})", sql_list(chunk));
         for row in ctx
             .store
-            .scan_rows::<Naming>(MEMORY_ENTITIES.name, Some(&filter))
+            .scan_rows::<MemoryEntityRow>(MEMORY_ENTITIES.name, Some(&filter))
             .await?
         {
             named.entry(row.entity_id).or_default().push(row.memory_id);
@@ -126,8 +98,8 @@ async fn naming_memories(
 
 /// The `entity.describe` request for one dirty entity: the entity, its description and notes,
 /// then the newest `max` live memories naming it.
-fn item_of(row: &Row, facts: Vec<&MemoryView>, max: usize, clock: &str) -> Item {
-    let id = text_of(row, "id");
+fn item_of(row: &EntityRow, facts: Vec<&MemoryView>, max: usize, clock: &str) -> Item {
+    let id = row.id.clone();
     let view = |id: String, kind: &str, created_at: String, text: String| MemoryView {
         id,
         kind: kind.into(),
@@ -140,20 +112,26 @@ fn item_of(row: &Row, facts: Vec<&MemoryView>, max: usize, clock: &str) -> Item 
     let mut views = vec![view(
         id.clone(),
         "entity",
-        text_of(row, "created_at"),
-        entity_view_text(&text_of(row, "name"), &text_of(row, "entity_type")),
+        format_timestamp(row.created_at),
+        entity_view_text(&row.name, &row.entity_type),
     )];
-    let description = text_of(row, "description");
+    let description = row.description.clone().unwrap_or_default();
     if !description.trim().is_empty() {
         views.push(view(
             format!("{id}#description"),
             "description",
-            text_of(row, "updated_at"),
+            format_timestamp(row.updated_at),
             description,
         ));
     }
-    for (i, (note, added)) in notes_of(row).into_iter().enumerate() {
-        views.push(view(format!("{id}#note{i}"), "note", added, note));
+    for (i, note) in row.notes_oldest_first().into_iter().enumerate() {
+        let added = format_timestamp(note.added_at);
+        views.push(view(
+            format!("{id}#note{i}"),
+            "note",
+            added,
+            note.text.clone(),
+        ));
     }
     let mut facts = facts;
     facts.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
@@ -176,26 +154,24 @@ async fn write_described(
     ctx: &JobCtx<'_>,
     args: &DescribeArgs,
     run_id: &str,
-    changed: Vec<(Row, String, String)>,
+    changed: Vec<(EntityRow, String, String)>,
 ) -> Result<()> {
     let now = ctx.now.timestamp_micros();
-    let clock = format_timestamp(now);
     let dim = ctx.store.embedding_dim();
     let embedder = ctx.app.embedder(&args.embedder, dim, 64).await?;
     let model = embedder.model_name();
     let texts: Vec<String> = changed
         .iter()
-        .map(|(row, _, new)| embedding_text(&text_of(row, "name"), new, &notes_of(row)))
+        .map(|(row, _, new)| embedding_text(row, new))
         .collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let vectors = embedder.embed(&refs).await?;
     let audit: Vec<AuditRow> = changed
         .iter()
         .map(|(row, old, new)| {
-            let id = text_of(row, "id");
-            let mut a = AuditRow::new(run_id, "DESCRIBE", &format!("{id}|{new}"), now);
-            a.user_id = Some(text_of(row, "user_id"));
-            a.source_ids = vec![id];
+            let mut a = AuditRow::new(run_id, "DESCRIBE", &format!("{}|{new}", row.id), now);
+            a.user_id = Some(row.user_id.clone());
+            a.source_ids = vec![row.id.clone()];
             a.before_state = Some(json!({"description": old}).to_string());
             a.after_state = Some(json!({"description": new}).to_string());
             a
@@ -203,23 +179,28 @@ async fn write_described(
         .collect();
     ctx.store.write_audit(&audit).await?;
     crate::crash::point("describe.after-audit");
-    let rows: Vec<Value> = changed
+    let rows: Vec<EntityRow> = changed
         .into_iter()
         .zip(vectors)
-        .map(|((mut row, _, new), embedded)| {
-            row.insert("description".into(), json!(new));
-            row.insert("is_dirty".into(), json!(false));
-            row.insert("updated_at".into(), json!(clock));
-            if let Embedded::Vector { values, .. } = embedded {
-                row.insert("embedding".into(), json!(values));
-                row.insert("embedding_model".into(), json!(model));
+        .map(|((row, _, new), embedded)| {
+            let described = EntityRow {
+                description: Some(new),
+                is_dirty: false,
+                updated_at: now,
+                ..row
+            };
+            match embedded {
+                Embedded::Vector { values, .. } => EntityRow {
+                    embedding: Some(values),
+                    embedding_model: Some(model.to_string()),
+                    ..described
+                },
+                _ => described,
             }
-            Value::Object(row)
         })
         .collect();
     for chunk in rows.chunks(5_000) {
-        let batch = batch_from_json(&ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        ctx.store.upsert_batch(&ENTITIES, batch).await?;
+        ctx.store.upsert_entities(chunk, now).await?;
     }
     crate::crash::point("describe.after-entities");
     Ok(())
@@ -240,8 +221,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
     let clock = format_timestamp(ctx.now.timestamp_micros());
 
     let filter = ctx.user_filter_and("is_dirty = true AND archived_at IS NULL");
-    let mut dirty = json_rows(&ctx.store.scan(ENTITIES.name, Some(&filter)).await?);
-    dirty.sort_by_key(|r| text_of(r, "id"));
+    let mut dirty = ctx
+        .store
+        .scan_rows::<EntityRow>(ENTITIES.name, Some(&filter))
+        .await?;
+    dirty.sort_by(|a, b| a.id.cmp(&b.id));
     counts.insert("dirty".into(), dirty.len() as u64);
     if dirty.is_empty() {
         report.counts = counts;
@@ -250,13 +234,13 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
     }
 
     // The newest memories naming each dirty entity.
-    let ids: Vec<String> = dirty.iter().map(|r| text_of(r, "id")).collect();
+    let ids: Vec<String> = dirty.iter().map(|r| r.id.clone()).collect();
     let (named, memories) = naming_memories(ctx, &ids).await?;
     let items: Vec<Item> = dirty
         .iter()
         .map(|row| {
             let facts = named
-                .get(&text_of(row, "id"))
+                .get(&row.id)
                 .into_iter()
                 .flatten()
                 .filter_map(|m| memories.get(m))
@@ -267,7 +251,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
     let outcomes = llm.run(items.clone()).await;
     report.llm = Some(llm.usage(&outcomes));
 
-    let mut changed: Vec<(Row, String, String)> = Vec::new(); // row, old, new
+    let mut changed: Vec<(EntityRow, String, String)> = Vec::new(); // row, old, new
     let mut unchanged: Vec<String> = Vec::new();
     let mut fallbacks = 0u64;
     for (row, (item, outcome)) in dirty.iter().zip(items.iter().zip(&outcomes)) {
@@ -278,15 +262,15 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
                 fallbacks += 1;
                 report.notes.push(format!(
                     "{}: offline description ({})",
-                    text_of(row, "name"),
+                    row.name,
                     failure.as_deref().unwrap_or("no reply")
                 ));
                 offline_describe(&item.input.memories).description
             }
         };
-        let old = text_of(row, "description");
+        let old = row.description.clone().unwrap_or_default();
         if description == old.trim() {
-            unchanged.push(text_of(row, "id"));
+            unchanged.push(row.id.clone());
         } else {
             changed.push((row.clone(), old, description));
         }
@@ -297,9 +281,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
 
     if ctx.dry_run {
         for (row, _, new) in changed.iter().take(50) {
-            report
-                .notes
-                .push(format!("{}: {new}", text_of(row, "name")));
+            report.notes.push(format!("{}: {new}", row.name));
         }
         report.counts = counts;
         log.finish(ctx, &mut report).await?;

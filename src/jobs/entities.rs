@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
@@ -34,9 +34,9 @@ use crate::model::encoding::format_timestamp;
 use crate::model::schema::{
     ENTITIES, ENTITY_SCANS, ENTITY_TYPES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX,
 };
-use crate::model::typed::LinkRow;
+use crate::model::typed::{EntityRow, EntityScanRow, LinkRow, MemoryEntityRow};
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string};
+use crate::store::{Store, sql_list, sql_string};
 
 /// Named entities of memories: `entities`, `memory_entities` and `shares_entity:{Name}` links.
 #[derive(clap::Args, Debug, Clone)]
@@ -734,22 +734,20 @@ async fn write_entities(
     pairs: &BTreeSet<(String, String, String)>,
     counts: &mut BTreeMap<String, u64>,
 ) -> Result<()> {
-    let (now, dim) = (w.now, w.store.embedding_dim());
+    let now = w.now;
     let existing_ids: Vec<String> = entity_rows
         .iter()
         .filter(|(_, rs)| rs.iter().any(|&r| !resolved[r].new))
         .map(|(id, _)| id.clone())
         .collect();
-    let mut current: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
-    for chunk in existing_ids.chunks(1000) {
-        let filter = format!("id IN ({})", sql_list(chunk));
-        for row in json_rows(&w.store.scan(ENTITIES.name, Some(&filter)).await?) {
-            if let Some(id) = row.get("id").and_then(Value::as_str) {
-                current.insert(id.to_string(), row.clone());
-            }
-        }
-    }
-    let mut rows: Vec<Value> = Vec::new();
+    let mut current: BTreeMap<String, EntityRow> = w
+        .store
+        .typed_rows_with_ids::<EntityRow>(ENTITIES.name, &existing_ids, None)
+        .await?
+        .into_iter()
+        .map(|row| (row.id.clone(), row))
+        .collect();
+    let mut rows: Vec<EntityRow> = Vec::new();
     for (id, rs) in entity_rows {
         let first = &resolved[rs[0]];
         let aliases: BTreeSet<String> = rs
@@ -757,16 +755,8 @@ async fn write_entities(
             .flat_map(|&r| resolved[r].aliases.iter().cloned())
             .collect();
         match current.remove(id) {
-            Some(mut row) => {
-                let mut list: Vec<String> = row
-                    .get("aliases")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+            Some(row) => {
+                let mut list = row.aliases.clone();
                 let before = list.len();
                 for alias in aliases {
                     if !list
@@ -777,39 +767,34 @@ async fn write_entities(
                     }
                 }
                 let retyped = rs.iter().any(|&r| resolved[r].changed_type);
-                let revived = !row.get("archived_at").is_none_or(Value::is_null);
+                let revived = row.archived_at.is_some();
                 if list.len() == before && !retyped && !revived {
                     continue;
                 }
-                row.insert("aliases".into(), json!(list));
-                row.insert("entity_type".into(), json!(first.entity_type));
-                row.insert("archived_at".into(), Value::Null);
-                row.insert(
-                    "updated_at".into(),
-                    json!(crate::model::encoding::format_timestamp(now)),
-                );
-                rows.push(Value::Object(row));
+                rows.push(EntityRow {
+                    aliases: list,
+                    entity_type: first.entity_type.clone(),
+                    archived_at: None,
+                    updated_at: now,
+                    ..row
+                });
             }
             None => {
-                let vector = rs.iter().find_map(|r| name_vectors.get(r));
-                rows.push(json!({
-                    "id": id,
-                    "user_id": first.user,
-                    "name": first.name,
-                    "entity_type": first.entity_type,
-                    "aliases": aliases.into_iter().collect::<Vec<_>>(),
-                    "embedding": vector,
-                    "name_embedding": vector,
-                    "embedding_model": vector.map(|_| model),
-                    "is_dirty": true,
-                }));
+                let vector = rs.iter().find_map(|r| name_vectors.get(r)).cloned();
+                rows.push(EntityRow {
+                    id: id.clone(),
+                    aliases: aliases.into_iter().collect(),
+                    embedding_model: vector.as_ref().map(|_| model.to_string()),
+                    embedding: vector.clone(),
+                    name_embedding: vector,
+                    ..EntityRow::new(&first.user, &first.name, &first.entity_type, now)
+                });
             }
         }
     }
     counts.insert("entities_written".into(), rows.len() as u64);
     for chunk in rows.chunks(10_000) {
-        let batch = batch_from_json(&ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        w.store.upsert_batch(&ENTITIES, batch).await?;
+        w.store.upsert_entities(chunk, now).await?;
     }
     // Existing entities named by a new or changed memory: `memlife describe` looks again.
     let named_again: Vec<String> = pairs
@@ -855,7 +840,6 @@ async fn write_readings(
         ..
     } = *r;
     let now = w.now;
-    let dim = w.store.embedding_dim();
     counts.insert(
         "mentions".into(),
         mentions.iter().map(|m| m.len() as u64).sum(),
@@ -936,13 +920,16 @@ async fn write_readings(
     crate::crash::point("entities.after-entities");
 
     // 3. memory_entities, 4. links, 5. the scans.
-    let rows: Vec<Value> = pairs
+    let rows: Vec<MemoryEntityRow> = pairs
         .iter()
-        .map(|(m, e, u)| json!({"memory_id": m, "entity_id": e, "user_id": u}))
+        .map(|(m, e, u)| MemoryEntityRow {
+            memory_id: m.clone(),
+            entity_id: e.clone(),
+            user_id: u.clone(),
+        })
         .collect();
     for chunk in rows.chunks(50_000) {
-        let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        w.store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
+        w.store.upsert_memory_entities(chunk).await?;
     }
     let rows: Vec<LinkRow> = links
         .iter()
@@ -956,19 +943,23 @@ async fn write_readings(
     for (m, _, _) in &pairs {
         *per_memory.entry(m.as_str()).or_default() += 1;
     }
-    let rows: Vec<Value> = changed
+    let rows: Vec<EntityScanRow> = changed
         .iter()
         .zip(read_by)
         .map(|(&i, extractor)| {
             let m = &memories[i];
-            json!({"memory_id": m.id, "user_id": m.user, "text_hash": text_hash(&m.text),
-                   "extractor": extractor,
-                   "entity_count": per_memory.get(m.id.as_str()).copied().unwrap_or(0)})
+            EntityScanRow {
+                memory_id: m.id.clone(),
+                user_id: m.user.clone(),
+                text_hash: text_hash(&m.text),
+                extractor: extractor.to_string(),
+                entity_count: per_memory.get(m.id.as_str()).copied().unwrap_or(0) as i64,
+                scanned_at: now,
+            }
         })
         .collect();
     for chunk in rows.chunks(50_000) {
-        let batch = batch_from_json(&ENTITY_SCANS, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        w.store.upsert_batch(&ENTITY_SCANS, batch).await?;
+        w.store.upsert_entity_scans(chunk).await?;
     }
     Ok(())
 }

@@ -17,17 +17,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Result, anyhow};
-use serde_json::{Value, json};
+use anyhow::Result;
+use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::entity_gc::{GcEntity, GcPlan, StoredEntity, plan_gc, shares_entity_chain};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX};
-use crate::model::typed::LinkRow;
+use crate::model::typed::{EntityRow, LinkRow, MemoryEntityRow};
 use crate::store::audit::AuditRow;
-use crate::store::{batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
+use crate::store::{sql_list, sql_string, sql_timestamp};
 
 /// Monthly entity garbage collection: merge near-duplicates, archive entities no live memory
 /// names, delete them after a grace period.
@@ -174,30 +174,24 @@ async fn load_memories(ctx: &JobCtx<'_>) -> Result<BTreeMap<String, MemoryInfo>>
     Ok(out)
 }
 
-/// The entity rows (all columns) of `ids`, as JSON objects by id.
-async fn full_rows(
-    ctx: &JobCtx<'_>,
-    ids: &BTreeSet<&str>,
-) -> Result<BTreeMap<String, serde_json::Map<String, Value>>> {
+/// The whole entity rows of `ids`, by id.
+async fn full_rows(ctx: &JobCtx<'_>, ids: &BTreeSet<&str>) -> Result<BTreeMap<String, EntityRow>> {
     let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-    let mut out = BTreeMap::new();
-    for chunk in ids.chunks(1000) {
-        let filter = format!("id IN ({})", sql_list(chunk));
-        for row in json_rows(&ctx.store.scan(ENTITIES.name, Some(&filter)).await?) {
-            if let Some(id) = row.get("id").and_then(Value::as_str) {
-                out.insert(id.to_string(), row.clone());
-            }
-        }
-    }
-    Ok(out)
+    Ok(ctx
+        .store
+        .typed_rows_with_ids::<EntityRow>(ENTITIES.name, &ids, None)
+        .await?
+        .into_iter()
+        .map(|row| (row.id.clone(), row))
+        .collect())
 }
 
-/// An entity row for the audit log: everything but the vector (re-made from the name).
-fn snapshot(row: Option<&serde_json::Map<String, Value>>, memories: &[&str]) -> String {
-    let mut row = row.cloned().unwrap_or_default();
-    row.remove("embedding");
-    row.insert("memory_ids".into(), json!(memories));
-    Value::Object(row).to_string()
+/// An entity row for the audit log: everything but the vectors (re-made from the name), with
+/// the memories that named it.
+fn snapshot(row: Option<&EntityRow>, memories: &[&str]) -> String {
+    let mut row = row.map_or_else(|| json!({}), EntityRow::to_json);
+    row["memory_ids"] = json!(memories);
+    row.to_string()
 }
 
 fn link_type(name: &str) -> String {
@@ -351,7 +345,7 @@ fn listing(entities: &[Entity], plan: &GcPlan) -> Vec<String> {
 fn audit_rows(
     entities: &[Entity],
     plan: &GcPlan,
-    rows: &BTreeMap<String, serde_json::Map<String, Value>>,
+    rows: &BTreeMap<String, EntityRow>,
     named_by: &BTreeMap<&str, Vec<&str>>,
     args: &EntityGcArgs,
     run_id: &str,
@@ -418,26 +412,21 @@ async fn apply_merges(
     ctx: &JobCtx<'_>,
     entities: &[Entity],
     plan: &GcPlan,
-    rows: &BTreeMap<String, serde_json::Map<String, Value>>,
+    rows: &BTreeMap<String, EntityRow>,
     memberships: &[(String, String, String)],
     memories: &BTreeMap<String, MemoryInfo>,
     args: &EntityGcArgs,
 ) -> Result<(u64, u64)> {
     let now = ctx.now.timestamp_micros();
-    let dim = ctx.store.embedding_dim();
     let (merges, absorbed, merged) = (&plan.merges, &plan.absorbed, plan.merged());
     let mut survivor_rows = Vec::new();
     for &s in absorbed.keys() {
-        let Some(mut row) = rows.get(&entities[s].id).cloned() else {
+        let Some(row) = rows.get(&entities[s].id).cloned() else {
             continue;
         };
         let mut aliases = entities[s].aliases.clone();
-        let mut notes: Vec<Value> = row
-            .get("notes")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let mut description = row.get("description").cloned().unwrap_or(Value::Null);
+        let mut notes = row.notes.clone();
+        let mut description = row.description.clone();
         for &m in &absorbed[&s] {
             let e = &entities[m];
             for name in std::iter::once(&e.name).chain(&e.aliases) {
@@ -446,47 +435,45 @@ async fn apply_merges(
                 }
             }
             if let Some(other) = rows.get(&e.id) {
-                for note in other
-                    .get("notes")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
+                for note in &other.notes {
                     if !notes.contains(note) {
                         notes.push(note.clone());
                     }
                 }
-                if description.is_null() {
-                    description = other.get("description").cloned().unwrap_or(Value::Null);
+                if description.is_none() {
+                    description = other.description.clone();
                 }
             }
         }
-        row.insert("aliases".into(), json!(aliases));
-        row.insert("notes".into(), Value::Array(notes));
-        row.insert("description".into(), description);
-        // The description is reconsidered by `memlife describe` with the merged notes.
-        row.insert("is_dirty".into(), json!(true));
-        row.insert("updated_at".into(), json!(format_timestamp(now)));
-        survivor_rows.push(Value::Object(row));
+        survivor_rows.push(EntityRow {
+            aliases,
+            notes,
+            description,
+            // The description is reconsidered by `memlife describe` with the merged notes.
+            is_dirty: true,
+            updated_at: now,
+            ..row
+        });
     }
-    let batch = batch_from_json(&ENTITIES, dim, now, &survivor_rows).map_err(|e| anyhow!(e))?;
-    ctx.store.upsert_batch(&ENTITIES, batch).await?;
+    ctx.store.upsert_entities(&survivor_rows, now).await?;
 
     let into: BTreeMap<&str, usize> = merges
         .iter()
         .map(|&(s, m, _)| (entities[m].id.as_str(), s))
         .collect();
-    let moved: Vec<Value> = memberships
+    let moved: Vec<MemoryEntityRow> = memberships
         .iter()
         .filter(|(mem, _, _)| memories.contains_key(mem))
         .filter_map(|(mem, e, user)| {
-            into.get(e.as_str())
-                .map(|&s| json!({"memory_id": mem, "entity_id": entities[s].id, "user_id": user}))
+            into.get(e.as_str()).map(|&s| MemoryEntityRow {
+                memory_id: mem.clone(),
+                entity_id: entities[s].id.clone(),
+                user_id: user.clone(),
+            })
         })
         .collect();
     for chunk in moved.chunks(50_000) {
-        let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, chunk).map_err(|e| anyhow!(e))?;
-        ctx.store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
+        ctx.store.upsert_memory_entities(chunk).await?;
     }
     crate::crash::point("entity-gc.after-survivors");
     let links = rebuild_chains(ctx, entities, plan, memberships, memories, args).await?;

@@ -41,15 +41,12 @@ pub enum Cell<'a> {
     Timestamp(i64),
     Floats(&'a [f32]),
     StrList(Vec<Option<&'a str>>),
+    /// An entity's notes from a typed row.
+    Notes(&'a [Note]),
 }
 
 /// An entity note: {text, added_at, expires_at}.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Note {
-    pub text: String,
-    pub added_at: i64,
-    pub expires_at: Option<i64>,
-}
+pub use crate::logic::rows::Note;
 
 /// A value converted to a column's kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +103,7 @@ fn describe(cell: &Cell) -> String {
         Cell::Timestamp(v) => format_timestamp(*v),
         Cell::Floats(v) => format!("a list of {} floats", v.len()),
         Cell::StrList(v) => format!("a list of {} strings", v.len()),
+        Cell::Notes(v) => format!("a list of {} notes", v.len()),
     };
     if text.chars().count() > 60 {
         let cut: String = text.chars().take(57).collect();
@@ -211,6 +209,12 @@ pub fn convert<'a>(kind: Kind, cell: &Cell<'a>) -> Result<Typed<'a>, String> {
             _ => fail("an array of numbers"),
         },
         Kind::Notes => {
+            if let Cell::Notes(notes) = cell {
+                return match notes.iter().position(|n| n.text.trim().is_empty()) {
+                    Some(index) => Err(format!("note {index} has no text")),
+                    None => Ok(Typed::Notes(notes.to_vec())),
+                };
+            }
             let parsed;
             let value = match (cell, json) {
                 (Cell::Text(s), _) => match serde_json::from_str::<Value>(s) {

@@ -9,10 +9,14 @@
 use arrow::array::RecordBatch;
 use serde::de::DeserializeOwned;
 
-pub use crate::logic::rows::{LinkRow, MemoryRow, ReviewItem};
+pub use crate::logic::rows::{
+    EntityRow, EntityScanRow, LinkRow, MemoryEntityRow, MemoryRow, ReviewItem,
+};
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
-use crate::model::schema::{Kind, LINKS, MEMORIES, REVIEW_QUEUE, TableSpec};
+use crate::model::schema::{
+    ENTITIES, ENTITY_SCANS, Kind, LINKS, MEMORIES, MEMORY_ENTITIES, REVIEW_QUEUE, TableSpec,
+};
 use serde_arrow::schema::{SchemaLike, TracingOptions};
 
 /// A batch that does not hold the rows a type expects: a column missing or of another type.
@@ -236,6 +240,70 @@ fn link_cell<'a>(row: &'a LinkRow, name: &str) -> Cell<'a> {
         "created_at" => Cell::Timestamp(row.created_at),
         _ => Cell::Missing,
     }
+}
+
+/// `entities` rows, with their vectors, as one batch of the table's schema.
+pub fn entity_batch(
+    rows: &[EntityRow],
+    embedding_dim: usize,
+    now: i64,
+) -> Result<RecordBatch, String> {
+    let named = |r: &EntityRow| format!("{} '{}'", r.id, r.name);
+    let cell = |_, r, n: &str| entity_cell(r, n);
+    batch_of(&ENTITIES, (embedding_dim, now), rows, cell, named)
+}
+
+fn entity_cell<'a>(row: &'a EntityRow, name: &str) -> Cell<'a> {
+    let vector = |v: &'a Option<Vec<f32>>| v.as_deref().map_or(Cell::Null, Cell::Floats);
+    match name {
+        "id" => Cell::Str(&row.id),
+        "user_id" => Cell::Str(&row.user_id),
+        "name" => Cell::Str(&row.name),
+        "entity_type" => Cell::Str(&row.entity_type),
+        "description" => text_cell(&row.description),
+        "notes" => Cell::Notes(&row.notes),
+        "is_dirty" => Cell::Bool(row.is_dirty),
+        "embedding" => vector(&row.embedding),
+        "embedding_model" => text_cell(&row.embedding_model),
+        "created_at" => Cell::Timestamp(row.created_at),
+        "updated_at" => Cell::Timestamp(row.updated_at),
+        "last_seen_at" => Cell::Timestamp(row.last_seen_at),
+        "aliases" => Cell::StrList(row.aliases.iter().map(|a| Some(a.as_str())).collect()),
+        "archived_at" => time_cell(row.archived_at),
+        "name_embedding" => vector(&row.name_embedding),
+        _ => Cell::Missing,
+    }
+}
+
+/// `memory_entities` rows as one batch of the table's schema.
+pub fn memory_entity_batch(rows: &[MemoryEntityRow]) -> Result<RecordBatch, String> {
+    fn cell<'a>(r: &'a MemoryEntityRow, name: &str) -> Cell<'a> {
+        match name {
+            "memory_id" => Cell::Str(&r.memory_id),
+            "entity_id" => Cell::Str(&r.entity_id),
+            "user_id" => Cell::Str(&r.user_id),
+            _ => Cell::Missing,
+        }
+    }
+    let named = |r: &MemoryEntityRow| format!("{} names {}", r.memory_id, r.entity_id);
+    batch_of(&MEMORY_ENTITIES, (0, 0), rows, |_, r, n| cell(r, n), named)
+}
+
+/// `entity_scans` rows as one batch of the table's schema.
+pub fn entity_scan_batch(rows: &[EntityScanRow]) -> Result<RecordBatch, String> {
+    fn cell<'a>(r: &'a EntityScanRow, name: &str) -> Cell<'a> {
+        match name {
+            "memory_id" => Cell::Str(&r.memory_id),
+            "user_id" => Cell::Str(&r.user_id),
+            "text_hash" => Cell::Str(&r.text_hash),
+            "extractor" => Cell::Str(&r.extractor),
+            "entity_count" => Cell::I64(r.entity_count),
+            "scanned_at" => Cell::Timestamp(r.scanned_at),
+            _ => Cell::Missing,
+        }
+    }
+    let named = |r: &EntityScanRow| r.memory_id.clone();
+    batch_of(&ENTITY_SCANS, (0, 0), rows, |_, r, n| cell(r, n), named)
 }
 
 /// Rows of `spec` as JSON objects (an audit state's, a review item's fact: times as RFC 3339
@@ -608,6 +676,85 @@ mod tests {
         let e = memory_batch(&[bad], &[None], 2, 0).unwrap_err();
         assert!(
             e.contains("memories row 0 (m1)") && e.contains("state"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_entity_row_has_every_column_and_is_written_and_read_back_whole() {
+        let names: Vec<&str> = ENTITIES.fields.iter().map(|f| f.name).collect();
+        assert_eq!(columns_of::<EntityRow>(), names);
+        let note = |text: &str, added_at| crate::logic::rows::Note {
+            text: text.into(),
+            added_at,
+            expires_at: None,
+        };
+        let row = EntityRow {
+            id: "e1".into(),
+            description: Some("Ana's sister".into()),
+            notes: vec![note("moved twice", 3_000_000), note("likes tea", 2_000_000)],
+            embedding: Some(vec![0.25, 0.75]),
+            aliases: vec!["Bea".into()],
+            ..EntityRow::new("u", "Beatriz", "person", 1_000_000)
+        };
+        let batch = entity_batch(std::slice::from_ref(&row), 2, 9_000_000).unwrap();
+        assert_eq!(batch.schema(), ENTITIES.arrow_schema(2));
+        let back: Vec<EntityRow> = rows_of("entities", &[batch]).unwrap();
+        assert_eq!(back, vec![row.clone()], "name_embedding stays None");
+        let texts: Vec<&str> = row
+            .notes_oldest_first()
+            .iter()
+            .map(|n| n.text.as_str())
+            .collect();
+        assert_eq!(texts, ["likes tea", "moved twice"]);
+        assert!(row.to_json().get("embedding").is_none());
+        let empty_note = EntityRow {
+            notes: vec![note(" ", 0)],
+            ..row.clone()
+        };
+        let e = entity_batch(&[empty_note], 2, 0).unwrap_err();
+        assert!(
+            e.contains("entities row 0 (e1 'Beatriz')") && e.contains("note 0"),
+            "{e}"
+        );
+        let bad = EntityRow {
+            entity_type: "planet".into(),
+            ..row
+        };
+        assert!(
+            entity_batch(&[bad], 2, 0)
+                .unwrap_err()
+                .contains("entity_type")
+        );
+    }
+
+    #[test]
+    fn entity_link_and_scan_rows_have_every_column() {
+        let names =
+            |spec: &TableSpec| -> Vec<&str> { spec.fields.iter().map(|f| f.name).collect() };
+        assert_eq!(columns_of::<MemoryEntityRow>(), names(&MEMORY_ENTITIES));
+        assert_eq!(columns_of::<EntityScanRow>(), names(&ENTITY_SCANS));
+        let named = MemoryEntityRow {
+            memory_id: "m".into(),
+            entity_id: "e".into(),
+            user_id: "u".into(),
+        };
+        let batch = memory_entity_batch(std::slice::from_ref(&named)).unwrap();
+        assert_eq!(
+            rows_of::<MemoryEntityRow>("memory_entities", &[batch]).unwrap(),
+            [named]
+        );
+        let scan = EntityScanRow {
+            memory_id: "m".into(),
+            user_id: "u".into(),
+            text_hash: "ab12".into(),
+            extractor: "rules".into(),
+            entity_count: -1,
+            scanned_at: 7,
+        };
+        let e = entity_scan_batch(&[scan]).unwrap_err();
+        assert!(
+            e.contains("entity_scans row 0 (m)") && e.contains("entity_count"),
             "{e}"
         );
     }

@@ -22,7 +22,9 @@ use std::collections::BTreeMap;
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
 use crate::model::schema::{ALL_TABLES, LINKS, MEMORIES, META, SCHEMA_VERSION, TableSpec};
-use crate::model::typed::{LinkRow, MemoryRow, ReviewItem};
+use crate::model::typed::{
+    EntityRow, EntityScanRow, LinkRow, MemoryEntityRow, MemoryRow, ReviewItem,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -652,6 +654,28 @@ impl Store {
     pub async fn upsert_review_items(&self, items: &[ReviewItem], now: i64) -> Result<WriteStats> {
         let batch = crate::model::typed::review_batch(items, now).map_err(StoreError::Rows)?;
         self.upsert_batch(&crate::model::schema::REVIEW_QUEUE, batch)
+            .await
+    }
+
+    /// Writes whole `entities` rows (with their vectors) in one commit, merged on their id.
+    pub async fn upsert_entities(&self, rows: &[EntityRow], now: i64) -> Result<WriteStats> {
+        let batch = crate::model::typed::entity_batch(rows, self.embedding_dim(), now)
+            .map_err(StoreError::Rows)?;
+        self.upsert_batch(&crate::model::schema::ENTITIES, batch)
+            .await
+    }
+
+    /// Writes `memory_entities` rows in one commit, merged on (memory, entity).
+    pub async fn upsert_memory_entities(&self, rows: &[MemoryEntityRow]) -> Result<WriteStats> {
+        let batch = crate::model::typed::memory_entity_batch(rows).map_err(StoreError::Rows)?;
+        self.upsert_batch(&crate::model::schema::MEMORY_ENTITIES, batch)
+            .await
+    }
+
+    /// Writes `entity_scans` rows in one commit, merged on the memory id.
+    pub async fn upsert_entity_scans(&self, rows: &[EntityScanRow]) -> Result<WriteStats> {
+        let batch = crate::model::typed::entity_scan_batch(rows).map_err(StoreError::Rows)?;
+        self.upsert_batch(&crate::model::schema::ENTITY_SCANS, batch)
             .await
     }
 

@@ -231,9 +231,6 @@ const JSON_ROW_FILES: &[(&str, usize)] = &[
     ("src/commands/undo_versions.rs", 15),
     ("src/jobs/cluster.rs", 1),
     ("src/jobs/consolidate.rs", 5),
-    ("src/jobs/describe.rs", 17),
-    ("src/jobs/entities.rs", 4),
-    ("src/jobs/entity_gc.rs", 3),
     ("src/llm/batch.rs", 2),
 ];
 

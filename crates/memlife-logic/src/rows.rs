@@ -283,3 +283,110 @@ impl LinkRow {
         })
     }
 }
+
+/// A note on an entity (seed 002): a dated remark, dropped by `memlife scores` once it
+/// expires. Timestamps are microseconds since the epoch, UTC.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Note {
+    pub text: String,
+    pub added_at: i64,
+    pub expires_at: Option<i64>,
+}
+
+/// A whole `entities` row with its two vectors (`None` where not yet made): read, changed and
+/// written back whole. Timestamps are microseconds since the epoch, UTC. A test in
+/// `model::typed` keeps the fields equal to the table's columns.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EntityRow {
+    pub id: String,
+    pub user_id: String,
+    pub name: String,
+    pub entity_type: String,
+    pub description: Option<String>,
+    pub notes: Vec<Note>,
+    pub is_dirty: bool,
+    /// Of the name, the description and the notes (`memlife describe`).
+    pub embedding: Option<Vec<f32>>,
+    pub embedding_model: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub last_seen_at: i64,
+    pub aliases: Vec<String>,
+    pub archived_at: Option<i64>,
+    /// Of the name alone: what `memlife entities` matches new names against.
+    pub name_embedding: Option<Vec<f32>>,
+}
+
+impl EntityRow {
+    /// A new entity of `user_id`, seen first at `created_at`, marked dirty so that `memlife
+    /// describe` writes its description; its id is the caller's to give.
+    pub fn new(user_id: &str, name: &str, entity_type: &str, created_at: i64) -> EntityRow {
+        EntityRow {
+            user_id: user_id.to_string(),
+            name: name.to_string(),
+            entity_type: entity_type.to_string(),
+            is_dirty: true,
+            created_at,
+            updated_at: created_at,
+            last_seen_at: created_at,
+            ..EntityRow::default()
+        }
+    }
+
+    /// The notes, oldest first.
+    pub fn notes_oldest_first(&self) -> Vec<&Note> {
+        let mut notes: Vec<&Note> = self.notes.iter().collect();
+        notes.sort_by_key(|n| n.added_at);
+        notes
+    }
+
+    /// The row as the audit log holds it: every column but the two vectors, times as RFC
+    /// 3339 text.
+    pub fn to_json(&self) -> Value {
+        let time = |t: Option<i64>| t.map(format_timestamp);
+        let notes: Vec<Value> = self
+            .notes
+            .iter()
+            .map(|n| {
+                json!({"text": n.text, "added_at": format_timestamp(n.added_at),
+                       "expires_at": time(n.expires_at)})
+            })
+            .collect();
+        json!({
+            "id": self.id,
+            "user_id": self.user_id,
+            "name": self.name,
+            "entity_type": self.entity_type,
+            "description": self.description,
+            "notes": notes,
+            "is_dirty": self.is_dirty,
+            "embedding_model": self.embedding_model,
+            "created_at": format_timestamp(self.created_at),
+            "updated_at": format_timestamp(self.updated_at),
+            "last_seen_at": format_timestamp(self.last_seen_at),
+            "aliases": self.aliases,
+            "archived_at": time(self.archived_at),
+        })
+    }
+}
+
+/// One row of `memory_entities`: a memory names an entity.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MemoryEntityRow {
+    pub memory_id: String,
+    pub entity_id: String,
+    pub user_id: String,
+}
+
+/// One row of `entity_scans`: which text of a memory `memlife entities` last read, with what.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EntityScanRow {
+    pub memory_id: String,
+    pub user_id: String,
+    /// FNV-1a of the text read (hex).
+    pub text_hash: String,
+    /// "rules" or the model of the `entities.extract` role.
+    pub extractor: String,
+    pub entity_count: i64,
+    pub scanned_at: i64,
+}
