@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
 use anyhow::{Result, anyhow, bail};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::embedders::{Embedded, EmbedderArgs};
@@ -24,10 +24,10 @@ use crate::exit::ExitStatus;
 use crate::jobs::integrate::undo_id;
 use crate::jobs::{ItemFailure, JobReport, JobScope, RunLog};
 use crate::model::encoding::format_timestamp;
-use crate::model::schema::{AUDIT_LOG, MEMORIES, REVIEW_QUEUE};
+use crate::model::schema::{AUDIT_LOG, REVIEW_QUEUE};
+use crate::model::typed::{MemoryRow, RunRecord, memories_from_json};
 use crate::store::audit::AuditRow;
-use crate::store::text_of;
-use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string};
+use crate::store::{Store, sql_list, sql_string};
 
 const JOB: &str = "undo";
 
@@ -46,30 +46,33 @@ pub struct UndoArgs {
     pub embedder: EmbedderArgs,
 }
 
-/// Columns a later run's change shows in.
-const WATCHED: &[&str] = &[
-    "text",
-    "updated_at",
-    "valid_until",
-    "superseded_by",
-    "supersession_chain_id",
-    "archived_at",
-    "consolidates_memory_ids",
-];
-
-fn same(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
-    WATCHED.iter().all(|c| {
-        let (x, y) = (
-            a.get(*c).unwrap_or(&Value::Null),
-            b.get(*c).unwrap_or(&Value::Null),
-        );
-        x == y
-            || (x.is_null() && y.as_array().is_some_and(Vec::is_empty))
-            || (y.is_null() && x.as_array().is_some_and(Vec::is_empty))
-    })
+/// Whether two versions of a memory agree in the columns a later run's change shows in:
+/// text, update time, validity, chain, archival and what it consolidates.
+fn same(a: &MemoryRow, b: &MemoryRow) -> bool {
+    let watched = |m: &MemoryRow| {
+        (
+            m.text.clone(),
+            m.updated_at,
+            m.valid_until,
+            m.superseded_by.clone(),
+            m.supersession_chain_id.clone(),
+            m.archived_at,
+            m.consolidates_memory_ids.clone(),
+        )
+    };
+    watched(a) == watched(b)
 }
 
-type Row = Map<String, Value>;
+/// An audit row of a decision the run applied, as undo reads it.
+#[derive(serde::Deserialize)]
+struct Decision {
+    id: String,
+    user_id: Option<String>,
+    operation: String,
+    target_id: Option<String>,
+    before_state: Option<String>,
+    after_state: Option<String>,
+}
 
 /// The run `undo` names: by id, or the latest finished run of `--last JOB`.
 async fn run_to_undo(store: &Store, args: &UndoArgs) -> Result<String> {
@@ -100,28 +103,43 @@ async fn run_to_undo(store: &Store, args: &UndoArgs) -> Result<String> {
 /// created, its links and the review items it queued.
 #[derive(Default)]
 struct Written {
-    memories: BTreeMap<String, Row>,
-    restore: BTreeMap<String, Row>,
+    memories: BTreeMap<String, MemoryRow>,
+    restore: BTreeMap<String, MemoryRow>,
     created: BTreeSet<String>,
     links: Vec<(String, String, String)>,
     queued: Vec<String>,
 }
 
-fn written_by(decisions: &[Row]) -> Result<Written> {
+/// Reads the decisions' logged rows (`(dim, now)` as the table's defaults need them).
+fn written_by(decisions: &[Decision], (dim, now): (usize, i64)) -> Result<Written> {
     let mut w = Written::default();
+    let memories = |values: &[Value], d: &Decision| {
+        memories_from_json(values, dim, now)
+            .map_err(|e| anyhow!("audit row {} holds a memory that does not read: {e}", d.id))
+    };
     for d in decisions {
-        let after: Value = serde_json::from_str(d["after_state"].as_str().unwrap_or("{}"))?;
-        let before: Option<Row> = d["before_state"]
-            .as_str()
-            .and_then(|b| serde_json::from_str(b).ok());
-        let before_id = before.as_ref().map(|b| text_of(b, "id"));
-        for m in after["memories"].as_array().into_iter().flatten() {
-            let Some(m) = m.as_object() else { continue };
-            let id = text_of(m, "id");
-            w.memories.insert(id.clone(), m.clone());
-            match (&before, &before_id) {
-                (Some(b), Some(bid)) if *bid == id => {
-                    w.restore.insert(id, b.clone());
+        let after: Value = serde_json::from_str(d.after_state.as_deref().unwrap_or("{}"))?;
+        let before: Option<Value> = d
+            .before_state
+            .as_deref()
+            .and_then(|b| serde_json::from_str::<Value>(b).ok())
+            .filter(Value::is_object);
+        let before_id = before.as_ref().and_then(|b| b["id"].as_str());
+        let objects: Vec<Value> = after["memories"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m.is_object())
+            .cloned()
+            .collect();
+        for m in memories(&objects, d)? {
+            let id = m.id.clone();
+            w.memories.insert(id.clone(), m);
+            match &before {
+                // The memory the decision changed: its row as it was before.
+                Some(b) if before_id == Some(id.as_str()) => {
+                    let was = memories(std::slice::from_ref(b), d)?;
+                    w.restore.extend(was.into_iter().map(|r| (id.clone(), r)));
                 }
                 _ => {
                     w.created.insert(id);
@@ -148,7 +166,7 @@ async fn conflicts(
     store: &Store,
     run_id: &str,
     w: &Written,
-    current: &BTreeMap<String, Row>,
+    current: &BTreeMap<String, MemoryRow>,
 ) -> Result<Vec<String>> {
     let mut conflicts: Vec<String> = Vec::new();
     for (id, after) in &w.memories {
@@ -212,17 +230,16 @@ async fn restore_rows(
     app: &App,
     store: &Store,
     args: &UndoArgs,
-    restore: &BTreeMap<String, Row>,
+    restore: &BTreeMap<String, MemoryRow>,
     now: i64,
 ) -> Result<()> {
     let dim = store.embedding_dim();
     let embedder = app.embedder(&args.embedder, dim, 16).await?;
     let model = embedder.model_name();
-    let mut rows: Vec<Value> = Vec::new();
-    let texts: Vec<String> = restore.values().map(|r| text_of(r, "text")).collect();
-    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let (mut rows, mut vectors) = (Vec::new(), Vec::new());
+    let refs: Vec<&str> = restore.values().map(|r| r.text.as_str()).collect();
     for ((id, before), e) in restore.iter().zip(embedder.embed(&refs).await?) {
-        let wanted = text_of(before, "embedding_model");
+        let wanted = before.embedding_model.as_deref().unwrap_or("");
         if !wanted.is_empty() && wanted != model {
             bail!(
                 "memory {id} was embedded by {wanted}: run undo with the embedder of that model (this one is {model})"
@@ -231,13 +248,13 @@ async fn restore_rows(
         let Embedded::Vector { values, .. } = e else {
             return Err(anyhow!("the embedder refused memory {id}'s text"));
         };
-        let mut row = Value::Object(before.clone());
-        row["embedding"] = json!(values);
-        row["embedding_model"] = json!(model);
-        rows.push(row);
+        rows.push(MemoryRow {
+            embedding_model: Some(model.to_string()),
+            ..before.clone()
+        });
+        vectors.push(Some(values));
     }
-    let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
-    store.upsert_batch(&MEMORIES, batch).await?;
+    store.upsert_memories(&rows, &vectors, now).await?;
     Ok(())
 }
 
@@ -311,22 +328,19 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
     let ctx = app.job_ctx(&scope, None).await?;
     let store = &ctx.store;
     let run_id_text = run_to_undo(store, args).await?;
-    let runs = json_rows(
-        &store
-            .scan_columns(
-                "runs",
-                Some(&format!("run_id = {}", sql_string(&run_id_text))),
-                &["run_id", "job", "status", "table_versions"],
-            )
-            .await?,
-    );
+    let runs = store
+        .scan_rows::<RunRecord>(
+            "runs",
+            Some(&format!("run_id = {}", sql_string(&run_id_text))),
+        )
+        .await?;
     let Some(target) = runs.first() else {
         bail!(
             "no run with id '{}' (see `memlife sql --file sql/last_runs.sql`)",
             run_id_text
         );
     };
-    let job = text_of(target, "job");
+    let job = target.job.clone();
     if !matches!(job.as_str(), "integrate" | "review") {
         // Other jobs: from the tables' versions (`undo_versions`).
         let mut report = JobReport::new(JOB, &ctx);
@@ -334,18 +348,17 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         report.print(app.json, out)?;
         return Ok(report.exit_status());
     }
-    let decisions = json_rows(
-        &store
-            .scan(
-                AUDIT_LOG.name,
-                Some(&format!(
-                    "run_id = {} AND operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE', 'REVIEW')",
-                    sql_string(&run_id_text)
-                )),
-            )
-            .await?,
-    );
-    let written = written_by(&decisions)?;
+    let decisions = store
+        .scan_rows::<Decision>(
+            AUDIT_LOG.name,
+            Some(&format!(
+                "run_id = {} AND operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE', 'REVIEW')",
+                sql_string(&run_id_text)
+            )),
+        )
+        .await?;
+    let now = ctx.now.timestamp_micros();
+    let written = written_by(&decisions, (store.embedding_dim(), now))?;
     let decided = store
         .count_rows(
             REVIEW_QUEUE.name,
@@ -355,16 +368,12 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
 
     // Refuse when a later run changed what this one wrote.
     let ids: Vec<String> = written.memories.keys().cloned().collect();
-    let current: BTreeMap<String, Row> = store
-        .rows_with_ids(
-            "memories",
-            &ids,
-            None,
-            &MEMORIES.columns_except("embedding"),
-        )
+    let current: BTreeMap<String, MemoryRow> = store
+        .memories_with_ids(&ids, None, false)
         .await?
+        .0
         .into_iter()
-        .map(|r| (text_of(&r, "id"), r))
+        .map(|r| (r.id.clone(), r))
         .collect();
     let conflicts = conflicts(store, &run_id_text, &written, &current).await?;
     let mut report = JobReport::new(JOB, &ctx);
@@ -396,26 +405,22 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         return Ok(report.exit_status());
     }
     let log = RunLog::start(&ctx, JOB, &json!({"undo": run_id_text})).await?;
-    let now = ctx.now.timestamp_micros();
     // The log first: one UNDO row per decision, with the rows as they are now.
     let audit: Vec<AuditRow> = decisions
         .iter()
         .map(|d| {
-            let undone = text_of(d, "id");
-            let target = text_of(d, "target_id");
+            let target = d.target_id.clone().unwrap_or_default();
             let mut row = AuditRow::new(log.run_id(), "UNDO", "", now);
-            row.id = undo_id(&undone);
-            row.user_id = d["user_id"].as_str().map(str::to_string);
-            row.source_ids = vec![undone];
+            row.id = undo_id(&d.id);
+            row.user_id = d.user_id.clone();
+            row.source_ids = vec![d.id.clone()];
             row.target_id = Some(target.clone());
-            row.classification = Some(format!("REVERTED {}", text_of(d, "operation")));
-            row.before_state = current
-                .get(&target)
-                .map(|r| Value::Object(r.clone()).to_string());
+            row.classification = Some(format!("REVERTED {}", d.operation));
+            row.before_state = current.get(&target).map(|r| r.to_json().to_string());
             row.after_state = written
                 .restore
                 .get(&target)
-                .map(|r| Value::Object(r.clone()).to_string());
+                .map(|r| r.to_json().to_string());
             row.reasoning = Some(format!("undo of run {}", run_id_text));
             row
         })

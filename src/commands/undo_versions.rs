@@ -29,14 +29,15 @@ use anyhow::{Result, anyhow, bail};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
 use datafusion::common::hash_utils::{RandomState, create_hashes};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::jobs::{ItemFailure, JobCtx, JobReport, RunLog, Status};
 use crate::model::schema::{
     CLUSTERS, ENTITIES, ENTITY_SCANS, LINKS, MEMORIES, MEMORY_ENTITIES, REVIEW_QUEUE, TableSpec,
 };
+use crate::model::typed::{RunRecord, rows_of};
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{Store, json_rows, sql_string, text_of};
+use crate::store::{Store, sql_string};
 
 /// The tables undo puts back; the logs (`runs`, `audit_log`, `llm_batches`) and `memlife_meta`
 /// stay.
@@ -72,8 +73,8 @@ pub struct Versions {
     after: Option<BTreeMap<String, u64>>,
 }
 
-pub fn versions_of(row: &Map<String, Value>) -> Option<Versions> {
-    let v: Value = serde_json::from_str(row.get("table_versions")?.as_str()?).ok()?;
+pub fn versions_of(run: &RunRecord) -> Option<Versions> {
+    let v: Value = serde_json::from_str(run.table_versions.as_deref()?).ok()?;
     let map = |x: &Value| -> Option<BTreeMap<String, u64>> {
         x.as_object().map(|o| {
             o.iter()
@@ -234,18 +235,23 @@ async fn applied_decisions(
     {
         let decisions = "operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE', 'REVIEW') \
                          AND classification IN ('NEW', 'COEXIST', 'DUPLICATE', 'SUPERSEDE', 'MERGE')";
-        let ids = |batches: Vec<RecordBatch>| -> BTreeMap<String, String> {
-            json_rows(&batches)
-                .iter()
-                .map(|r| (text_of(r, "id"), text_of(r, "run_id")))
-                .collect()
+        #[derive(serde::Deserialize)]
+        struct Decision {
+            id: String,
+            run_id: String,
+        }
+        let ids = |batches: Vec<RecordBatch>| -> Result<BTreeMap<String, String>> {
+            Ok(rows_of::<Decision>("audit_log", &batches)?
+                .into_iter()
+                .map(|r| (r.id, r.run_id))
+                .collect())
         };
         let old = ids(store
             .scan_at("audit_log", b, Some(decisions), &["id", "run_id"])
-            .await?);
+            .await?)?;
         let new = ids(store
             .scan_at("audit_log", a, Some(decisions), &["id", "run_id"])
-            .await?);
+            .await?)?;
         let runs: BTreeSet<&String> = new
             .iter()
             .filter(|(id, _)| !old.contains_key(*id))
@@ -271,18 +277,11 @@ async fn overlapping_runs(
     changed_tables: &[&'static TableSpec],
 ) -> Result<Vec<String>> {
     let mut conflicts = Vec::new();
-    let others = json_rows(
-        &store
-            .scan_columns(
-                "runs",
-                Some(&format!(
-                    "run_id <> {} AND dry_run = false AND table_versions IS NOT NULL",
-                    sql_string(run_id)
-                )),
-                &["run_id", "job", "status", "table_versions"],
-            )
-            .await?,
+    let filter = format!(
+        "run_id <> {} AND dry_run = false AND table_versions IS NOT NULL",
+        sql_string(run_id)
     );
+    let others = store.scan_rows::<RunRecord>("runs", Some(&filter)).await?;
     for other in &others {
         let Some(v) = versions_of(other) else {
             continue;
@@ -301,9 +300,7 @@ async fn overlapping_runs(
                 conflicts.push(format!(
                     "run {} ({}) wrote {} while run {run_id} ran: the versions in between are \
                      not this run's alone",
-                    text_of(other, "run_id"),
-                    text_of(other, "job"),
-                    spec.name
+                    other.run_id, other.job, spec.name
                 ));
             }
         }
@@ -447,13 +444,12 @@ async fn apply_undo(
 
 pub async fn undo(
     ctx: &JobCtx<'_>,
-    run: &Map<String, Value>,
+    run: &RunRecord,
     dry_run: bool,
     report: &mut JobReport,
 ) -> Result<()> {
     let store = &ctx.store;
-    let run_id = text_of(run, "run_id");
-    let job = text_of(run, "job");
+    let (run_id, job) = (run.run_id.clone(), run.job.clone());
     if job == "undo" {
         bail!("run {run_id} is an undo: to redo what it reverted, run the job again");
     }
@@ -473,26 +469,23 @@ pub async fn undo(
         bail!(
             "run {run_id} ({job}) did not finish ({}): its next run finishes what it started; \
              `memlife check` names what it left",
-            text_of(run, "status")
+            run.status
         );
     };
     // Already undone by a finished undo run?
-    let undos = json_rows(
-        &store
-            .scan_columns(
-                "runs",
-                Some("job = 'undo' AND status = 'done' AND dry_run = false"),
-                &["run_id", "params"],
-            )
-            .await?,
-    );
-    if let Some(u) = undos.iter().find(|u| {
-        serde_json::from_str::<Value>(&text_of(u, "params"))
-            .is_ok_and(|p| p["undo"].as_str() == Some(run_id.as_str()))
-    }) {
+    let undos = store
+        .scan_rows::<RunRecord>(
+            "runs",
+            Some("job = 'undo' AND status = 'done' AND dry_run = false"),
+        )
+        .await?;
+    if let Some(u) = undos
+        .iter()
+        .find(|u| u.params()["undo"].as_str() == Some(run_id.as_str()))
+    {
         report.notes.push(format!(
             "run {run_id} was undone already, by run {}",
-            text_of(u, "run_id")
+            u.run_id
         ));
         return Ok(());
     }
@@ -589,25 +582,23 @@ fn store_version_hint(p: &UndoPlan) -> Value {
 
 /// The window the last finished `optimize` kept versions for, as its params record it.
 async fn retention_window(store: &Store) -> Result<String> {
-    let runs = json_rows(
-        &store
-            .scan_columns(
-                "runs",
-                Some("job = 'optimize' AND status = 'done' AND dry_run = false"),
-                &["run_id", "started_at", "params"],
-            )
-            .await?,
-    );
+    let runs = store
+        .scan_rows::<RunRecord>(
+            "runs",
+            Some("job = 'optimize' AND status = 'done' AND dry_run = false"),
+        )
+        .await?;
     Ok(runs
         .iter()
-        .max_by_key(|r| text_of(r, "started_at"))
+        .max_by_key(|r| r.started_at)
         .and_then(|r| {
-            let params: Value = serde_json::from_str(&text_of(r, "params")).ok()?;
-            Some(format!(
-                "run {} kept {} days; [retention] keep_versions_days sets it",
-                text_of(r, "run_id"),
-                params["keep_versions_days"]
-            ))
+            let params = r.params();
+            (!params.is_null()).then(|| {
+                format!(
+                    "run {} kept {} days; [retention] keep_versions_days sets it",
+                    r.run_id, params["keep_versions_days"]
+                )
+            })
         })
         .unwrap_or_else(|| "[retention] keep_versions_days".to_string()))
 }

@@ -88,7 +88,7 @@ async fn naming_memories(
     let live = "state != 'archived' AND archived_at IS NULL";
     let memories = ctx
         .store
-        .typed_rows_with_ids::<ShownMemory>("memories", &memory_ids, Some(live))
+        .rows_with_ids::<ShownMemory>("memories", &memory_ids, Some(live))
         .await?
         .into_iter()
         .map(|row| (row.id.clone(), MemoryView::from_shown(row)))

@@ -742,7 +742,7 @@ async fn write_entities(
         .collect();
     let mut current: BTreeMap<String, EntityRow> = w
         .store
-        .typed_rows_with_ids::<EntityRow>(ENTITIES.name, &existing_ids, None)
+        .rows_with_ids::<EntityRow>(ENTITIES.name, &existing_ids, None)
         .await?
         .into_iter()
         .map(|row| (row.id.clone(), row))

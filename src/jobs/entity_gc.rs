@@ -179,7 +179,7 @@ async fn full_rows(ctx: &JobCtx<'_>, ids: &BTreeSet<&str>) -> Result<BTreeMap<St
     let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
     Ok(ctx
         .store
-        .typed_rows_with_ids::<EntityRow>(ENTITIES.name, &ids, None)
+        .rows_with_ids::<EntityRow>(ENTITIES.name, &ids, None)
         .await?
         .into_iter()
         .map(|row| (row.id.clone(), row))

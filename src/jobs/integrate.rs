@@ -432,7 +432,7 @@ async fn unfinished(
     }
     let targets: Vec<String> = heads.iter().filter_map(|h| h.target_id.clone()).collect();
     let updated: BTreeMap<String, i64> = store
-        .typed_rows_with_ids::<Updated>("memories", &targets, None)
+        .rows_with_ids::<Updated>("memories", &targets, None)
         .await?
         .into_iter()
         .map(|r| (r.id, r.updated_at))
@@ -1149,7 +1149,7 @@ pub async fn chain_supersessions(
         supersession_chain_id: Option<String>,
     }
     let mut rows: BTreeMap<String, Chained> = store
-        .typed_rows_with_ids::<Chained>("memories", &ids, None)
+        .rows_with_ids::<Chained>("memories", &ids, None)
         .await?
         .into_iter()
         .map(|r| (r.id.clone(), r))

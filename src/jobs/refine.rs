@@ -169,7 +169,7 @@ async fn unfinished(store: &Store) -> Result<Vec<(Value, i64)>> {
         last_refined_at: Option<i64>,
     }
     let refined: BTreeMap<String, i64> = store
-        .typed_rows_with_ids::<Refined>("memories", &originals, None)
+        .rows_with_ids::<Refined>("memories", &originals, None)
         .await?
         .into_iter()
         .filter_map(|r| Some((r.id, r.last_refined_at?)))

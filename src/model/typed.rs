@@ -411,6 +411,28 @@ impl RunStart {
     }
 }
 
+/// A run as `undo` reads it: which job, how it ended, its options and the table versions it
+/// started and finished at (`runs.table_versions`, JSON).
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub job: String,
+    pub status: String,
+    pub started_at: i64,
+    pub params: Option<String>,
+    pub table_versions: Option<String>,
+}
+
+impl RunRecord {
+    /// The run's options (`Null` when absent or unreadable).
+    pub fn params(&self) -> serde_json::Value {
+        self.params
+            .as_deref()
+            .and_then(|p| serde_json::from_str(p).ok())
+            .unwrap_or(serde_json::Value::Null)
+    }
+}
+
 /// A memory as a judge is shown it (`MemoryView::from(ShownMemory)` in the LLM layer).
 #[derive(Clone, Debug, serde::Deserialize)]
 pub struct ShownMemory {

@@ -547,25 +547,6 @@ impl Store {
         Ok(query.execute().await?.try_collect().await?)
     }
 
-    /// Rows of `table` whose `id` is one of `ids` and that match `filter`, `columns` only, as
-    /// JSON objects: a thousand ids per scan.
-    pub async fn rows_with_ids(
-        &self,
-        table: &str,
-        ids: &[String],
-        filter: Option<&str>,
-        columns: &[&str],
-    ) -> Result<Vec<serde_json::Map<String, serde_json::Value>>> {
-        let mut rows = Vec::new();
-        for chunk in ids.chunks(1000) {
-            let condition = ids_condition(chunk, filter);
-            rows.extend(json_rows(
-                &self.scan_columns(table, Some(&condition), columns).await?,
-            ));
-        }
-        Ok(rows)
-    }
-
     /// Which of `ids` are rows of `table` (with `filter`, when given): one scan of the `id`
     /// column per 500 ids.
     pub async fn ids_present(
@@ -589,7 +570,7 @@ impl Store {
 
     /// Rows of `table` whose `id` is one of `ids` and that match `filter`, as `T`s: a
     /// thousand ids per scan.
-    pub async fn typed_rows_with_ids<T: serde::de::DeserializeOwned>(
+    pub async fn rows_with_ids<T: serde::de::DeserializeOwned>(
         &self,
         table: &str,
         ids: &[String],

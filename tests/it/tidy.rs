@@ -227,8 +227,6 @@ const JSON_ROW_FILES: &[(&str, usize)] = &[
     ("src/commands/bench/graph.rs", 2),
     ("src/commands/bench/recall.rs", 1),
     ("src/commands/check.rs", 1),
-    ("src/commands/undo.rs", 12),
-    ("src/commands/undo_versions.rs", 15),
     ("src/jobs/cluster.rs", 1),
     ("src/jobs/consolidate.rs", 5),
     ("src/llm/batch.rs", 2),

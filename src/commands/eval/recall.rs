@@ -615,7 +615,7 @@ async fn supersessions(store: &Store) -> Result<Vec<Value>> {
         .filter_map(|r| r.superseded_by.clone())
         .collect();
     let successors: BTreeMap<String, String> = store
-        .typed_rows_with_ids::<Said>("memories", &ids, None)
+        .rows_with_ids::<Said>("memories", &ids, None)
         .await?
         .into_iter()
         .map(|r| (r.id, r.text))
