@@ -240,7 +240,13 @@ async fn list(store: &Store, json: bool, out: &mut dyn Write) -> Result<ExitStat
         writeln!(
             out,
             "{:<36}  {:<6} {:<10} {:<12} {:>5}  {:<9} {}",
-            r.batch_key, r.job, r.provider, r.status, r.request_count, r.attempts, r.updated_at
+            r.batch_key,
+            r.job,
+            r.provider,
+            r.status,
+            r.request_count,
+            r.attempts,
+            crate::model::encoding::format_timestamp(r.updated_at)
         )?;
     }
     if records.is_empty() {

@@ -221,7 +221,8 @@ pub async fn check(store: &Store, examples: usize) -> Result<CheckReport> {
         let Some(applier) = JobName::parse(&record.job).and_then(JobName::applier) else {
             continue;
         };
-        let expected: Vec<String> = applier.result_keys(&record, &record.items()?);
+        let expected: Vec<String> =
+            applier.result_keys(&record, &crate::llm::batch::items_of(&record)?);
         let found = store.audit_ids_present(&expected).await?;
         missing.extend(
             expected.iter().filter(|id| !found.contains(*id)).map(

@@ -15,14 +15,14 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{Result, bail};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::embedders::EmbedderArgs;
 use crate::exit::ExitStatus;
 use crate::jobs::integrate::resume;
 use crate::jobs::review_queue::ReviewItem;
-use crate::jobs::review_queue::{Verdict, queued, settle};
+use crate::jobs::review_queue::{Verdict, fact_row, queued, settle};
 use crate::jobs::{ItemFailure, JobReport, JobScope, RunLog};
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{Item, LlmArgs};
@@ -215,11 +215,11 @@ async fn apply_verdict(
         if !merges.is_empty() {
             let llm = app.llm(llm_args).await?;
             let now_text = format_timestamp(now_micros);
+            let dim = ctx.store.embedding_dim();
             let work: Vec<Item> = merges
                 .iter()
                 .map(|r| {
-                    let fact: Map<String, Value> =
-                        serde_json::from_str(&r.fact).unwrap_or_default();
+                    let fact = fact_row(r, dim, now_micros)?;
                     let candidate = MemoryView {
                         id: r.candidate_id.clone(),
                         kind: "fact".into(),
@@ -229,18 +229,18 @@ async fn apply_verdict(
                         dates: Vec::new(),
                         cluster: None,
                     };
-                    Item {
+                    Ok(Item {
                         custom_id: r.id.clone(),
                         input: TaskInput {
                             task: Task::IntegrateMerge,
-                            memories: vec![candidate, MemoryView::from_row(&fact)],
+                            memories: vec![candidate, MemoryView::from_memory(&fact)],
                             proposal: None,
                             now: now_text.clone(),
                             question: None,
                         },
-                    }
+                    })
                 })
-                .collect();
+                .collect::<Result<_>>()?;
             let outcomes = llm.run(work.clone()).await;
             for (item, outcome) in work.iter().zip(&outcomes) {
                 if let (None, Some(Reply::Merge(m))) = (&outcome.failure, &outcome.reply)

@@ -19,7 +19,8 @@ use crate::logic::cluster::{
 use crate::logic::similarity::{SelfMatch, top_k};
 use crate::model::clock::Clock;
 use crate::model::schema::{CLUSTERS, LINKS, SHARES_ENTITY_PREFIX};
-use crate::store::{batch_from_json, sql_list};
+use crate::model::typed::{ClusterRow, cluster_batch};
+use crate::store::sql_list;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClusterMode {
@@ -325,7 +326,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
                 cluster_user(memories, threshold, args.mode, params, dim)
             })
             .collect();
-        let mut rows: Vec<serde_json::Value> = Vec::new();
+        let mut rows: Vec<ClusterRow> = Vec::new();
         for (&(user, memories, threshold), (hub_count, clusters)) in work.iter().zip(&found) {
             if args.mode == ClusterMode::Hubs {
                 *counts.entry("hubs".into()).or_default() += *hub_count as u64;
@@ -355,25 +356,31 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ClusterArgs) -> Result<JobReport> {
                     .iter()
                     .map(|&m| (memories.members[m].id.as_str(), memories.texts[m].as_str()))
                     .collect();
-                rows.push(serde_json::json!({
-                    "run_id": log.run_id(),
-                    "user_id": user,
-                    "mode": args.mode.as_str(),
-                    "seed_id": ids[0],
-                    "member_ids": ids,
-                    "similarities": serde_json::to_string(
-                        &c.pairwise.iter().map(|s| (*s * 1e4).round() / 1e4).collect::<Vec<f32>>()
-                    ).unwrap_or_default(),
-                    "confidence": (c.confidence as f64 * 1e4).round() / 1e4,
-                    "threshold": threshold,
-                    "signature": signature(&keyed),
-                }));
+                let rounded: Vec<f32> = c
+                    .pairwise
+                    .iter()
+                    .map(|s| (*s * 1e4).round() / 1e4)
+                    .collect();
+                rows.push(ClusterRow {
+                    run_id: log.run_id().to_string(),
+                    user_id: user.to_string(),
+                    mode: args.mode.as_str().to_string(),
+                    seed_id: ids[0].to_string(),
+                    member_ids: ids.iter().map(|s| s.to_string()).collect(),
+                    similarities: serde_json::to_string(&rounded).unwrap_or_default(),
+                    confidence: Some((c.confidence as f64 * 1e4).round() / 1e4),
+                    // As written (0.9, not 0.8999999761581421): the shortest decimal of the f32.
+                    threshold: threshold.to_string().parse().ok(),
+                    signature: signature(&keyed),
+                    created_at: now,
+                    ..ClusterRow::default()
+                });
             }
         }
         if rows.is_empty() || ctx.dry_run {
             continue;
         }
-        let batch = batch_from_json(&CLUSTERS, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        let batch = cluster_batch(&rows).map_err(|e| anyhow!(e))?;
         crate::crash::point("cluster.before-write");
         ctx.store.upsert_batch(&CLUSTERS, batch).await?;
     }

@@ -37,11 +37,11 @@ use crate::logic::cluster::signature;
 use crate::logic::consolidate::{self as consolidation, Fate, FoldMember, Group, LinkEnds, Merged};
 use crate::logic::shard::UserScope;
 use crate::model::clock::Clock;
-use crate::model::encoding::{format_timestamp, parse_timestamp};
-use crate::model::schema::{AUDIT_LOG, LINKS, MEMORIES, MEMORY_ENTITIES};
-use crate::model::typed::LinkRow;
+use crate::model::encoding::format_timestamp;
+use crate::model::schema::{AUDIT_LOG, MEMORIES, MEMORY_ENTITIES};
+use crate::model::typed::{LinkRow, MemoryEntityRow, MemoryRow, memories_from_json};
 use crate::store::audit::{AuditRow, derived_id};
-use crate::store::{Store, batch_from_json, json_rows, sql_list, sql_string, sql_timestamp};
+use crate::store::{Store, sql_list, sql_string, sql_timestamp};
 
 /// Two-pass LLM consolidation of the latest clusters (`memlife cluster`): propose, verify,
 /// then apply each approved group as a new memory that takes over the members' links.
@@ -80,7 +80,7 @@ impl Job for ConsolidateArgs {
 
 /// A cluster as `clusters` recorded it, or several of one user asked about in one request
 /// (`pack`): then `parts` holds each cluster's size, in member order.
-struct ClusterRow {
+struct Candidate {
     user: String,
     member_ids: Vec<String>,
     signature: String,
@@ -88,15 +88,10 @@ struct ClusterRow {
 }
 
 /// The cluster signature of memory rows (their ids and texts).
-fn rows_signature(members: &[Value]) -> String {
+fn rows_signature(members: &[MemoryRow]) -> String {
     let keyed: Vec<(&str, &str)> = members
         .iter()
-        .map(|m| {
-            (
-                m["id"].as_str().unwrap_or(""),
-                m["text"].as_str().unwrap_or(""),
-            )
-        })
+        .map(|m| (m.id.as_str(), m.text.as_str()))
         .collect();
     signature(&keyed)
 }
@@ -104,13 +99,16 @@ fn rows_signature(members: &[Value]) -> String {
 /// Packs each user's clusters, in order, into requests of at least `per_call` memories
 /// (`logic::consolidate::pack`). A pack's signature is that of all its members, so a pack of
 /// one cluster keeps the cluster's.
-fn pack(clusters: Vec<(ClusterRow, Vec<Value>)>, per_call: usize) -> Vec<(ClusterRow, Vec<Value>)> {
+fn pack(
+    clusters: Vec<(Candidate, Vec<MemoryRow>)>,
+    per_call: usize,
+) -> Vec<(Candidate, Vec<MemoryRow>)> {
     let keys: Vec<(&str, &[String])> = clusters
         .iter()
         .map(|(c, _)| (c.user.as_str(), c.member_ids.as_slice()))
         .collect();
     let packs = consolidation::pack(&keys, per_call);
-    let mut clusters: Vec<Option<(ClusterRow, Vec<Value>)>> =
+    let mut clusters: Vec<Option<(Candidate, Vec<MemoryRow>)>> =
         clusters.into_iter().map(Some).collect();
     packs
         .into_iter()
@@ -125,7 +123,7 @@ fn pack(clusters: Vec<(ClusterRow, Vec<Value>)>, per_call: usize) -> Vec<(Cluste
                 members.extend(rows);
             }
             let signature = rows_signature(&members);
-            let row = ClusterRow {
+            let row = Candidate {
                 user,
                 member_ids,
                 signature,
@@ -152,7 +150,7 @@ struct ConsolidationPlan {
 }
 
 /// The clusters of each user's latest finished `cluster` run that covered them.
-async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
+async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<Candidate>> {
     #[derive(serde::Deserialize)]
     struct ClusterRun {
         run_id: String,
@@ -208,7 +206,7 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
             .await?
         {
             if users.contains(&cluster.user_id) {
-                out.push(ClusterRow {
+                out.push(Candidate {
                     user: cluster.user_id,
                     member_ids: cluster.member_ids.unwrap_or_default(),
                     signature: cluster.signature,
@@ -226,35 +224,30 @@ async fn latest_clusters(ctx: &JobCtx<'_>) -> Result<Vec<ClusterRow>> {
 /// scan per this many users, not one per user.
 const USERS_PER_SCAN: usize = 256;
 
-/// Rows of `table` (JSON objects, `columns` only) of the given users: one scan per
-/// `USERS_PER_SCAN` users.
-async fn rows_of_users<'a>(
+/// Rows of `table` of the given users, as `T`s: one scan per `USERS_PER_SCAN` users.
+async fn rows_of_users<'a, T: serde::de::DeserializeOwned>(
     store: &Store,
     table: &str,
     users: impl IntoIterator<Item = &'a str>,
-    columns: &[&str],
-) -> Result<Vec<serde_json::Map<String, Value>>> {
+) -> Result<Vec<T>> {
     let users: Vec<String> = users.into_iter().map(str::to_string).collect();
     let mut out = Vec::new();
     for chunk in users.chunks(USERS_PER_SCAN) {
         let filter = format!("user_id IN ({})", sql_list(chunk));
-        out.extend(json_rows(
-            &store.scan_columns(table, Some(&filter), columns).await?,
-        ));
+        out.extend(store.scan_rows::<T>(table, Some(&filter)).await?);
     }
     Ok(out)
 }
 
-/// The users' memories as JSON objects (embedding left out), by id.
+/// The users' memories (their vectors left out), by id.
 async fn users_rows<'a>(
     store: &Store,
     users: impl IntoIterator<Item = &'a str>,
-) -> Result<BTreeMap<String, Value>> {
-    let columns = MEMORIES.columns_except("embedding");
-    Ok(rows_of_users(store, "memories", users, &columns)
+) -> Result<BTreeMap<String, MemoryRow>> {
+    Ok(rows_of_users::<MemoryRow>(store, "memories", users)
         .await?
         .into_iter()
-        .map(|r| (r["id"].as_str().unwrap_or("").to_string(), Value::Object(r)))
+        .map(|r| (r.id.clone(), r))
         .collect())
 }
 
@@ -278,74 +271,59 @@ async fn remembered(store: &Store) -> Result<BTreeSet<String>> {
     Ok(out)
 }
 
-fn view(row: &Value) -> MemoryView {
-    row.as_object()
-        .map(MemoryView::from_row)
-        .unwrap_or_else(|| MemoryView::from_row(&serde_json::Map::new()))
-}
-
-fn is_live(row: &Value) -> bool {
-    row["archived_at"].is_null() && row["state"].as_str() != Some("archived")
+fn is_live(row: &MemoryRow) -> bool {
+    row.archived_at.is_none() && row.state != "archived"
 }
 
 /// A member row as the pure core's consolidation reads it.
-fn member_of(row: &Value) -> FoldMember<'_> {
-    let time = |field: &str| row[field].as_str().and_then(parse_timestamp);
+fn member_of(row: &MemoryRow) -> FoldMember<'_> {
     FoldMember {
-        id: row["id"].as_str().unwrap_or(""),
-        text: row["text"].as_str().unwrap_or(""),
+        id: &row.id,
+        text: &row.text,
         live: is_live(row),
-        kind: row["kind"].as_str(),
-        state: row["state"].as_str(),
-        importance: row["importance"].as_f64(),
-        salience: row["salience"].as_f64(),
-        confidence: row["confidence"].as_f64(),
-        retention: row["retention"].as_f64(),
-        access_count: row["access_count"].as_i64(),
-        recall_frequency: row["recall_frequency"].as_i64(),
-        last_accessed_at: time("last_accessed_at"),
-        created_at: time("created_at"),
-        valid_from: time("valid_from"),
-        tags: row["tags"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect(),
+        kind: Some(&row.kind),
+        state: Some(&row.state),
+        importance: Some(row.importance),
+        salience: Some(row.salience),
+        confidence: Some(row.confidence),
+        retention: Some(row.retention),
+        access_count: Some(row.access_count),
+        recall_frequency: Some(row.recall_frequency),
+        last_accessed_at: row.last_accessed_at,
+        created_at: Some(row.created_at),
+        valid_from: Some(row.valid_from),
+        tags: row.tags.iter().map(String::as_str).collect(),
     }
 }
 
 /// The consolidated memory's row (without its embedding): the plan's text, the fields its
-/// members give (`logic::consolidate::fold`).
-fn new_memory(plan: &ConsolidationPlan, merged: &Merged, now: &str) -> Value {
-    let time = |t: Option<i64>| t.map(format_timestamp);
-    json!({
-        "id": plan.new_id,
-        "user_id": plan.user,
-        "text": plan.text,
-        "kind": merged.kind,
-        "source": "consolidate",
-        "importance": merged.importance,
-        "salience": merged.salience,
-        "confidence": merged.confidence,
-        "retention": merged.retention,
-        "state": merged.state,
-        "tier": "hot",
-        "access_count": merged.access_count,
-        "recall_frequency": merged.recall_frequency,
-        "last_accessed_at": time(merged.last_accessed_at),
-        "created_at": time(merged.created_at),
-        "updated_at": now,
-        "valid_from": time(merged.valid_from),
-        "tags": merged.tags,
-        "consolidates_memory_ids": plan.members,
-    })
+/// members give (`logic::consolidate::fold`), written at `now`.
+fn new_memory(plan: &ConsolidationPlan, merged: &Merged, now: i64) -> MemoryRow {
+    let created_at = merged.created_at.unwrap_or(now);
+    MemoryRow {
+        id: plan.new_id.clone(),
+        kind: merged.kind.to_string(),
+        source: Some("consolidate".into()),
+        importance: merged.importance,
+        salience: merged.salience,
+        confidence: merged.confidence,
+        retention: merged.retention,
+        state: merged.state.to_string(),
+        access_count: merged.access_count,
+        recall_frequency: merged.recall_frequency,
+        last_accessed_at: merged.last_accessed_at,
+        updated_at: now,
+        valid_from: merged.valid_from.unwrap_or(created_at),
+        tags: merged.tags.iter().map(|t| t.to_string()).collect(),
+        consolidates_memory_ids: plan.members.clone(),
+        ..MemoryRow::new(&plan.user, &plan.text, created_at)
+    }
 }
 
 /// Steps 2 to 5 for a set of plans with disjoint members, each step one commit for all of
 /// them; every step checks what is already done, so plans written by a killed run complete
 /// here.
-type Planned = (ConsolidationPlan, Value, i64);
+type Planned = (ConsolidationPlan, MemoryRow, i64);
 
 /// The consolidated memories not written yet, embedded fresh, in one commit; how many.
 async fn create_memories(
@@ -355,10 +333,9 @@ async fn create_memories(
     now: i64,
     phases: &mut BTreeMap<String, u64>,
 ) -> Result<u64> {
-    let dim = store.embedding_dim();
     let new_ids: Vec<String> = plans.iter().map(|(p, ..)| p.new_id.clone()).collect();
     let existing = store.ids_present(MEMORIES.name, &new_ids, None).await?;
-    let missing: Vec<&(ConsolidationPlan, Value, i64)> = plans
+    let missing: Vec<&Planned> = plans
         .iter()
         .filter(|(p, ..)| !existing.contains(&p.new_id))
         .collect();
@@ -366,25 +343,23 @@ async fn create_memories(
         let embedder =
             embedder.ok_or_else(|| anyhow!("no embedder for the consolidated memories"))?;
         let texts: Vec<&str> = missing.iter().map(|(p, ..)| p.text.as_str()).collect();
-        let mut rows = Vec::new();
+        let (mut rows, mut vectors) = (Vec::new(), Vec::new());
         let started = Instant::now();
-        let vectors = embedder.embed(&texts).await?;
+        let embedded = embedder.embed(&texts).await?;
         phase(phases, "embed", started);
-        for ((_, memory, _), embedded) in missing.iter().zip(vectors) {
-            let mut row = memory.clone();
+        for ((_, memory, _), embedded) in missing.iter().zip(embedded) {
             match embedded {
-                Embedded::Vector { values, .. } => {
-                    row["embedding"] = json!(values);
-                    row["embedding_model"] = json!(embedder.model_name());
-                }
+                Embedded::Vector { values, .. } => vectors.push(Some(values)),
                 Embedded::Refused(why) => {
                     bail!("the embedder refused a consolidated text: {why}")
                 }
             }
-            rows.push(row);
+            rows.push(MemoryRow {
+                embedding_model: Some(embedder.model_name().to_string()),
+                ..memory.clone()
+            });
         }
-        let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
-        store.upsert_batch(&MEMORIES, batch).await?;
+        store.upsert_memories(&rows, &vectors, now).await?;
         return Ok(rows.len() as u64);
     }
     Ok(0)
@@ -447,37 +422,24 @@ async fn move_links(
 }
 
 /// The members' entity rows move to their consolidated memory.
-async fn move_entity_rows(
-    store: &Store,
-    holder: &BTreeMap<&str, &str>,
-    list: &str,
-    now: i64,
-) -> Result<()> {
-    let dim = store.embedding_dim();
-    #[derive(serde::Deserialize)]
-    struct Naming {
-        memory_id: String,
-        entity_id: String,
-        user_id: Option<String>,
-    }
+async fn move_entity_rows(store: &Store, holder: &BTreeMap<&str, &str>, list: &str) -> Result<()> {
     let filter = format!("memory_id IN ({list})");
     let entity_rows = store
-        .scan_rows::<Naming>(MEMORY_ENTITIES.name, Some(&filter))
+        .scan_rows::<MemoryEntityRow>(MEMORY_ENTITIES.name, Some(&filter))
         .await?;
     if !entity_rows.is_empty() {
         let pairs: Vec<(&str, &str)> = entity_rows
             .iter()
             .map(|r| (r.memory_id.as_str(), r.entity_id.as_str()))
             .collect();
-        let rows: Vec<Value> = consolidation::moved_entity_rows(&pairs, holder)
+        let rows: Vec<MemoryEntityRow> = consolidation::moved_entity_rows(&pairs, holder)
             .into_iter()
-            .map(|(from, memory)| {
-                let r = &entity_rows[from];
-                json!({"memory_id": memory, "entity_id": r.entity_id, "user_id": r.user_id})
+            .map(|(from, memory)| MemoryEntityRow {
+                memory_id: memory.to_string(),
+                ..entity_rows[from].clone()
             })
             .collect();
-        let batch = batch_from_json(&MEMORY_ENTITIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
-        store.upsert_batch(&MEMORY_ENTITIES, batch).await?;
+        store.upsert_memory_entities(&rows).await?;
         store.delete_where(MEMORY_ENTITIES.name, &filter).await?;
     }
     Ok(())
@@ -514,7 +476,7 @@ async fn archive_members(store: &Store, plans: &[Planned]) -> Result<u64> {
 async fn apply(
     store: &Store,
     embedder: Option<&Embedder>,
-    plans: &[(ConsolidationPlan, Value, i64)],
+    plans: &[Planned],
     now: i64,
     phases: &mut BTreeMap<String, u64>,
 ) -> Result<BTreeMap<&'static str, u64>> {
@@ -540,7 +502,7 @@ async fn apply(
     counts.insert("links_moved", move_links(store, plans, &holder, now).await?);
     // 4. Entity rows.
     let members: Vec<String> = holder.keys().map(|m| m.to_string()).collect();
-    move_entity_rows(store, &holder, &sql_list(&members), now).await?;
+    move_entity_rows(store, &holder, &sql_list(&members)).await?;
     // 5. Archive the members, at the time each plan's audit row recorded.
     let archived = archive_members(store, plans).await?;
     counts.insert("memories_archived", archived);
@@ -554,20 +516,9 @@ async fn live_ids(store: &Store, ids: &[String]) -> Result<BTreeSet<String>> {
         .await?)
 }
 
-fn string_list(value: &Value) -> Vec<String> {
-    value
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Approved consolidations whose members are not all archived yet (a killed run's). Reads
 /// only the ids and members of past consolidations, then the full log rows of unfinished ones.
-async fn unfinished(store: &Store) -> Result<Vec<(ConsolidationPlan, Value, i64)>> {
+async fn unfinished(store: &Store, now: i64) -> Result<Vec<Planned>> {
     // Approvals of runs `memlife undo` reverted stay reverted.
     let approved = &crate::store::without_undone(
         store,
@@ -595,25 +546,39 @@ async fn unfinished(store: &Store) -> Result<Vec<(ConsolidationPlan, Value, i64)
     if pending.is_empty() {
         return Ok(Vec::new());
     }
+    #[derive(serde::Deserialize)]
+    struct Approved {
+        id: String,
+        user_id: Option<String>,
+        target_id: Option<String>,
+        source_ids: Option<Vec<String>>,
+        confidence: Option<f64>,
+        after_state: Option<String>,
+    }
     let filter = format!("{approved} AND id IN ({})", sql_list(&pending));
     let mut out = Vec::new();
-    for row in json_rows(&store.scan(AUDIT_LOG.name, Some(&filter)).await?) {
-        let after: Value = serde_json::from_str(row["after_state"].as_str().unwrap_or("{}"))?;
-        let memory = after["memory"].clone();
+    for row in store
+        .scan_rows::<Approved>(AUDIT_LOG.name, Some(&filter))
+        .await?
+    {
+        let after: Value = serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))?;
+        let memory = memories_from_json(&[after["memory"].clone()], store.embedding_dim(), now)
+            .map_err(|e| anyhow!("audit row {}: its memory does not read: {e}", row.id))?
+            .remove(0);
         let archived_at = after["archived_at"]
             .as_str()
             .and_then(crate::model::encoding::parse_timestamp)
-            .ok_or_else(|| anyhow!("audit row {} lacks after_state.archived_at", row["id"]))?;
+            .ok_or_else(|| anyhow!("audit row {} lacks after_state.archived_at", row.id))?;
         out.push((
             ConsolidationPlan {
                 key: String::new(),
                 texts: BTreeMap::new(),
-                user: row["user_id"].as_str().unwrap_or("").to_string(),
-                new_id: row["target_id"].as_str().unwrap_or("").to_string(),
-                text: memory["text"].as_str().unwrap_or("").to_string(),
-                members: string_list(&row["source_ids"]),
+                user: row.user_id.unwrap_or_default(),
+                new_id: row.target_id.unwrap_or_default(),
+                text: memory.text.clone(),
+                members: row.source_ids.unwrap_or_default(),
                 signature: String::new(),
-                confidence: row["confidence"].as_f64().unwrap_or(0.0),
+                confidence: row.confidence.unwrap_or(0.0),
                 reasoning: String::new(),
             },
             memory,
@@ -670,8 +635,8 @@ impl Origin<'_> {
     }
 }
 
-fn propose_item(cluster: &ClusterRow, members: &[Value], now: &str) -> Item {
-    let mut memories: Vec<MemoryView> = members.iter().map(view).collect();
+fn propose_item(cluster: &Candidate, members: &[MemoryRow], now: &str) -> Item {
+    let mut memories: Vec<MemoryView> = members.iter().map(MemoryView::from_memory).collect();
     if cluster.parts.len() > 1 {
         let numbers = cluster
             .parts
@@ -906,12 +871,13 @@ async fn commit(
         .partition(|p| logged.contains(&item_key_id(run_id, &p.key)));
     let users: BTreeSet<&str> = plans.iter().map(|p| p.user.as_str()).collect();
     let rows_by_id = users_rows(store, users.iter().copied()).await?;
-    let mut links_of_user: BTreeMap<String, Vec<serde_json::Map<String, Value>>> =
+    let mut links_of_user: BTreeMap<String, Vec<LinkRow>> =
         users.iter().map(|u| (u.to_string(), Vec::new())).collect();
-    let link_columns = LINKS.columns_except("embedding");
-    for link in rows_of_users(store, "links", users.iter().copied(), &link_columns).await? {
-        let user = link["user_id"].as_str().unwrap_or("").to_string();
-        links_of_user.entry(user).or_default().push(link);
+    for link in rows_of_users::<LinkRow>(store, "links", users.iter().copied()).await? {
+        links_of_user
+            .entry(link.user_id.clone())
+            .or_default()
+            .push(link);
     }
     let mut ready = Vec::new();
     // Each plan's members as read now: the group folds when all are there, live, with the
@@ -920,7 +886,7 @@ async fn commit(
         .iter()
         .flat_map(|p| &p.members)
         .filter_map(|id| rows_by_id.get(id))
-        .map(|row| (row["id"].as_str().unwrap_or(""), member_of(row)))
+        .map(|row| (row.id.as_str(), member_of(row)))
         .collect();
     let groups: Vec<Group> = plans
         .iter()
@@ -949,35 +915,35 @@ async fn commit(
             rows.push(row);
             continue;
         }
-        let members: Vec<&Value> = plan
+        let members: Vec<Value> = plan
             .members
             .iter()
             .filter_map(|id| rows_by_id.get(id))
+            .map(MemoryRow::to_json)
             .collect();
         let folded: Vec<FoldMember> = plan
             .members
             .iter()
             .filter_map(|id| current.get(id.as_str()).cloned())
             .collect();
-        let memory = new_memory(&plan, &consolidation::fold(&folded), &now);
-        let links: Vec<&serde_json::Map<String, Value>> = links_of_user
+        let memory = new_memory(&plan, &consolidation::fold(&folded), now_micros);
+        let links: Vec<Value> = links_of_user
             .get(&plan.user)
             .into_iter()
             .flatten()
             .filter(|l| {
-                [&l["source_id"], &l["target_id"]].iter().any(|end| {
-                    plan.members
-                        .iter()
-                        .any(|m| end.as_str() == Some(m.as_str()))
-                })
+                [&l.source_id, &l.target_id]
+                    .iter()
+                    .any(|end| plan.members.contains(end))
             })
+            .map(LinkRow::to_json)
             .collect();
         row.target_id = Some(plan.new_id.clone());
         row.classification = Some("APPROVED".into());
         row.before_state = Some(
             json!({"signature": plan.signature, "memories": members, "links": links}).to_string(),
         );
-        row.after_state = Some(json!({"memory": memory, "archived_at": now}).to_string());
+        row.after_state = Some(json!({"memory": memory.to_json(), "archived_at": now}).to_string());
         rows.push(row);
         ready.push((plan, memory, now_micros));
     }
@@ -987,7 +953,7 @@ async fn commit(
     if !done.is_empty() {
         let again: BTreeSet<&str> = done.iter().map(|p| p.new_id.as_str()).collect();
         ready.extend(
-            unfinished(store)
+            unfinished(store, now_micros)
                 .await?
                 .into_iter()
                 .filter(|(p, ..)| again.contains(p.new_id.as_str())),
@@ -1017,7 +983,7 @@ async fn candidates(
     ctx: &JobCtx<'_>,
     per_call: usize,
     counts: &mut BTreeMap<String, u64>,
-) -> Result<Vec<(ClusterRow, Vec<Value>)>> {
+) -> Result<Vec<(Candidate, Vec<MemoryRow>)>> {
     let declined = remembered(&ctx.store).await?;
     // Memories in consolidation batches of either round not applied yet.
     let pending =
@@ -1028,7 +994,7 @@ async fn candidates(
     let rows = users_rows(&ctx.store, users).await?;
     for cluster in clusters {
         add(counts, "clusters", 1);
-        let members: Vec<Value> = cluster
+        let members: Vec<MemoryRow> = cluster
             .member_ids
             .iter()
             .filter_map(|id| rows.get(id).cloned())
@@ -1052,7 +1018,7 @@ async fn candidates(
         candidates.push((cluster, members));
     }
     // Several small clusters per pass-1 request; a pack declined before is not asked again.
-    let packed: Vec<(ClusterRow, Vec<Value>)> = pack(candidates, per_call)
+    let packed: Vec<(Candidate, Vec<MemoryRow>)> = pack(candidates, per_call)
         .into_iter()
         .filter(|(pack, _)| {
             let again = declined.contains(&pack.signature);
@@ -1083,7 +1049,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ConsolidateArgs) -> Result<JobReport> 
 
     // A killed run's approved consolidations are finished first.
     if !ctx.dry_run {
-        let pending: Vec<(ConsolidationPlan, Value, i64)> = unfinished(&ctx.store)
+        let pending: Vec<Planned> = unfinished(&ctx.store, now_micros)
             .await?
             .into_iter()
             .filter(|(plan, ..)| ctx.scope.contains(&plan.user))
@@ -1369,23 +1335,25 @@ async fn proposals_of(store: &Store, items: &[Item]) -> Result<BTreeMap<String, 
     let filter = format!(
         "operation = 'CONSOLIDATE' AND classification = 'PROPOSED' AND target_id IN ({list})"
     );
+    #[derive(serde::Deserialize)]
+    struct Proposed {
+        target_id: Option<String>,
+        source_ids: Option<Vec<String>>,
+        after_state: Option<String>,
+    }
     let mut out = BTreeMap::new();
-    for row in json_rows(
-        &store
-            .scan_columns(
-                AUDIT_LOG.name,
-                Some(&filter),
-                &["target_id", "source_ids", "after_state"],
-            )
-            .await?,
-    ) {
-        let signature = row["target_id"]
-            .as_str()
+    for row in store
+        .scan_rows::<Proposed>(AUDIT_LOG.name, Some(&filter))
+        .await?
+    {
+        let signature = row
+            .target_id
+            .as_deref()
             .unwrap_or("")
             .trim_start_matches("cluster:")
             .to_string();
         let after: Value =
-            serde_json::from_str(row["after_state"].as_str().unwrap_or("{}")).unwrap_or_default();
+            serde_json::from_str(row.after_state.as_deref().unwrap_or("{}")).unwrap_or_default();
         let reasoning = after["groups"]
             .as_array()
             .into_iter()
@@ -1400,7 +1368,7 @@ async fn proposals_of(store: &Store, items: &[Item]) -> Result<BTreeMap<String, 
         out.insert(
             signature,
             Proposal {
-                members: string_list(&row["source_ids"]),
+                members: row.source_ids.unwrap_or_default(),
                 reasoning,
             },
         );

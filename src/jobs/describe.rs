@@ -22,11 +22,11 @@ use crate::embedders::{Embedded, EmbedderArgs};
 use crate::llm::offline::{describe as offline_describe, entity_view_text};
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs};
+use crate::logic::describe::{DescribePlan, Described, embedding_text, plan_descriptions};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, MEMORY_ENTITIES};
 use crate::model::typed::{EntityRow, MemoryEntityRow, ShownMemory};
-use crate::store::audit::AuditRow;
 use crate::store::sql_list;
 
 /// Updated descriptions of dirty entities (LLM role `entity.describe`, offline fallback).
@@ -54,17 +54,6 @@ impl Job for DescribeArgs {
     fn clock(&self) -> Option<Clock> {
         self.now
     }
-}
-
-/// The text the entity's vector is made from: name, description, notes oldest first (at
-/// most 1000 chars).
-fn embedding_text(row: &EntityRow, description: &str) -> String {
-    let mut text = format!("{}: {description}", row.name);
-    for note in row.notes_oldest_first() {
-        text.push(' ');
-        text.push_str(&note.text);
-    }
-    text.chars().take(1000).collect()
 }
 
 /// The memories naming each of `ids` (entity id to memory ids), and the live ones among them
@@ -148,55 +137,30 @@ fn item_of(row: &EntityRow, facts: Vec<&MemoryView>, max: usize, clock: &str) ->
     }
 }
 
-/// Writes the changed descriptions: DESCRIBE audit rows (the old description) first, then
-/// the entities with their new description and vector, unflagged, in one commit per 5,000.
-async fn write_described(
-    ctx: &JobCtx<'_>,
-    args: &DescribeArgs,
-    run_id: &str,
-    changed: Vec<(EntityRow, String, String)>,
-) -> Result<()> {
+/// Writes the plan's changed descriptions: the DESCRIBE audit rows (the old description)
+/// first, then the entities with their new description and vector, unflagged, in one commit
+/// per 5,000.
+async fn write_described(ctx: &JobCtx<'_>, args: &DescribeArgs, plan: DescribePlan) -> Result<()> {
     let now = ctx.now.timestamp_micros();
     let dim = ctx.store.embedding_dim();
     let embedder = ctx.app.embedder(&args.embedder, dim, 64).await?;
     let model = embedder.model_name();
-    let texts: Vec<String> = changed
-        .iter()
-        .map(|(row, _, new)| embedding_text(row, new))
-        .collect();
+    let texts: Vec<String> = plan.changed.iter().map(embedding_text).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let vectors = embedder.embed(&refs).await?;
-    let audit: Vec<AuditRow> = changed
-        .iter()
-        .map(|(row, old, new)| {
-            let mut a = AuditRow::new(run_id, "DESCRIBE", &format!("{}|{new}", row.id), now);
-            a.user_id = Some(row.user_id.clone());
-            a.source_ids = vec![row.id.clone()];
-            a.before_state = Some(json!({"description": old}).to_string());
-            a.after_state = Some(json!({"description": new}).to_string());
-            a
-        })
-        .collect();
-    ctx.store.write_audit(&audit).await?;
+    ctx.store.write_audit(&plan.audit).await?;
     crate::crash::point("describe.after-audit");
-    let rows: Vec<EntityRow> = changed
+    let rows: Vec<EntityRow> = plan
+        .changed
         .into_iter()
         .zip(vectors)
-        .map(|((row, _, new), embedded)| {
-            let described = EntityRow {
-                description: Some(new),
-                is_dirty: false,
-                updated_at: now,
+        .map(|(row, embedded)| match embedded {
+            Embedded::Vector { values, .. } => EntityRow {
+                embedding: Some(values),
+                embedding_model: Some(model.to_string()),
                 ..row
-            };
-            match embedded {
-                Embedded::Vector { values, .. } => EntityRow {
-                    embedding: Some(values),
-                    embedding_model: Some(model.to_string()),
-                    ..described
-                },
-                _ => described,
-            }
+            },
+            Embedded::Refused(_) => row,
         })
         .collect();
     for chunk in rows.chunks(5_000) {
@@ -251,44 +215,44 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DescribeArgs) -> Result<JobReport> {
     let outcomes = llm.run(items.clone()).await;
     report.llm = Some(llm.usage(&outcomes));
 
-    let mut changed: Vec<(EntityRow, String, String)> = Vec::new(); // row, old, new
-    let mut unchanged: Vec<String> = Vec::new();
-    let mut fallbacks = 0u64;
+    let mut described = Vec::with_capacity(dirty.len());
     for (row, (item, outcome)) in dirty.iter().zip(items.iter().zip(&outcomes)) {
-        let description = match (&outcome.reply, &outcome.failure) {
-            (Some(Reply::Describe(r)), None) => r.description.trim().to_string(),
+        described.push(match (&outcome.reply, &outcome.failure) {
+            (Some(Reply::Describe(r)), None) => Described {
+                description: r.description.clone(),
+                offline: false,
+            },
             (_, failure) => {
                 // No trusted reply: the offline rules answer, and the report says so.
-                fallbacks += 1;
                 report.notes.push(format!(
                     "{}: offline description ({})",
                     row.name,
                     failure.as_deref().unwrap_or("no reply")
                 ));
-                offline_describe(&item.input.memories).description
+                Described {
+                    description: offline_describe(&item.input.memories).description,
+                    offline: true,
+                }
             }
-        };
-        let old = row.description.clone().unwrap_or_default();
-        if description == old.trim() {
-            unchanged.push(row.id.clone());
-        } else {
-            changed.push((row.clone(), old, description));
-        }
+        });
     }
-    counts.insert("described".into(), changed.len() as u64);
+    let plan = plan_descriptions(log.run_id(), &dirty, &described, ctx.now.timestamp_micros());
+    let unchanged = plan.unchanged.clone();
+    counts.insert("described".into(), plan.changed.len() as u64);
     counts.insert("unchanged".into(), unchanged.len() as u64);
-    counts.insert("offline_fallbacks".into(), fallbacks);
+    counts.insert("offline_fallbacks".into(), plan.offline_fallbacks);
 
     if ctx.dry_run {
-        for (row, _, new) in changed.iter().take(50) {
+        for row in plan.changed.iter().take(50) {
+            let new = row.description.as_deref().unwrap_or("");
             report.notes.push(format!("{}: {new}", row.name));
         }
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
         return Ok(report);
     }
-    if !changed.is_empty() {
-        write_described(ctx, args, log.run_id(), changed).await?;
+    if !plan.changed.is_empty() {
+        write_described(ctx, args, plan).await?;
     }
     for chunk in unchanged.chunks(1000) {
         ctx.store

@@ -85,7 +85,7 @@ async fn facts_in_pending_batches(store: &Store) -> Result<BTreeSet<String>> {
     );
     let mut facts = BTreeSet::new();
     for record in crate::llm::batch::records(store, &filter).await? {
-        for item in record.items()? {
+        for item in crate::llm::batch::items_of(&record)? {
             if let Some(fact) = item.input.memories.get(1) {
                 facts.insert(fact.id.clone());
             }

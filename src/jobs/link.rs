@@ -131,7 +131,7 @@ async fn pairs_in_pending_batches(store: &Store, user: &str) -> Result<BTreeSet<
     );
     let mut pairs = BTreeSet::new();
     for record in crate::llm::batch::records(store, &filter).await? {
-        for item in record.items()? {
+        for item in crate::llm::batch::items_of(&record)? {
             if let [source, target] = item.input.memories.as_slice() {
                 pairs.insert((source.id.clone(), target.id.clone()));
             }

@@ -72,11 +72,7 @@ pub async fn settle(
     let mut settled = Vec::new();
     for (item, settlement_id) in items.iter().zip(&settlement) {
         let id = item.id.clone();
-        let fact: Value = serde_json::from_str(&item.fact)
-            .map_err(|e| anyhow!("review item {id}: its fact is not a JSON object: {e}"))?;
-        let fact = crate::model::typed::memories_from_json(&[fact], ctx.store.embedding_dim(), now)
-            .map_err(|e| anyhow!("review item {id}: its fact: {e}"))?
-            .remove(0);
+        let fact = fact_row(item, ctx.store.embedding_dim(), now)?;
         let candidate = current
             .get(&item.candidate_id)
             .filter(|c| item.candidate_text == c.text);
@@ -182,4 +178,15 @@ pub async fn expire(ctx: &JobCtx<'_>, embedder: &Embedder, run_id: &str, now: i6
         &mut failures,
     )
     .await
+}
+
+/// The fact a review item holds, read as the memory row integrate would write (`(dim, now)`
+/// as the table's defaults need them).
+pub fn fact_row(item: &ReviewItem, dim: usize, now: i64) -> Result<MemoryRow> {
+    let id = &item.id;
+    let fact: Value = serde_json::from_str(&item.fact)
+        .map_err(|e| anyhow!("review item {id}: its fact is not a JSON object: {e}"))?;
+    Ok(crate::model::typed::memories_from_json(&[fact], dim, now)
+        .map_err(|e| anyhow!("review item {id}: its fact: {e}"))?
+        .remove(0))
 }

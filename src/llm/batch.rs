@@ -19,59 +19,28 @@ use async_openai::types::batches::{
 };
 use async_openai::types::files::{CreateFileRequest, FileInput, FilePurpose};
 use chrono::Utc;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::provider::{Provider, cost, describe_error};
 use super::tasks::{Task, parse_reply};
 use super::{Item, Llm, LlmUsage, Outcome, ProviderUsage};
-use crate::model::encoding::{format_timestamp, parse_timestamp};
+use crate::model::encoding::format_timestamp;
 use crate::model::schema::LLM_BATCHES;
 use crate::store::audit::AuditRow;
-use crate::store::{Store, batch_from_json, json_rows, sql_string, sql_timestamp};
+use crate::store::{Store, sql_string, sql_timestamp};
 
-/// One row of `llm_batches`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct BatchRecord {
-    pub batch_key: String,
-    pub job: String,
-    pub run_id: String,
-    pub user_id: Option<String>,
-    pub task: String,
-    pub provider: String,
-    pub model: Option<String>,
-    pub status: String,
-    pub remote_batch_id: Option<String>,
-    pub input_file_id: Option<String>,
-    pub output_file_id: Option<String>,
-    pub error_file_id: Option<String>,
-    pub request_count: i64,
-    pub items: String,
-    pub attempts: i64,
-    pub submitted_at: String,
-    pub updated_at: String,
-    pub claimed_at: Option<String>,
-    pub claim_token: Option<String>,
-    pub applied_at: Option<String>,
-    pub error: Option<String>,
-    pub counts: Option<String>,
-}
+pub use crate::model::typed::BatchRecord;
 
-impl BatchRecord {
-    pub fn items(&self) -> Result<Vec<Item>> {
-        serde_json::from_str(&self.items)
-            .with_context(|| format!("llm_batches row {}: unreadable items", self.batch_key))
-    }
+/// The items a record submitted.
+pub fn items_of(record: &BatchRecord) -> Result<Vec<Item>> {
+    serde_json::from_str(&record.items)
+        .with_context(|| format!("llm_batches row {}: unreadable items", record.batch_key))
 }
 
 pub async fn records(store: &Store, filter: &str) -> Result<Vec<BatchRecord>> {
-    let rows = json_rows(&store.scan(LLM_BATCHES.name, Some(filter)).await?);
-    let mut records = rows
-        .into_iter()
-        .map(|row| {
-            serde_json::from_value::<BatchRecord>(serde_json::Value::Object(row))
-                .map_err(|e| anyhow!("llm_batches row: {e}"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let mut records = store
+        .scan_rows::<BatchRecord>(LLM_BATCHES.name, Some(filter))
+        .await?;
     records.sort_by(|a, b| {
         a.submitted_at
             .cmp(&b.submitted_at)
@@ -90,7 +59,7 @@ pub async fn memories_in_pending(
     let filter = format!("job = {} AND status != 'applied'", sql_string(job));
     let mut out = std::collections::BTreeSet::new();
     for record in records(store, &filter).await? {
-        for item in record.items()? {
+        for item in items_of(&record)? {
             out.extend(item.input.memories.into_iter().map(|m| m.id));
         }
     }
@@ -98,14 +67,8 @@ pub async fn memories_in_pending(
 }
 
 async fn save(store: &Store, record: &BatchRecord) -> Result<()> {
-    let value = serde_json::to_value(record)?;
-    let batch = batch_from_json(
-        &LLM_BATCHES,
-        store.embedding_dim(),
-        Utc::now().timestamp_micros(),
-        &[value],
-    )
-    .map_err(|e| anyhow!(e))?;
+    let batch = crate::model::typed::batch_record_batch(std::slice::from_ref(record))
+        .map_err(|e| anyhow!(e))?;
     store.upsert_batch(&LLM_BATCHES, batch).await?;
     Ok(())
 }
@@ -309,7 +272,7 @@ async fn send(llm: &Llm, record: &mut BatchRecord, items: &[Item]) -> Result<()>
     record.input_file_id = Some(file.id);
     record.remote_batch_id = Some(batch.id);
     record.status = "submitted".into();
-    record.updated_at = now_text();
+    record.updated_at = Utc::now().timestamp_micros();
     record.error = None;
     Ok(())
 }
@@ -357,7 +320,7 @@ pub async fn submit_keyed(
             .map_err(|e| anyhow!("item {}: {e}", item.custom_id))?;
     }
     let provider = batch_provider(llm, task)?;
-    let submitted_at = now_text();
+    let submitted_at = Utc::now().timestamp_micros();
     let mut record = BatchRecord {
         batch_key,
         job: job.to_string(),
@@ -370,7 +333,7 @@ pub async fn submit_keyed(
         request_count: items.len() as i64,
         items: serde_json::to_string(items)?,
         attempts: 1,
-        updated_at: submitted_at.clone(),
+        updated_at: submitted_at,
         submitted_at,
         ..Default::default()
     };
@@ -380,7 +343,7 @@ pub async fn submit_keyed(
         Err(e) => {
             record.status = "failed".into();
             record.error = Some(format!("{e:#}"));
-            record.updated_at = now_text();
+            record.updated_at = Utc::now().timestamp_micros();
             save(store, &record).await?;
             return Err(e);
         }
@@ -733,7 +696,7 @@ async fn apply_one(
     crate::crash::point("batches.poll.after-download");
     let task = Task::from_name(&record.task)
         .ok_or_else(|| anyhow!("batch {key}: unknown task {}", record.task))?;
-    let items = record.items()?;
+    let items = items_of(&record)?;
     let (mut outcomes, input_tokens, output_tokens) = read_results(task, &items, &output, &errors);
     // An invalid reply is not asked again here: a re-apply after a crash could get another
     // answer and apply both. It stays a recorded failure (safe default), and the job's next
@@ -833,7 +796,7 @@ pub async fn retry(store: &Store, llm: &Llm, stuck_after_secs: u64) -> Result<Ve
             continue;
         }
         crate::crash::point("batches.retry.after-take");
-        let items = record.items()?;
+        let items = items_of(&record)?;
         record.attempts += 1;
         let old_input = record.input_file_id.clone();
         match send(llm, &mut record, &items).await {
@@ -850,7 +813,7 @@ pub async fn retry(store: &Store, llm: &Llm, stuck_after_secs: u64) -> Result<Ve
             }
             Err(e) => {
                 record.error = Some(format!("{e:#}"));
-                record.updated_at = now_text();
+                record.updated_at = Utc::now().timestamp_micros();
                 save(store, &record).await?;
             }
         }
@@ -916,5 +879,5 @@ pub async fn cleanup(
 
 /// Seconds since a record was last updated (for reports).
 pub fn age_secs(record: &BatchRecord) -> Option<i64> {
-    parse_timestamp(&record.updated_at).map(|t| (Utc::now().timestamp_micros() - t) / 1_000_000)
+    Some((Utc::now().timestamp_micros() - record.updated_at) / 1_000_000)
 }

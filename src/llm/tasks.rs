@@ -165,19 +165,6 @@ impl MemoryView {
             cluster: None,
         }
     }
-
-    pub fn from_row(row: &serde_json::Map<String, serde_json::Value>) -> MemoryView {
-        let text = |field: &str| row.get(field).and_then(|v| v.as_str());
-        MemoryView {
-            id: text("id").unwrap_or("").to_string(),
-            kind: text("kind").unwrap_or("fact").to_string(),
-            created_at: text("created_at").unwrap_or("").to_string(),
-            happens_at: text("happens_at").map(str::to_string),
-            text: text("text").unwrap_or("").to_string(),
-            dates: Vec::new(),
-            cluster: None,
-        }
-    }
 }
 
 /// Everything one call needs; serialisable so batch submissions can be replayed.

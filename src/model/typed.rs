@@ -10,12 +10,14 @@ use arrow::array::RecordBatch;
 use serde::de::DeserializeOwned;
 
 pub use crate::logic::rows::{
-    EntityRow, EntityScanRow, LinkRow, MemoryEntityRow, MemoryRow, ReviewItem,
+    BatchRecord, ClusterRow, EntityRow, EntityScanRow, LinkRow, MemoryEntityRow, MemoryRow,
+    ReviewItem,
 };
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
 use crate::model::schema::{
-    ENTITIES, ENTITY_SCANS, Kind, LINKS, MEMORIES, MEMORY_ENTITIES, REVIEW_QUEUE, TableSpec,
+    CLUSTERS, ENTITIES, ENTITY_SCANS, Kind, LINKS, LLM_BATCHES, MEMORIES, MEMORY_ENTITIES,
+    REVIEW_QUEUE, TableSpec,
 };
 use serde_arrow::schema::{SchemaLike, TracingOptions};
 
@@ -304,6 +306,63 @@ pub fn entity_scan_batch(rows: &[EntityScanRow]) -> Result<RecordBatch, String> 
     }
     let named = |r: &EntityScanRow| r.memory_id.clone();
     batch_of(&ENTITY_SCANS, (0, 0), rows, |_, r, n| cell(r, n), named)
+}
+
+/// `llm_batches` records as one batch of the table's schema.
+pub fn batch_record_batch(records: &[BatchRecord]) -> Result<RecordBatch, String> {
+    fn cell<'a>(r: &'a BatchRecord, name: &str) -> Cell<'a> {
+        match name {
+            "batch_key" => Cell::Str(&r.batch_key),
+            "job" => Cell::Str(&r.job),
+            "run_id" => Cell::Str(&r.run_id),
+            "user_id" => text_cell(&r.user_id),
+            "task" => Cell::Str(&r.task),
+            "provider" => Cell::Str(&r.provider),
+            "model" => text_cell(&r.model),
+            "status" => Cell::Str(&r.status),
+            "remote_batch_id" => text_cell(&r.remote_batch_id),
+            "input_file_id" => text_cell(&r.input_file_id),
+            "output_file_id" => text_cell(&r.output_file_id),
+            "error_file_id" => text_cell(&r.error_file_id),
+            "request_count" => Cell::I64(r.request_count),
+            "items" => Cell::Str(&r.items),
+            "attempts" => Cell::I64(r.attempts),
+            "submitted_at" => Cell::Timestamp(r.submitted_at),
+            "updated_at" => Cell::Timestamp(r.updated_at),
+            "claimed_at" => time_cell(r.claimed_at),
+            "claim_token" => text_cell(&r.claim_token),
+            "applied_at" => time_cell(r.applied_at),
+            "error" => text_cell(&r.error),
+            "counts" => text_cell(&r.counts),
+            _ => Cell::Missing,
+        }
+    }
+    let named = |r: &BatchRecord| r.batch_key.clone();
+    batch_of(&LLM_BATCHES, (0, 0), records, |_, r, n| cell(r, n), named)
+}
+
+/// `clusters` rows as one batch of the table's schema (an empty `cluster_id` derived).
+pub fn cluster_batch(rows: &[ClusterRow]) -> Result<RecordBatch, String> {
+    fn cell<'a>(r: &'a ClusterRow, name: &str) -> Cell<'a> {
+        let list = |v: &'a [String]| Cell::StrList(v.iter().map(|s| Some(s.as_str())).collect());
+        match name {
+            "cluster_id" if r.cluster_id.is_empty() => Cell::Missing,
+            "cluster_id" => Cell::Str(&r.cluster_id),
+            "run_id" => Cell::Str(&r.run_id),
+            "user_id" => Cell::Str(&r.user_id),
+            "mode" => Cell::Str(&r.mode),
+            "seed_id" => Cell::Str(&r.seed_id),
+            "member_ids" => list(&r.member_ids),
+            "similarities" => Cell::Str(&r.similarities),
+            "confidence" => r.confidence.map_or(Cell::Null, Cell::F64),
+            "threshold" => r.threshold.map_or(Cell::Null, Cell::F64),
+            "signature" => Cell::Str(&r.signature),
+            "created_at" => Cell::Timestamp(r.created_at),
+            _ => Cell::Missing,
+        }
+    }
+    let named = |r: &ClusterRow| format!("{} of {}", r.signature, r.user_id);
+    batch_of(&CLUSTERS, (0, 0), rows, |_, r, n| cell(r, n), named)
 }
 
 /// Rows of `spec` as JSON objects (an audit state's, a review item's fact: times as RFC 3339
@@ -778,6 +837,77 @@ mod tests {
         assert!(
             e.contains("entity_scans row 0 (m)") && e.contains("entity_count"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_batch_record_has_every_column_and_shows_its_times_as_text() {
+        let names: Vec<&str> = LLM_BATCHES.fields.iter().map(|f| f.name).collect();
+        assert_eq!(columns_of::<BatchRecord>(), names);
+        let record = BatchRecord {
+            batch_key: "k".into(),
+            job: "integrate".into(),
+            run_id: "r".into(),
+            task: "integrate.judge".into(),
+            provider: "mock".into(),
+            status: "submitted".into(),
+            items: "[]".into(),
+            attempts: 1,
+            submitted_at: 1_000_000,
+            updated_at: 2_000_000,
+            claimed_at: Some(3_000_000),
+            ..BatchRecord::default()
+        };
+        let batch = batch_record_batch(std::slice::from_ref(&record)).unwrap();
+        assert_eq!(batch.schema(), LLM_BATCHES.arrow_schema(0));
+        assert_eq!(
+            rows_of::<BatchRecord>("llm_batches", &[batch]).unwrap(),
+            std::slice::from_ref(&record)
+        );
+        let shown = serde_json::to_value(&record).unwrap();
+        assert_eq!(shown["submitted_at"], "1970-01-01T00:00:01Z");
+        assert_eq!(shown["applied_at"], serde_json::Value::Null);
+        let bad = BatchRecord {
+            status: "lost".into(),
+            ..record
+        };
+        assert!(
+            batch_record_batch(&[bad])
+                .unwrap_err()
+                .contains("llm_batches row 0 (k)")
+        );
+    }
+
+    #[test]
+    fn a_cluster_row_has_every_column_and_gets_its_id_from_the_table() {
+        let names: Vec<&str> = CLUSTERS.fields.iter().map(|f| f.name).collect();
+        assert_eq!(columns_of::<ClusterRow>(), names);
+        let row = ClusterRow {
+            run_id: "r".into(),
+            user_id: "u".into(),
+            mode: "hubs".into(),
+            seed_id: "m1".into(),
+            member_ids: vec!["m1".into(), "m2".into()],
+            similarities: "[0.93]".into(),
+            confidence: Some(0.93),
+            threshold: Some(0.9),
+            signature: "s1".into(),
+            created_at: 5,
+            ..ClusterRow::default()
+        };
+        let again = ClusterRow {
+            signature: "s2".into(),
+            ..row.clone()
+        };
+        let batch = cluster_batch(&[row.clone(), again]).unwrap();
+        let back: Vec<ClusterRow> = rows_of("clusters", &[batch]).unwrap();
+        assert!(!back[0].cluster_id.is_empty() && back[0].cluster_id != back[1].cluster_id);
+        assert_eq!(
+            ClusterRow {
+                cluster_id: String::new(),
+                ..back[0].clone()
+            },
+            row
         );
     }
 

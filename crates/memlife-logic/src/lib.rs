@@ -8,6 +8,7 @@
 pub mod chart;
 pub mod cluster;
 pub mod consolidate;
+pub mod describe;
 pub mod entities;
 pub mod entity_gc;
 pub mod eval;

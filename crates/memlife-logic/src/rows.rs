@@ -390,3 +390,71 @@ pub struct EntityScanRow {
     pub entity_count: i64,
     pub scanned_at: i64,
 }
+
+/// Serialises microseconds as RFC 3339 text (what JSON output shows of a row's times).
+fn as_rfc3339<S: serde::Serializer>(micros: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_timestamp(*micros))
+}
+
+fn as_rfc3339_opt<S: serde::Serializer>(micros: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    match micros {
+        Some(t) => s.serialize_str(&format_timestamp(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+/// One row of `llm_batches`: a submission to a provider's Batch API and where it stands.
+/// Timestamps are microseconds since the epoch, UTC (RFC 3339 text when serialised to JSON).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BatchRecord {
+    pub batch_key: String,
+    pub job: String,
+    pub run_id: String,
+    pub user_id: Option<String>,
+    pub task: String,
+    pub provider: String,
+    pub model: Option<String>,
+    pub status: String,
+    pub remote_batch_id: Option<String>,
+    pub input_file_id: Option<String>,
+    pub output_file_id: Option<String>,
+    pub error_file_id: Option<String>,
+    pub request_count: i64,
+    /// The submitted items (JSON).
+    pub items: String,
+    pub attempts: i64,
+    #[serde(serialize_with = "as_rfc3339")]
+    pub submitted_at: i64,
+    #[serde(serialize_with = "as_rfc3339")]
+    pub updated_at: i64,
+    #[serde(serialize_with = "as_rfc3339_opt")]
+    pub claimed_at: Option<i64>,
+    pub claim_token: Option<String>,
+    #[serde(serialize_with = "as_rfc3339_opt")]
+    pub applied_at: Option<i64>,
+    pub error: Option<String>,
+    pub counts: Option<String>,
+}
+
+/// One row of `clusters`: a group of near-duplicate memories a `memlife cluster` run found,
+/// the candidates of `memlife consolidate`. Timestamps are microseconds since the epoch, UTC.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterRow {
+    /// Empty in a row to write: the table derives it from the run and the signature.
+    pub cluster_id: String,
+    pub run_id: String,
+    pub user_id: String,
+    /// "hubs" or "full".
+    pub mode: String,
+    /// The hub (or full-mode seed) the cluster grew from; first of `member_ids`.
+    pub seed_id: String,
+    pub member_ids: Vec<String>,
+    /// Pairwise cosine similarities of the members, upper triangle row by row (JSON).
+    pub similarities: String,
+    /// Mean pairwise similarity: how tight the cluster is.
+    pub confidence: Option<f64>,
+    pub threshold: Option<f64>,
+    /// Hash of the members' ids and texts.
+    pub signature: String,
+    pub created_at: i64,
+}

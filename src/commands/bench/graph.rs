@@ -14,7 +14,8 @@ use serde_json::json;
 
 use crate::commands::traverse::{TraverseArgs, Walker};
 use crate::model::schema::{LINKS, MEMORIES};
-use crate::store::{Store, batch_from_json};
+use crate::model::typed::{LinkRow, MemoryRow, link_batch, memory_batch};
+use crate::store::Store;
 
 #[derive(clap::Args, Debug)]
 pub struct GraphBench {
@@ -95,22 +96,27 @@ pub async fn run(bench: &GraphBench, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
-    let (store, _) = Store::init(uri, 384).await?;
+/// The bench's memories: `bench.users` users' synthetic texts, one in 50 archived, appended
+/// 50,000 per commit.
+async fn write_memories(store: &Store, bench: &GraphBench, now: i64) -> Result<()> {
     let dim = store.embedding_dim();
-    let now = chrono::Utc::now().timestamp_micros();
     let per_user = bench.memories.div_ceil(bench.users.max(1));
     let id = |i: usize| format!("u{:03}-{:07}", i / per_user, i);
-    let build = Instant::now();
     for start in (0..bench.memories).step_by(50_000) {
-        let rows: Vec<serde_json::Value> = (start..(start + 50_000).min(bench.memories))
+        let rows: Vec<MemoryRow> = (start..(start + 50_000).min(bench.memories))
             .map(|i| {
-                json!({"id": id(i), "user_id": format!("u{:03}", i / per_user),
-                       "text": format!("Synthetic memory {i} for the traversal benchmark"),
-                       "state": if i % 50 == 0 { "archived" } else { "active" }})
+                let (user, text) = (
+                    format!("u{:03}", i / per_user),
+                    format!("Synthetic memory {i} for the traversal benchmark"),
+                );
+                MemoryRow {
+                    id: id(i),
+                    state: if i % 50 == 0 { "archived" } else { "active" }.into(),
+                    ..MemoryRow::new(&user, &text, now)
+                }
             })
             .collect();
-        let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        let batch = memory_batch(&rows, &[], dim, now).map_err(|e| anyhow!(e))?;
         let schema = batch.schema();
         store
             .append(
@@ -119,6 +125,16 @@ async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
             )
             .await?;
     }
+    Ok(())
+}
+
+async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
+    let (store, _) = Store::init(uri, 384).await?;
+    let now = chrono::Utc::now().timestamp_micros();
+    let per_user = bench.memories.div_ceil(bench.users.max(1));
+    let id = |i: usize| format!("u{:03}-{:07}", i / per_user, i);
+    let build = Instant::now();
+    write_memories(&store, bench, now).await?;
     // Links: each a random pair within one user, of a random type; duplicates skipped.
     let types = [
         "related_to",
@@ -142,13 +158,15 @@ async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
             if source == target || !seen.insert((source, target, link_type)) {
                 continue;
             }
-            rows.push(json!({"source_id": id(source), "target_id": id(target),
-                             "user_id": format!("u{user:03}"), "link_type": link_type,
-                             "confidence": 0.5 + (next(&mut state) % 50) as f64 / 100.0,
-                             "origin": "llm"}));
+            let (source, target, user) = (id(source), id(target), format!("u{user:03}"));
+            let confidence = 0.5 + (next(&mut state) % 50) as f64 / 100.0;
+            rows.push(LinkRow {
+                reasoning: None,
+                ..LinkRow::judged((&source, &target, &user), link_type, confidence, "", now)
+            });
         }
         written += rows.len();
-        let batch = batch_from_json(&LINKS, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        let batch = link_batch(&rows, now).map_err(|e| anyhow!(e))?;
         let schema = batch.schema();
         store
             .append(

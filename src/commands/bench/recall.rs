@@ -23,8 +23,9 @@ use super::graph::{BenchDir, next, percentile};
 use crate::commands::recall::{RecallArgs, recall};
 use crate::logic::recall::Mode;
 use crate::model::schema::MEMORIES;
+use crate::model::typed::{MemoryRow, memory_batch};
+use crate::store::Store;
 use crate::store::index::VectorIndex;
-use crate::store::{Store, batch_from_json};
 
 #[derive(clap::Args, Debug)]
 pub struct RecallBench {
@@ -75,6 +76,8 @@ pub async fn run(bench: &RecallBench, out: &mut dyn Write) -> Result<()> {
 }
 
 const MODEL: &str = "bench-random-v1";
+/// When the archived tier of the bench store was archived: 2025-01-01T00:00:00Z.
+const ARCHIVED_AT: i64 = 1_735_689_600_000_000;
 
 async fn timed(
     store: &Store,
@@ -150,22 +153,27 @@ async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
         }
     }
     for start in (0..bench.memories).step_by(20_000) {
-        let rows: Vec<serde_json::Value> = (start..(start + 20_000).min(bench.memories))
-            .map(|i| {
-                let tier = tiers[i % tiers.len()];
-                let archived = tier == "archived";
-                json!({"id": format!("m{i:07}"), "user_id": "u0",
-                       "text": words(&mut state, 8),
-                       "tier": tier, "state": if archived { "archived" } else { "active" },
-                       "archived_at": if archived { json!("2025-01-01T00:00:00Z") } else { json!(null) },
-                       "salience": (i % 100) as f64 / 100.0,
-                       "embedding": unit_vector(&mut state, dim), "embedding_model": MODEL})
-            })
-            .collect();
+        let (mut rows, mut vectors) = (Vec::new(), Vec::new());
+        for i in start..(start + 20_000).min(bench.memories) {
+            let tier = tiers[i % tiers.len()];
+            let archived = tier == "archived";
+            // The text, then the vector: the order the seeded draws were always made in.
+            let text = words(&mut state, 8);
+            vectors.push(Some(unit_vector(&mut state, dim)));
+            rows.push(MemoryRow {
+                id: format!("m{i:07}"),
+                tier: tier.into(),
+                state: if archived { "archived" } else { "active" }.into(),
+                archived_at: archived.then_some(ARCHIVED_AT),
+                salience: (i % 100) as f64 / 100.0,
+                embedding_model: Some(MODEL.into()),
+                ..MemoryRow::new("u0", &text, now)
+            });
+        }
         if reuse {
             continue;
         }
-        let batch = batch_from_json(&MEMORIES, dim, now, &rows).map_err(|e| anyhow!(e))?;
+        let batch = memory_batch(&rows, &vectors, dim, now).map_err(|e| anyhow!(e))?;
         let schema = batch.schema();
         store
             .append(
