@@ -451,13 +451,17 @@ pub struct RunStart {
     pub params: Option<String>,
 }
 
+/// A run's options as `runs.params` holds them (`Null` when absent or unreadable).
+fn run_params(params: Option<&str>) -> serde_json::Value {
+    params
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
 impl RunStart {
     /// The run's options (`Null` when absent or unreadable).
     pub fn params(&self) -> serde_json::Value {
-        self.params
-            .as_deref()
-            .and_then(|p| serde_json::from_str(p).ok())
-            .unwrap_or(serde_json::Value::Null)
+        run_params(self.params.as_deref())
     }
 
     /// The time an option holds (`now`, `clock`), when it holds one.
@@ -485,10 +489,7 @@ pub struct RunRecord {
 impl RunRecord {
     /// The run's options (`Null` when absent or unreadable).
     pub fn params(&self) -> serde_json::Value {
-        self.params
-            .as_deref()
-            .and_then(|p| serde_json::from_str(p).ok())
-            .unwrap_or(serde_json::Value::Null)
+        run_params(self.params.as_deref())
     }
 }
 
