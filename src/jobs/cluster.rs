@@ -151,7 +151,12 @@ async fn load(ctx: &JobCtx<'_>, users: &[String]) -> Result<BTreeMap<String, Use
     }
     let main: BTreeMap<String, String> = models
         .iter()
-        .map(|(user, counts)| (user.to_string(), super::most_used(counts)))
+        .map(|(user, counts)| {
+            (
+                user.to_string(),
+                crate::logic::entity_writes::most_used(counts),
+            )
+        })
         .collect();
     let dim = ctx.store.embedding_dim();
     let mut out: BTreeMap<String, UserMemories> = BTreeMap::new();

@@ -26,7 +26,11 @@ use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{EXTRACT_BATCH, ExtractedMemory, MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
-use crate::logic::entities::{Mention, believed_names, extract, normalise_name, vote};
+use crate::logic::entities::{Mention, believed_names, extract, normalise_name};
+use crate::logic::entity_writes::{
+    EntityPlan, Known, Names, ReadMemory, Resolved, memory_entity_pairs, resolve_by_name,
+    shares_entity_links,
+};
 use crate::logic::hash::fnv1a;
 use crate::logic::similarity::dot;
 use crate::model::clock::Clock;
@@ -35,7 +39,7 @@ use crate::model::schema::{
     ENTITIES, ENTITY_SCANS, ENTITY_TYPES, LINKS, MEMORY_ENTITIES, SHARES_ENTITY_PREFIX,
 };
 use crate::model::typed::{EntityRow, EntityScanRow, LinkRow, MemoryEntityRow};
-use crate::store::audit::{AuditRow, derived_id};
+use crate::store::audit::AuditRow;
 use crate::store::{Store, sql_list, sql_string};
 
 /// Named entities of memories: `entities`, `memory_entities` and `shares_entity:{Name}` links.
@@ -105,14 +109,14 @@ struct Memory {
     created_at: i64,
 }
 
-/// An existing entity, as far as matching needs it.
-#[derive(Clone)]
-struct Known {
-    id: String,
-    name: String,
-    entity_type: String,
-    /// Normalised name and aliases.
-    keys: Vec<String>,
+impl Memory {
+    fn read(&self) -> ReadMemory<'_> {
+        ReadMemory {
+            id: &self.id,
+            user: &self.user,
+            created_at: self.created_at,
+        }
+    }
 }
 
 fn text_hash(text: &str) -> String {
@@ -179,14 +183,9 @@ async fn known_entities(
         .scan_rows::<Entity>(ENTITIES.name, filter.as_deref())
         .await?
     {
-        let mut keys = vec![normalise_name(&row.name)];
-        keys.extend(row.aliases.iter().flatten().map(|a| normalise_name(a)));
-        out.entry(row.user_id).or_default().push(Known {
-            id: row.id,
-            name: row.name,
-            entity_type: row.entity_type,
-            keys,
-        });
+        let aliases = row.aliases.unwrap_or_default();
+        let known = Known::new(row.id, row.name, row.entity_type, &aliases);
+        out.entry(row.user_id).or_default().push(known);
     }
     Ok(out)
 }
@@ -211,18 +210,6 @@ pub(super) async fn memberships(
         .map(|r| (r.memory_id, r.entity_id, r.user_id))
         .collect();
     Ok(out)
-}
-
-/// One entity a run resolved: existing (maybe retyped or with a new alias) or new.
-struct Resolved {
-    id: String,
-    user: String,
-    name: String,
-    entity_type: String,
-    new: bool,
-    /// Names seen this run that are not the entity's name (kept as aliases).
-    aliases: BTreeSet<String>,
-    changed_type: bool,
 }
 
 /// The name vectors of the users' entities made by `model`: (entity id, type, vector) by user.
@@ -461,99 +448,6 @@ struct Reading<'a> {
     read_by: &'a [&'static str],
 }
 
-/// Mentions resolved to entities: one `Resolved` per (user, normalised name), `by_key` its
-/// position, `unmatched` the positions of names no known entity has (new, unless their
-/// vector matches one).
-struct Names {
-    resolved: Vec<Resolved>,
-    by_key: BTreeMap<(String, String), usize>,
-    unmatched: Vec<usize>,
-}
-
-/// Resolves the changed memories' mentions by name: one entity per (user, normalised name,
-/// type), the type voted over this run's mentions, matched to a known entity of that name
-/// (of the same type, or either side `other`), else new.
-fn resolve_by_name(r: &Reading<'_>, counts: &mut BTreeMap<String, u64>) -> Names {
-    let Reading {
-        memories,
-        known,
-        changed,
-        mentions,
-        ..
-    } = *r;
-    let mut groups: BTreeMap<(String, String), Vec<&Mention>> = BTreeMap::new();
-    for (&i, found) in changed.iter().zip(mentions) {
-        for mention in found {
-            groups
-                .entry((memories[i].user.clone(), normalise_name(&mention.name)))
-                .or_default()
-                .push(mention);
-        }
-    }
-    let mut resolved: Vec<Resolved> = Vec::new();
-    let mut by_key: BTreeMap<(String, String), usize> = BTreeMap::new();
-    let mut unmatched: Vec<usize> = Vec::new();
-    for ((user, key), group) in &groups {
-        let voted = vote(group.iter().copied());
-        // The name as most often written (ties: first in order).
-        let mut spellings: BTreeMap<&str, usize> = BTreeMap::new();
-        for m in group {
-            *spellings.entry(m.name.as_str()).or_default() += 1;
-        }
-        let name = super::most_used(&spellings);
-        let candidates = known.get(user).map(Vec::as_slice).unwrap_or(&[]);
-        let by_name: Vec<&Known> = candidates.iter().filter(|k| k.keys.contains(key)).collect();
-        let exact = by_name.iter().find(|k| k.entity_type == voted);
-        let loose = || {
-            (by_name.len() == 1 && (voted == "other" || by_name[0].entity_type == "other"))
-                .then(|| by_name[0])
-        };
-        let entry = match exact.copied().or_else(loose) {
-            Some(k) => {
-                let changed_type = k.entity_type == "other" && voted != "other";
-                let mut aliases = BTreeSet::new();
-                if normalise_name(&k.name) != *key {
-                    aliases.insert(name.clone());
-                }
-                *counts.entry("entities_matched_by_name".into()).or_default() += 1;
-                Resolved {
-                    id: k.id.clone(),
-                    user: user.clone(),
-                    name: k.name.clone(),
-                    entity_type: if changed_type {
-                        voted.to_string()
-                    } else {
-                        k.entity_type.clone()
-                    },
-                    new: false,
-                    aliases,
-                    changed_type,
-                }
-            }
-            None => {
-                unmatched.push(resolved.len());
-                Resolved {
-                    id: derived_id(&format!("entity|{user}|{key}|{voted}")),
-                    user: user.clone(),
-                    name,
-                    entity_type: voted.to_string(),
-                    new: true,
-                    aliases: BTreeSet::new(),
-                    changed_type: false,
-                }
-            }
-        };
-        by_key.insert((user.clone(), key.clone()), resolved.len());
-        resolved.push(entry);
-    }
-
-    Names {
-        resolved,
-        by_key,
-        unmatched,
-    }
-}
-
 /// New names embedded (each distinct name once), and matched to the user's existing entities
 /// of the same type by vector (`[entities] name_match`). Returns the name vectors by position
 /// in `names.resolved` and the embedder's model.
@@ -623,16 +517,7 @@ async fn match_by_embedding(
                         continue;
                     };
                     tracing::debug!(name = %resolved[r].name, entity = %k.name, score, model = %model, "name matched by embedding");
-                    let alias = resolved[r].name.clone();
-                    resolved[r] = Resolved {
-                        id: k.id.clone(),
-                        user: resolved[r].user.clone(),
-                        name: k.name.clone(),
-                        entity_type: k.entity_type.clone(),
-                        new: false,
-                        aliases: BTreeSet::from([alias]),
-                        changed_type: false,
-                    };
+                    resolved[r] = Resolved::known_as(k, &resolved[r].user, &resolved[r].name);
                     *counts
                         .entry("entities_matched_by_embedding".into())
                         .or_default() += 1;
@@ -643,172 +528,58 @@ async fn match_by_embedding(
     Ok((name_vectors, model))
 }
 
-/// `shares_entity` links: each changed memory to the memories naming the entity just before
-/// it, and later memories that now have it among their nearest earlier ones. Keyed by
-/// (source, target, link type), with the user.
+/// `shares_entity` links of the changed memories' new reading
+/// (`logic::entity_writes::shares_entity_links`), keyed by (source, target, link type), with
+/// the user.
 async fn entity_links(
     w: &Writer<'_>,
     r: &Reading<'_>,
     pairs: &BTreeSet<(String, String, String)>,
     resolved: &[Resolved],
 ) -> Result<BTreeMap<(String, String, String), String>> {
-    let Reading {
-        memories, changed, ..
-    } = *r;
-    let changed_ids: BTreeSet<&str> = changed.iter().map(|&i| memories[i].id.as_str()).collect();
-    let order: BTreeMap<&str, (i64, &str, &str)> = memories
+    // The changed memories' stored reading is replaced by this one.
+    let changed: BTreeSet<&str> = r
+        .changed
         .iter()
-        .map(|m| {
-            (
-                m.id.as_str(),
-                (m.created_at, m.id.as_str(), m.user.as_str()),
-            )
-        })
+        .map(|&i| r.memories[i].id.as_str())
         .collect();
-    let mut members: BTreeMap<String, BTreeSet<(i64, String)>> = BTreeMap::new();
-    for (memory, entity, _) in memberships(w.store, w.users).await? {
-        if changed_ids.contains(memory.as_str()) {
-            continue; // replaced by this run's reading
-        }
-        if let Some(&(at, _, _)) = order.get(memory.as_str()) {
-            members.entry(entity).or_default().insert((at, memory));
-        }
-    }
-    for (memory, entity, _) in pairs {
-        let at = order[memory.as_str()].0;
-        members
-            .entry(entity.clone())
-            .or_default()
-            .insert((at, memory.clone()));
-    }
-    let names: BTreeMap<&str, &str> = resolved
-        .iter()
-        .map(|e| (e.id.as_str(), e.name.as_str()))
+    let existing: Vec<(String, String)> = memberships(w.store, w.users)
+        .await?
+        .into_iter()
+        .filter(|(memory, ..)| !changed.contains(memory.as_str()))
+        .map(|(memory, entity, _)| (memory, entity))
         .collect();
-    let mut links: BTreeMap<(String, String, String), String> = BTreeMap::new();
-    for (memory, entity, user) in pairs {
-        let Some(list) = members.get(entity) else {
-            continue;
-        };
-        let at = (order[memory.as_str()].0, memory.clone());
-        let link_type = format!("{SHARES_ENTITY_PREFIX}{}", names[entity.as_str()]);
-        for (_, earlier) in list.range(..at.clone()).rev().take(w.links_per_memory) {
-            links.insert(
-                (memory.clone(), earlier.clone(), link_type.clone()),
-                user.clone(),
-            );
-        }
-        // Memories after it that now have it among their nearest earlier ones.
-        for (_, later) in list
-            .range((
-                std::ops::Bound::Excluded(at.clone()),
-                std::ops::Bound::Unbounded,
-            ))
-            .take(w.links_per_memory)
-        {
-            let later_at = (order[later.as_str()].0, later.clone());
-            if list
-                .range(..later_at)
-                .rev()
-                .take(w.links_per_memory)
-                .any(|(_, m)| m == memory)
-            {
-                links.insert(
-                    (later.clone(), memory.clone(), link_type.clone()),
-                    user.clone(),
-                );
-            }
-        }
-    }
-    Ok(links)
+    let memories: Vec<ReadMemory> = r.memories.iter().map(Memory::read).collect();
+    let per = (SHARES_ENTITY_PREFIX, w.links_per_memory);
+    Ok(shares_entity_links(
+        &memories, &existing, pairs, resolved, per,
+    ))
 }
 
-/// Writes the entities a run resolved: new ones whole, existing ones again when they gain a
-/// type, aliases or come back from archive; then flags the existing ones a new or changed
-/// memory names, for `memlife describe`.
+/// Writes the entities a run resolved (`EntityPlan::rows`): new ones whole, existing ones
+/// again when they gain a type, aliases or come back from archive; then flags the existing
+/// ones a new or changed memory names, for `memlife describe`.
 async fn write_entities(
     w: &Writer<'_>,
-    resolved: &[Resolved],
-    entity_rows: &BTreeMap<String, Vec<usize>>,
-    (name_vectors, model): (&BTreeMap<usize, Vec<f32>>, &str),
+    plan: &EntityPlan<'_>,
+    vectors: (&BTreeMap<usize, Vec<f32>>, &str),
     pairs: &BTreeSet<(String, String, String)>,
     counts: &mut BTreeMap<String, u64>,
 ) -> Result<()> {
-    let now = w.now;
-    let existing_ids: Vec<String> = entity_rows
-        .iter()
-        .filter(|(_, rs)| rs.iter().any(|&r| !resolved[r].new))
-        .map(|(id, _)| id.clone())
-        .collect();
-    let mut current: BTreeMap<String, EntityRow> = w
+    let current: BTreeMap<String, EntityRow> = w
         .store
-        .rows_with_ids::<EntityRow>(ENTITIES.name, &existing_ids, None)
+        .rows_with_ids::<EntityRow>(ENTITIES.name, &plan.existing_ids(), None)
         .await?
         .into_iter()
         .map(|row| (row.id.clone(), row))
         .collect();
-    let mut rows: Vec<EntityRow> = Vec::new();
-    for (id, rs) in entity_rows {
-        let first = &resolved[rs[0]];
-        let aliases: BTreeSet<String> = rs
-            .iter()
-            .flat_map(|&r| resolved[r].aliases.iter().cloned())
-            .collect();
-        match current.remove(id) {
-            Some(row) => {
-                let mut list = row.aliases.clone();
-                let before = list.len();
-                for alias in aliases {
-                    if !list
-                        .iter()
-                        .any(|a| normalise_name(a) == normalise_name(&alias))
-                    {
-                        list.push(alias);
-                    }
-                }
-                let retyped = rs.iter().any(|&r| resolved[r].changed_type);
-                let revived = row.archived_at.is_some();
-                if list.len() == before && !retyped && !revived {
-                    continue;
-                }
-                rows.push(EntityRow {
-                    aliases: list,
-                    entity_type: first.entity_type.clone(),
-                    archived_at: None,
-                    updated_at: now,
-                    ..row
-                });
-            }
-            None => {
-                let vector = rs.iter().find_map(|r| name_vectors.get(r)).cloned();
-                rows.push(EntityRow {
-                    id: id.clone(),
-                    aliases: aliases.into_iter().collect(),
-                    embedding_model: vector.as_ref().map(|_| model.to_string()),
-                    embedding: vector.clone(),
-                    name_embedding: vector,
-                    ..EntityRow::new(&first.user, &first.name, &first.entity_type, now)
-                });
-            }
-        }
-    }
+    let rows = plan.rows(current, vectors, w.now);
     counts.insert("entities_written".into(), rows.len() as u64);
     for chunk in rows.chunks(10_000) {
-        w.store.upsert_entities(chunk, now).await?;
+        w.store.upsert_entities(chunk, w.now).await?;
     }
     // Existing entities named by a new or changed memory: `memlife describe` looks again.
-    let named_again: Vec<String> = pairs
-        .iter()
-        .map(|(_, e, _)| e)
-        .filter(|e| {
-            entity_rows
-                .get(*e)
-                .is_some_and(|rs| rs.iter().all(|&r| !resolved[r].new))
-        })
-        .cloned()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let named_again = plan.named_again(pairs);
     counts.insert("entities_marked_dirty".into(), named_again.len() as u64);
     for chunk in named_again.chunks(1000) {
         w.store
@@ -820,7 +591,6 @@ async fn write_entities(
             )
             .await?;
     }
-
     Ok(())
 }
 
@@ -844,38 +614,27 @@ async fn write_readings(
         "mentions".into(),
         mentions.iter().map(|m| m.len() as u64).sum(),
     );
-    let mut names = resolve_by_name(r, counts);
+    let read = changed.iter().zip(mentions);
+    let mut names = resolve_by_name(
+        read.clone()
+            .map(|(&i, m)| (memories[i].user.as_str(), m.as_slice())),
+        r.known,
+    );
+    if names.matched_by_name > 0 {
+        counts.insert("entities_matched_by_name".into(), names.matched_by_name);
+    }
     let (name_vectors, model) = if names.unmatched.is_empty() {
         (BTreeMap::new(), String::new())
     } else {
         match_by_embedding(w, r.known, &mut names, counts).await?
     };
-    let Names {
-        resolved, by_key, ..
-    } = names;
-    // Several new names may have become one entity: resolved rows are per name, rows of the
-    // entity table per id.
-    let mut entity_rows: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (r, e) in resolved.iter().enumerate() {
-        entity_rows.entry(e.id.clone()).or_default().push(r);
-    }
-    counts.insert(
-        "entities_new".into(),
-        entity_rows
-            .values()
-            .filter(|rs| rs.iter().all(|&r| resolved[r].new))
-            .count() as u64,
+    let pairs = memory_entity_pairs(
+        read.map(|(&i, m)| (memories[i].read(), m.as_slice())),
+        &names,
     );
-
-    // memory_entities of the changed memories.
-    let mut pairs: BTreeSet<(String, String, String)> = BTreeSet::new(); // (memory, entity, user)
-    for (&i, found) in changed.iter().zip(mentions) {
-        let m = &memories[i];
-        for mention in found {
-            let r = by_key[&(m.user.clone(), normalise_name(&mention.name))];
-            pairs.insert((m.id.clone(), resolved[r].id.clone(), m.user.clone()));
-        }
-    }
+    let resolved = names.resolved;
+    let plan = EntityPlan::new(&resolved);
+    counts.insert("entities_new".into(), plan.new_entities() as u64);
     counts.insert("memory_entities".into(), pairs.len() as u64);
 
     let links = entity_links(w, r, &pairs, &resolved).await?;
@@ -908,15 +667,7 @@ async fn write_readings(
     crate::crash::point("entities.after-unlink");
 
     // 2. Entities.
-    write_entities(
-        w,
-        &resolved,
-        &entity_rows,
-        (&name_vectors, &model),
-        &pairs,
-        counts,
-    )
-    .await?;
+    write_entities(w, &plan, (&name_vectors, &model), &pairs, counts).await?;
     crate::crash::point("entities.after-entities");
 
     // 3. memory_entities, 4. links, 5. the scans.

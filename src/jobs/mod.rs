@@ -357,18 +357,9 @@ pub fn main_model<'a>(models: impl IntoIterator<Item = Option<&'a str>>) -> (Str
     for model in models {
         *counts.entry(model.unwrap_or("").to_string()).or_default() += 1;
     }
-    let model = most_used(&counts);
+    let model = crate::logic::entity_writes::most_used(&counts);
     let others = counts.values().sum::<usize>() - counts.get(&model).copied().unwrap_or(0);
     (model, others)
-}
-
-/// The model with the most rows in `counts` (ties by name); empty when there is none.
-pub fn most_used<M: AsRef<str> + Ord>(counts: &BTreeMap<M, usize>) -> String {
-    counts
-        .iter()
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(m, _)| m.as_ref().to_string())
-        .unwrap_or_default()
 }
 
 /// Distinct users of a table (or the one in scope), sorted.

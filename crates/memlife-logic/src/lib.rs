@@ -11,6 +11,7 @@ pub mod consolidate;
 pub mod describe;
 pub mod entities;
 pub mod entity_gc;
+pub mod entity_writes;
 pub mod eval;
 pub mod hash;
 pub mod hash_embedding;
