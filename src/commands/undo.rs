@@ -12,7 +12,7 @@
 //!
 //! Runs of every other job are reverted from the tables' versions (`undo_versions`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{Result, anyhow, bail};
@@ -21,12 +21,11 @@ use serde_json::{Value, json};
 use crate::app::App;
 use crate::embedders::{Embedded, EmbedderArgs};
 use crate::exit::ExitStatus;
-use crate::jobs::integrate::undo_id;
 use crate::jobs::{ItemFailure, JobReport, JobScope, RunLog};
+use crate::logic::undo::{self, DecidedItem, LinkKey, LoggedDecision, Written};
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, REVIEW_QUEUE};
 use crate::model::typed::{MemoryRow, RunRecord, memories_from_json};
-use crate::store::audit::AuditRow;
 use crate::store::{Store, sql_list, sql_string};
 
 const JOB: &str = "undo";
@@ -44,34 +43,6 @@ pub struct UndoArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
-}
-
-/// Whether two versions of a memory agree in the columns a later run's change shows in:
-/// text, update time, validity, chain, archival and what it consolidates.
-fn same(a: &MemoryRow, b: &MemoryRow) -> bool {
-    let watched = |m: &MemoryRow| {
-        (
-            m.text.clone(),
-            m.updated_at,
-            m.valid_until,
-            m.superseded_by.clone(),
-            m.supersession_chain_id.clone(),
-            m.archived_at,
-            m.consolidates_memory_ids.clone(),
-        )
-    };
-    watched(a) == watched(b)
-}
-
-/// An audit row of a decision the run applied, as undo reads it.
-#[derive(serde::Deserialize)]
-struct Decision {
-    id: String,
-    user_id: Option<String>,
-    operation: String,
-    target_id: Option<String>,
-    before_state: Option<String>,
-    after_state: Option<String>,
 }
 
 /// The run `undo` names: by id, or the latest finished run of `--last JOB`.
@@ -98,109 +69,29 @@ async fn run_to_undo(store: &Store, args: &UndoArgs) -> Result<String> {
     })
 }
 
-/// What an integrate or review run's decisions wrote, read from their audit rows: the
-/// memories as the run left them, the ones it changed as they were before, the ones it
-/// created, its links and the review items it queued.
-#[derive(Default)]
-struct Written {
-    memories: BTreeMap<String, MemoryRow>,
-    restore: BTreeMap<String, MemoryRow>,
-    created: BTreeSet<String>,
-    links: Vec<(String, String, String)>,
-    queued: Vec<String>,
-}
-
-/// Reads the decisions' logged rows (`(dim, now)` as the table's defaults need them).
-fn written_by(decisions: &[Decision], (dim, now): (usize, i64)) -> Result<Written> {
-    let mut w = Written::default();
-    let memories = |values: &[Value], d: &Decision| {
-        memories_from_json(values, dim, now)
-            .map_err(|e| anyhow!("audit row {} holds a memory that does not read: {e}", d.id))
-    };
-    for d in decisions {
-        let after: Value = serde_json::from_str(d.after_state.as_deref().unwrap_or("{}"))?;
-        let before: Option<Value> = d
-            .before_state
-            .as_deref()
-            .and_then(|b| serde_json::from_str::<Value>(b).ok())
-            .filter(Value::is_object);
-        let before_id = before.as_ref().and_then(|b| b["id"].as_str());
-        let objects: Vec<Value> = after["memories"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|m| m.is_object())
-            .cloned()
-            .collect();
-        for m in memories(&objects, d)? {
-            let id = m.id.clone();
-            w.memories.insert(id.clone(), m);
-            match &before {
-                // The memory the decision changed: its row as it was before.
-                Some(b) if before_id == Some(id.as_str()) => {
-                    let was = memories(std::slice::from_ref(b), d)?;
-                    w.restore.extend(was.into_iter().map(|r| (id.clone(), r)));
-                }
-                _ => {
-                    w.created.insert(id);
-                }
-            }
-        }
-        for l in after["links"].as_array().into_iter().flatten() {
-            w.links.push((
-                l["source_id"].as_str().unwrap_or("").to_string(),
-                l["target_id"].as_str().unwrap_or("").to_string(),
-                l["link_type"].as_str().unwrap_or("").to_string(),
-            ));
-        }
-        if let Some(id) = after["review"]["id"].as_str() {
-            w.queued.push(id.to_string());
-        }
-    }
-    Ok(w)
-}
-
 /// What later runs changed of what run `run_id` wrote (`current`: the written memories as
-/// they are now): each one a reason to refuse the whole undo.
+/// they are now; `logic::undo::conflicts`): each one a reason to refuse the whole undo.
 async fn conflicts(
     store: &Store,
     run_id: &str,
     w: &Written,
     current: &BTreeMap<String, MemoryRow>,
 ) -> Result<Vec<String>> {
-    let mut conflicts: Vec<String> = Vec::new();
-    for (id, after) in &w.memories {
-        match current.get(id) {
-            // Already deleted by a killed undo of this run.
-            None if w.created.contains(id) => {}
-            None => conflicts.push(format!("memory {id} no longer exists")),
-            Some(now) if same(now, after) => {}
-            Some(now) if w.restore.get(id).is_some_and(|b| same(now, b)) => {} // restored already
-            Some(_) => conflicts.push(format!(
-                "memory {id} changed after run {run_id} (a later run rewrote it)"
-            )),
-        }
-    }
+    let mut links: Vec<LinkKey> = Vec::new();
     if !w.created.is_empty() {
         let list = sql_list(&w.created.iter().cloned().collect::<Vec<_>>());
-        let own: BTreeSet<&(String, String, String)> = w.links.iter().collect();
         #[derive(serde::Deserialize)]
-        struct LinkKey {
+        struct Link {
             source_id: String,
             target_id: String,
             link_type: String,
         }
         let filter = format!("source_id IN ({list}) OR target_id IN ({list})");
-        for l in store.scan_rows::<LinkKey>("links", Some(&filter)).await? {
-            let key = (l.source_id, l.target_id, l.link_type);
-            if !own.contains(&key) {
-                conflicts.push(format!(
-                    "link {} -> {} ({}) was made by a later run to a memory run {run_id} created",
-                    key.0, key.1, key.2
-                ));
-            }
+        for l in store.scan_rows::<Link>("links", Some(&filter)).await? {
+            links.push((l.source_id, l.target_id, l.link_type));
         }
     }
+    let mut decided: Vec<DecidedItem> = Vec::new();
     if !w.queued.is_empty() {
         #[derive(serde::Deserialize)]
         struct Decided {
@@ -213,15 +104,10 @@ async fn conflicts(
             .scan_rows::<Decided>(REVIEW_QUEUE.name, Some(&filter))
             .await?
         {
-            conflicts.push(format!(
-                "review item {} was {} by run {} since: undo that run first",
-                r.id,
-                r.status,
-                r.decided_by_run.unwrap_or_default()
-            ));
+            decided.push((r.id, r.status, r.decided_by_run));
         }
     }
-    Ok(conflicts)
+    Ok(undo::conflicts(run_id, w, current, &links, &decided))
 }
 
 /// The changed memories' earlier rows, re-embedded from their text by the model that embedded
@@ -349,7 +235,7 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         return Ok(report.exit_status());
     }
     let decisions = store
-        .scan_rows::<Decision>(
+        .scan_rows::<LoggedDecision>(
             AUDIT_LOG.name,
             Some(&format!(
                 "run_id = {} AND operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE', 'REVIEW')",
@@ -358,7 +244,9 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
         )
         .await?;
     let now = ctx.now.timestamp_micros();
-    let written = written_by(&decisions, (store.embedding_dim(), now))?;
+    let dim = store.embedding_dim();
+    let read = |values: &[Value]| memories_from_json(values, dim, now).map_err(|e| e.to_string());
+    let written = undo::written_by(&decisions, read).map_err(|e| anyhow!(e))?;
     let decided = store
         .count_rows(
             REVIEW_QUEUE.name,
@@ -406,25 +294,8 @@ pub async fn run(app: &App, args: &UndoArgs, out: &mut dyn Write) -> Result<Exit
     }
     let log = RunLog::start(&ctx, JOB, &json!({"undo": run_id_text})).await?;
     // The log first: one UNDO row per decision, with the rows as they are now.
-    let audit: Vec<AuditRow> = decisions
-        .iter()
-        .map(|d| {
-            let target = d.target_id.clone().unwrap_or_default();
-            let mut row = AuditRow::new(log.run_id(), "UNDO", "", now);
-            row.id = undo_id(&d.id);
-            row.user_id = d.user_id.clone();
-            row.source_ids = vec![d.id.clone()];
-            row.target_id = Some(target.clone());
-            row.classification = Some(format!("REVERTED {}", d.operation));
-            row.before_state = current.get(&target).map(|r| r.to_json().to_string());
-            row.after_state = written
-                .restore
-                .get(&target)
-                .map(|r| r.to_json().to_string());
-            row.reasoning = Some(format!("undo of run {}", run_id_text));
-            row
-        })
-        .collect();
+    let ids = (log.run_id(), run_id_text.as_str());
+    let audit = undo::undo_rows(ids, &decisions, &written, &current, now);
     store.write_audit(&audit).await?;
     crate::crash::point("undo.after-audit");
     revert(app, store, args, &run_id_text, &written, decided > 0, now).await?;

@@ -34,7 +34,7 @@ use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, ProposedGroup, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::logic::cluster::signature;
-use crate::logic::consolidate::{self as consolidation, Fate, FoldMember, Group, LinkEnds, Merged};
+use crate::logic::consolidate::{self as consolidation, ApprovedGroup, LinkEnds};
 use crate::logic::shard::UserScope;
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
@@ -132,21 +132,6 @@ fn pack(
             (row, members)
         })
         .collect()
-}
-
-/// One approved group, ready to apply.
-struct ConsolidationPlan {
-    /// Its audit row's key (`{origin}|{custom id}`).
-    key: String,
-    user: String,
-    new_id: String,
-    members: Vec<String>,
-    /// The members' texts as the judge read them: a member changed since is not folded.
-    texts: BTreeMap<String, String>,
-    text: String,
-    signature: String,
-    confidence: f64,
-    reasoning: String,
 }
 
 /// The clusters of each user's latest finished `cluster` run that covered them.
@@ -271,59 +256,10 @@ async fn remembered(store: &Store) -> Result<BTreeSet<String>> {
     Ok(out)
 }
 
-fn is_live(row: &MemoryRow) -> bool {
-    row.archived_at.is_none() && row.state != "archived"
-}
-
-/// A member row as the pure core's consolidation reads it.
-fn member_of(row: &MemoryRow) -> FoldMember<'_> {
-    FoldMember {
-        id: &row.id,
-        text: &row.text,
-        live: is_live(row),
-        kind: Some(&row.kind),
-        state: Some(&row.state),
-        importance: Some(row.importance),
-        salience: Some(row.salience),
-        confidence: Some(row.confidence),
-        retention: Some(row.retention),
-        access_count: Some(row.access_count),
-        recall_frequency: Some(row.recall_frequency),
-        last_accessed_at: row.last_accessed_at,
-        created_at: Some(row.created_at),
-        valid_from: Some(row.valid_from),
-        tags: row.tags.iter().map(String::as_str).collect(),
-    }
-}
-
-/// The consolidated memory's row (without its embedding): the plan's text, the fields its
-/// members give (`logic::consolidate::fold`), written at `now`.
-fn new_memory(plan: &ConsolidationPlan, merged: &Merged, now: i64) -> MemoryRow {
-    let created_at = merged.created_at.unwrap_or(now);
-    MemoryRow {
-        id: plan.new_id.clone(),
-        kind: merged.kind.to_string(),
-        source: Some("consolidate".into()),
-        importance: merged.importance,
-        salience: merged.salience,
-        confidence: merged.confidence,
-        retention: merged.retention,
-        state: merged.state.to_string(),
-        access_count: merged.access_count,
-        recall_frequency: merged.recall_frequency,
-        last_accessed_at: merged.last_accessed_at,
-        updated_at: now,
-        valid_from: merged.valid_from.unwrap_or(created_at),
-        tags: merged.tags.iter().map(|t| t.to_string()).collect(),
-        consolidates_memory_ids: plan.members.clone(),
-        ..MemoryRow::new(&plan.user, &plan.text, created_at)
-    }
-}
-
 /// Steps 2 to 5 for a set of plans with disjoint members, each step one commit for all of
 /// them; every step checks what is already done, so plans written by a killed run complete
 /// here.
-type Planned = (ConsolidationPlan, MemoryRow, i64);
+type Planned = (ApprovedGroup, MemoryRow, i64);
 
 /// The consolidated memories not written yet, embedded fresh, in one commit; how many.
 async fn create_memories(
@@ -399,20 +335,10 @@ async fn move_links(
             ..old_links[moved.from].clone()
         })
         .collect();
-    for (plan, ..) in plans {
-        for member in &plan.members {
-            links.push(LinkRow {
-                source_id: plan.new_id.clone(),
-                target_id: member.clone(),
-                user_id: plan.user.clone(),
-                link_type: "consolidates".into(),
-                confidence: plan.confidence,
-                reasoning: Some("consolidated into the source".into()),
-                origin: "llm".into(),
-                created_at: now,
-            });
-        }
-    }
+    links.extend(consolidation::provenance_links(
+        plans.iter().map(|(g, ..)| g),
+        now,
+    ));
     store.upsert_links(&links, now).await?;
     crate::crash::point("consolidate.after-links");
     if !old_links.is_empty() {
@@ -447,14 +373,7 @@ async fn move_entity_rows(store: &Store, holder: &BTreeMap<&str, &str>, list: &s
 
 /// Archives the members, at the time each plan's audit row recorded; how many.
 async fn archive_members(store: &Store, plans: &[Planned]) -> Result<u64> {
-    // 5. Archive the members, at the time each plan's audit row recorded.
-    let mut by_time: BTreeMap<i64, Vec<String>> = BTreeMap::new();
-    for (plan, _, at) in plans {
-        by_time
-            .entry(*at)
-            .or_default()
-            .extend(plan.members.iter().cloned());
-    }
+    let by_time = consolidation::archive_times(plans.iter().map(|(g, _, at)| (g, *at)));
     let mut archived = 0;
     for (at, members) in by_time {
         archived += store
@@ -491,14 +410,7 @@ async fn apply(
     }
     crate::crash::point("consolidate.after-memory");
     // 3. Links: every link touching a member moves to its consolidated memory.
-    let holder: BTreeMap<&str, &str> = plans
-        .iter()
-        .flat_map(|(p, ..)| {
-            p.members
-                .iter()
-                .map(move |m| (m.as_str(), p.new_id.as_str()))
-        })
-        .collect();
+    let holder = consolidation::holders(plans.iter().map(|(g, ..)| g));
     counts.insert("links_moved", move_links(store, plans, &holder, now).await?);
     // 4. Entity rows.
     let members: Vec<String> = holder.keys().map(|m| m.to_string()).collect();
@@ -570,7 +482,7 @@ async fn unfinished(store: &Store, now: i64) -> Result<Vec<Planned>> {
             .and_then(crate::model::encoding::parse_timestamp)
             .ok_or_else(|| anyhow!("audit row {} lacks after_state.archived_at", row.id))?;
         out.push((
-            ConsolidationPlan {
+            ApprovedGroup {
                 key: String::new(),
                 texts: BTreeMap::new(),
                 user: row.user_id.unwrap_or_default(),
@@ -792,7 +704,7 @@ fn read_verdict(
     outcome: &Outcome,
     counts: &mut BTreeMap<String, u64>,
     failures: &mut Vec<ItemFailure>,
-) -> std::result::Result<ConsolidationPlan, Box<AuditRow>> {
+) -> std::result::Result<ApprovedGroup, Box<AuditRow>> {
     let signature = signature_of(&item.custom_id).to_string();
     let text = item.input.proposal.clone().unwrap_or_default();
     let first = proposal.reasoning.get(&text).cloned().unwrap_or_default();
@@ -824,7 +736,7 @@ fn read_verdict(
     add(counts, "groups_approved", 1);
     let mut members: Vec<String> = item.input.memories.iter().map(|m| m.id.clone()).collect();
     members.sort();
-    Ok(ConsolidationPlan {
+    Ok(ApprovedGroup {
         key: format!("{}|{}", origin.key, item.custom_id),
         user: origin.user.to_string(),
         new_id: derived_id(&format!("consolidated|{}|{text}", members.join("|"))),
@@ -851,14 +763,13 @@ async fn commit(
     store: &Store,
     embedder: Option<&Embedder>,
     run_id: &str,
-    plans: Vec<ConsolidationPlan>,
+    plans: Vec<ApprovedGroup>,
     mut rows: Vec<AuditRow>,
     now_micros: i64,
     counts: &mut BTreeMap<String, u64>,
     phases: &mut BTreeMap<String, u64>,
 ) -> Result<()> {
     let started = Instant::now();
-    let now = format_timestamp(now_micros);
     let keys: Vec<String> = plans
         .iter()
         .map(|p| item_key_id(run_id, &p.key))
@@ -866,7 +777,7 @@ async fn commit(
         .collect();
     let logged = store.audit_ids_present(&keys).await?;
     rows.retain(|r| !logged.contains(&r.id));
-    let (done, plans): (Vec<ConsolidationPlan>, Vec<ConsolidationPlan>) = plans
+    let (done, plans): (Vec<ApprovedGroup>, Vec<ApprovedGroup>) = plans
         .into_iter()
         .partition(|p| logged.contains(&item_key_id(run_id, &p.key)));
     let users: BTreeSet<&str> = plans.iter().map(|p| p.user.as_str()).collect();
@@ -879,74 +790,18 @@ async fn commit(
             .or_default()
             .push(link);
     }
-    let mut ready = Vec::new();
     // Each plan's members as read now: the group folds when all are there, live, with the
-    // texts the judge saw, and none went into an earlier group of the run (full mode's layers).
-    let current: BTreeMap<&str, FoldMember> = plans
-        .iter()
-        .flat_map(|p| &p.members)
-        .filter_map(|id| rows_by_id.get(id))
-        .map(|row| (row.id.as_str(), member_of(row)))
+    // texts the judge read, and none went into an earlier group of the run (full mode's layers).
+    let judged =
+        consolidation::judge_groups(run_id, plans, &rows_by_id, &links_of_user, now_micros);
+    add(counts, "groups_stale", judged.stale);
+    add(counts, "groups_overlapping", judged.overlapping);
+    rows.extend(judged.audit);
+    let mut ready: Vec<Planned> = judged
+        .ready
+        .into_iter()
+        .map(|(group, memory)| (group, memory, now_micros))
         .collect();
-    let groups: Vec<Group> = plans
-        .iter()
-        .map(|p| Group {
-            members: &p.members,
-            texts: &p.texts,
-        })
-        .collect();
-    let fates = consolidation::fates(&groups, &current);
-    drop(groups);
-    for (plan, fate) in plans.into_iter().zip(fates) {
-        let mut row = AuditRow::new(run_id, "CONSOLIDATE", &plan.key, now_micros);
-        row.user_id = Some(plan.user.clone());
-        row.source_ids = plan.members.clone();
-        row.confidence = Some(plan.confidence.clamp(0.0, 1.0));
-        row.reasoning = Some(plan.reasoning.clone());
-        if fate != Fate::Apply {
-            add(counts, "groups_stale", 1);
-            if fate == Fate::Overlapping {
-                add(counts, "groups_overlapping", 1);
-                let why = "a member went into another group of this run";
-                row.reasoning = Some(format!("{why}; {}", plan.reasoning));
-            }
-            row.target_id = Some(format!("cluster:{}", plan.signature));
-            row.classification = Some("STALE".into());
-            rows.push(row);
-            continue;
-        }
-        let members: Vec<Value> = plan
-            .members
-            .iter()
-            .filter_map(|id| rows_by_id.get(id))
-            .map(MemoryRow::to_json)
-            .collect();
-        let folded: Vec<FoldMember> = plan
-            .members
-            .iter()
-            .filter_map(|id| current.get(id.as_str()).cloned())
-            .collect();
-        let memory = new_memory(&plan, &consolidation::fold(&folded), now_micros);
-        let links: Vec<Value> = links_of_user
-            .get(&plan.user)
-            .into_iter()
-            .flatten()
-            .filter(|l| {
-                [&l.source_id, &l.target_id]
-                    .iter()
-                    .any(|end| plan.members.contains(end))
-            })
-            .map(LinkRow::to_json)
-            .collect();
-        row.target_id = Some(plan.new_id.clone());
-        row.classification = Some("APPROVED".into());
-        row.before_state = Some(
-            json!({"signature": plan.signature, "memories": members, "links": links}).to_string(),
-        );
-        row.after_state = Some(json!({"memory": memory.to_json(), "archived_at": now}).to_string());
-        rows.push(row);
-        ready.push((plan, memory, now_micros));
-    }
     store.write_audit(&rows).await?;
     crate::crash::point("consolidate.after-audit");
     phase(phases, "log", started);
@@ -999,7 +854,7 @@ async fn candidates(
             .iter()
             .filter_map(|id| rows.get(id).cloned())
             .collect();
-        if members.len() != cluster.member_ids.len() || !members.iter().all(is_live) {
+        if members.len() != cluster.member_ids.len() || !members.iter().all(MemoryRow::is_live) {
             add(counts, "clusters_stale", 1);
             continue;
         }

@@ -45,6 +45,7 @@ use crate::logic::integrate::{Answer, Class, Decision, IntegrateParams, decide};
 pub use crate::logic::integrate::{FactPlan, plan};
 use crate::logic::shard::UserScope;
 use crate::logic::similarity::dot;
+use crate::logic::undo::undo_id;
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, MEMORIES, REVIEW_QUEUE};
@@ -112,11 +113,6 @@ pub fn decision_id(fact_id: &str, generation: u32) -> String {
     } else {
         derived_id(&format!("integrate|{fact_id}|{generation}"))
     }
-}
-
-/// The id of the `UNDO` audit row that reverts the audit row `undone`.
-pub fn undo_id(undone: &str) -> String {
-    derived_id(&format!("undo|{undone}"))
 }
 
 /// Where a keyed audit row stands, generation by generation (`memlife undo` reverts a row

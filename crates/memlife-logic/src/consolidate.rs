@@ -1,6 +1,8 @@
 //! Consolidation decisions that need no store: which approved groups of one run may apply,
 //! what the consolidated memory takes from its members, and where the members' links and
-//! entity rows go. The job reads the rows, asks these, logs the plan and writes it.
+//! entity rows go; each approved group's audit row (`judge_groups`), the `consolidates`
+//! links and the archive times of its members. The job reads the rows, asks these, logs the
+//! plan and writes it.
 //!
 //! Full-mode clustering lets a memory join more than one cluster (its layers), so two
 //! approved groups of one run may share a memory. Folding it into both would tell its fact
@@ -9,6 +11,10 @@
 //! recorded stale. The next run clusters the new memory with what is left.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
+
+use crate::rows::{AuditRow, LinkRow, MemoryRow, format_timestamp};
 
 /// For each group in order: whether it applies (none of its members went into an earlier
 /// group that applies).
@@ -264,6 +270,202 @@ pub fn pack<S: AsRef<str>>(clusters: &[(&str, &[S])], per_call: usize) -> Vec<Ve
     packs
 }
 
+impl<'a> FoldMember<'a> {
+    /// A member's row as consolidation reads it.
+    pub fn of(row: &'a MemoryRow) -> FoldMember<'a> {
+        FoldMember {
+            id: &row.id,
+            text: &row.text,
+            live: row.is_live(),
+            kind: Some(&row.kind),
+            state: Some(&row.state),
+            importance: Some(row.importance),
+            salience: Some(row.salience),
+            confidence: Some(row.confidence),
+            retention: Some(row.retention),
+            access_count: Some(row.access_count),
+            recall_frequency: Some(row.recall_frequency),
+            last_accessed_at: row.last_accessed_at,
+            created_at: Some(row.created_at),
+            valid_from: Some(row.valid_from),
+            tags: row.tags.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// One group the judges approved, as a run writes it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApprovedGroup {
+    /// Its audit row's key (`{origin}|{custom id}`).
+    pub key: String,
+    pub user: String,
+    /// The consolidated memory's id.
+    pub new_id: String,
+    pub members: Vec<String>,
+    /// The members' texts as the judge read them: a member changed since is not folded.
+    pub texts: BTreeMap<String, String>,
+    /// The consolidated memory's text.
+    pub text: String,
+    /// The cluster's signature (a stale group is remembered by it).
+    pub signature: String,
+    pub confidence: f64,
+    pub reasoning: String,
+}
+
+/// The consolidated memory's row (without its embedding): the group's text, the fields its
+/// members give (`fold`), written at `now`.
+pub fn consolidated_memory(group: &ApprovedGroup, merged: &Merged, now: i64) -> MemoryRow {
+    let created_at = merged.created_at.unwrap_or(now);
+    MemoryRow {
+        id: group.new_id.clone(),
+        kind: merged.kind.to_string(),
+        source: Some("consolidate".into()),
+        importance: merged.importance,
+        salience: merged.salience,
+        confidence: merged.confidence,
+        retention: merged.retention,
+        state: merged.state.to_string(),
+        access_count: merged.access_count,
+        recall_frequency: merged.recall_frequency,
+        last_accessed_at: merged.last_accessed_at,
+        updated_at: now,
+        valid_from: merged.valid_from.unwrap_or(created_at),
+        tags: merged.tags.iter().map(|t| t.to_string()).collect(),
+        consolidates_memory_ids: group.members.clone(),
+        ..MemoryRow::new(&group.user, &group.text, created_at)
+    }
+}
+
+/// What a run's approved groups come to: an audit row each (`APPROVED` with the members and
+/// their links as they were and the new memory, or `STALE` with why), the groups that fold
+/// with their new memories, and how many were stale (and of those, overlapping).
+#[derive(Debug, Default)]
+pub struct Judged {
+    pub audit: Vec<AuditRow>,
+    pub ready: Vec<(ApprovedGroup, MemoryRow)>,
+    pub stale: u64,
+    pub overlapping: u64,
+}
+
+/// Judges each approved group of run `run_id` against its members as read now (`rows`, by
+/// id; `links`: each user's links), in the order the run approved them (`fates`).
+pub fn judge_groups(
+    run_id: &str,
+    groups: Vec<ApprovedGroup>,
+    rows: &BTreeMap<String, MemoryRow>,
+    links: &BTreeMap<String, Vec<LinkRow>>,
+    now: i64,
+) -> Judged {
+    let current: BTreeMap<&str, FoldMember> = groups
+        .iter()
+        .flat_map(|g| &g.members)
+        .filter_map(|id| rows.get(id))
+        .map(|row| (row.id.as_str(), FoldMember::of(row)))
+        .collect();
+    let heads: Vec<Group> = groups
+        .iter()
+        .map(|g| Group {
+            members: &g.members,
+            texts: &g.texts,
+        })
+        .collect();
+    let group_fates = fates(&heads, &current);
+    let mut judged = Judged::default();
+    for (group, fate) in groups.iter().zip(group_fates) {
+        let mut row = AuditRow::new(run_id, "CONSOLIDATE", &group.key, now);
+        row.user_id = Some(group.user.clone());
+        row.source_ids = group.members.clone();
+        row.confidence = Some(group.confidence.clamp(0.0, 1.0));
+        row.reasoning = Some(group.reasoning.clone());
+        if fate != Fate::Apply {
+            judged.stale += 1;
+            if fate == Fate::Overlapping {
+                judged.overlapping += 1;
+                let why = "a member went into another group of this run";
+                row.reasoning = Some(format!("{why}; {}", group.reasoning));
+            }
+            row.target_id = Some(format!("cluster:{}", group.signature));
+            row.classification = Some("STALE".into());
+            judged.audit.push(row);
+            continue;
+        }
+        let members = || group.members.iter().filter_map(|id| rows.get(id));
+        let folded: Vec<FoldMember> = members().map(FoldMember::of).collect();
+        let memory = consolidated_memory(group, &fold(&folded), now);
+        let touching = |l: &&LinkRow| {
+            [&l.source_id, &l.target_id]
+                .iter()
+                .any(|end| group.members.contains(end))
+        };
+        let own_links = links.get(&group.user).into_iter().flatten();
+        let before = json!({
+            "signature": group.signature,
+            "memories": members().map(MemoryRow::to_json).collect::<Vec<_>>(),
+            "links": own_links.filter(touching).map(LinkRow::to_json).collect::<Vec<_>>(),
+        });
+        row.target_id = Some(group.new_id.clone());
+        row.classification = Some("APPROVED".into());
+        row.before_state = Some(before.to_string());
+        let after = json!({"memory": memory.to_json(), "archived_at": format_timestamp(now)});
+        row.after_state = Some(after.to_string());
+        judged.audit.push(row);
+        judged.ready.push((group.clone(), memory));
+    }
+    judged
+}
+
+/// Member -> consolidated memory, over groups with disjoint members.
+pub fn holders<'a>(
+    groups: impl IntoIterator<Item = &'a ApprovedGroup>,
+) -> BTreeMap<&'a str, &'a str> {
+    groups
+        .into_iter()
+        .flat_map(|g| {
+            g.members
+                .iter()
+                .map(move |m| (m.as_str(), g.new_id.as_str()))
+        })
+        .collect()
+}
+
+/// A `consolidates` link from each consolidated memory to each of its members, at `now`.
+pub fn provenance_links<'a>(
+    groups: impl IntoIterator<Item = &'a ApprovedGroup>,
+    now: i64,
+) -> Vec<LinkRow> {
+    let mut links = Vec::new();
+    for g in groups {
+        for member in &g.members {
+            links.push(LinkRow {
+                source_id: g.new_id.clone(),
+                target_id: member.clone(),
+                user_id: g.user.clone(),
+                link_type: "consolidates".into(),
+                confidence: g.confidence,
+                reasoning: Some("consolidated into the source".into()),
+                origin: "llm".into(),
+                created_at: now,
+            });
+        }
+    }
+    links
+}
+
+/// The members to archive, grouped by the time each group's audit row recorded (a group a
+/// killed run approved is archived at that run's time, not the rerun's).
+pub fn archive_times<'a>(
+    groups: impl IntoIterator<Item = (&'a ApprovedGroup, i64)>,
+) -> BTreeMap<i64, Vec<String>> {
+    let mut by_time: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for (g, at) in groups {
+        by_time
+            .entry(at)
+            .or_default()
+            .extend(g.members.iter().cloned());
+    }
+    by_time
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,5 +667,132 @@ mod tests {
         let holder: BTreeMap<&str, &str> = [("a", "N"), ("b", "N")].into();
         let rows = [("a", "e1"), ("b", "e1"), ("b", "e2")];
         assert_eq!(moved_entity_rows(&rows, &holder), [(1, "N"), (2, "N")]);
+    }
+
+    fn approved(key: &str, new_id: &str, members: &[(&str, &str)]) -> ApprovedGroup {
+        ApprovedGroup {
+            key: key.into(),
+            user: "u".into(),
+            new_id: new_id.into(),
+            members: members.iter().map(|(id, _)| id.to_string()).collect(),
+            texts: members
+                .iter()
+                .map(|(id, text)| (id.to_string(), text.to_string()))
+                .collect(),
+            text: "the fold".into(),
+            signature: format!("sig-{key}"),
+            confidence: 1.4,
+            reasoning: "same fact".into(),
+        }
+    }
+
+    fn stored(id: &str, text: &str, created_at: i64) -> MemoryRow {
+        MemoryRow {
+            id: id.into(),
+            importance: 0.2,
+            ..MemoryRow::new("u", text, created_at)
+        }
+    }
+
+    #[test]
+    fn judged_groups_log_what_they_fold_and_stale_ones_say_why() {
+        let rows: BTreeMap<String, MemoryRow> = [
+            stored("a", "likes tea", 10),
+            stored("b", "drinks tea", 20),
+            stored("c", "has a cat", 30),
+        ]
+        .into_iter()
+        .map(|r| (r.id.clone(), r))
+        .collect();
+        let link = |s: &str, t: &str| LinkRow::structural((s, t, "u"), "related", 5);
+        let links = BTreeMap::from([(
+            "u".to_string(),
+            vec![link("a", "c"), link("c", "x"), link("x", "b")],
+        )]);
+        let groups = vec![
+            approved("k1", "n1", &[("a", "likes tea"), ("b", "drinks tea")]),
+            approved("k2", "n2", &[("b", "drinks tea"), ("c", "has a cat")]),
+            approved("k3", "n3", &[("c", "has a dog")]),
+        ];
+        let judged = judge_groups("run", groups, &rows, &links, 99);
+        assert_eq!((judged.stale, judged.overlapping), (2, 1));
+        let classes: Vec<&str> = judged
+            .audit
+            .iter()
+            .map(|r| r.classification.as_deref().unwrap())
+            .collect();
+        assert_eq!(classes, ["APPROVED", "STALE", "STALE"]);
+        assert_eq!(judged.audit[1].target_id.as_deref(), Some("cluster:sig-k2"));
+        assert!(
+            judged.audit[1]
+                .reasoning
+                .as_deref()
+                .unwrap()
+                .starts_with("a member went")
+        );
+        assert_eq!(judged.audit[0].confidence, Some(1.0), "logged clamped");
+        // The approved group: its new memory folds the members, its audit row holds what
+        // undo needs (the members and their links as they were).
+        let (group, memory) = &judged.ready[0];
+        assert_eq!(group.new_id, "n1");
+        assert_eq!(
+            (memory.id.as_str(), memory.text.as_str()),
+            ("n1", "the fold")
+        );
+        assert_eq!(memory.created_at, 10, "the earliest member's time");
+        assert_eq!(memory.consolidates_memory_ids, ["a", "b"]);
+        let before: serde_json::Value =
+            serde_json::from_str(judged.audit[0].before_state.as_deref().unwrap()).unwrap();
+        assert_eq!(before["memories"].as_array().unwrap().len(), 2);
+        let ends: Vec<(&str, &str)> = before["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["source_id"].as_str().unwrap(),
+                    l["target_id"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(ends, [("a", "c"), ("x", "b")]);
+        let after: serde_json::Value =
+            serde_json::from_str(judged.audit[0].after_state.as_deref().unwrap()).unwrap();
+        assert_eq!(after["memory"]["id"], "n1");
+        assert_eq!(after["archived_at"], format_timestamp(99));
+    }
+
+    #[test]
+    fn applying_links_each_fold_to_its_members_and_archives_at_the_logged_time() {
+        let g1 = approved("k1", "n1", &[("a", ""), ("b", "")]);
+        let g2 = approved("k2", "n2", &[("c", "")]);
+        let holder = holders([&g1, &g2]);
+        assert_eq!(
+            holder,
+            BTreeMap::from([("a", "n1"), ("b", "n1"), ("c", "n2")])
+        );
+        let links = provenance_links([&g1, &g2], 7);
+        let ends: Vec<(&str, &str, &str)> = links
+            .iter()
+            .map(|l| {
+                (
+                    l.source_id.as_str(),
+                    l.target_id.as_str(),
+                    l.link_type.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ends,
+            [
+                ("n1", "a", "consolidates"),
+                ("n1", "b", "consolidates"),
+                ("n2", "c", "consolidates")
+            ]
+        );
+        assert!(links.iter().all(|l| l.created_at == 7));
+        let times = archive_times([(&g1, 5), (&g2, 9)]);
+        assert_eq!(times[&5], ["a", "b"]);
+        assert_eq!(times[&9], ["c"]);
     }
 }

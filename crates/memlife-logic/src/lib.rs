@@ -29,3 +29,4 @@ pub mod similarity;
 pub mod summaries;
 pub mod synth;
 pub mod temporal;
+pub mod undo;

@@ -62,6 +62,11 @@ pub struct MemoryRow {
 }
 
 impl MemoryRow {
+    /// Not archived: neither its state nor its archive time says so.
+    pub fn is_live(&self) -> bool {
+        self.archived_at.is_none() && self.state != "archived"
+    }
+
     /// A new memory of `user_id` saying `text`, written at `created_at`, with every other
     /// column as the table's defaults give it (`model::schema::MEMORIES`; a test in
     /// `model::typed` keeps the two equal). Its id is the caller's to give.
