@@ -15,13 +15,13 @@ use serde_json::Value;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
-use crate::llm::tasks::{LinkType, MemoryView, Reply, Task, TaskInput};
+use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
+use crate::logic::link::{JudgedPair, LinkWrites, PairVerdict, candidate_pairs, plan_links};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::AUDIT_LOG;
 use crate::model::typed::EmbeddedMemory;
-use crate::model::typed::LinkRow;
 use crate::store::audit::AuditRow;
 use crate::store::{Store, sql_string};
 
@@ -140,7 +140,8 @@ async fn pairs_in_pending_batches(store: &Store, user: &str) -> Result<BTreeSet<
     Ok(pairs)
 }
 
-/// Candidate pairs (source newer than target), most similar first, without those judged before.
+/// The requests for the candidate pairs (`logic::link::candidate_pairs`): source newer than
+/// target, most similar first, without those judged before.
 fn candidate_items(
     memories: &UserMemories,
     dim: usize,
@@ -150,29 +151,14 @@ fn candidate_items(
     now: &str,
 ) -> Vec<Item> {
     let neighbours = super::all_pairs_neighbours(&memories.vectors, dim, args.k);
-    let mut pairs: BTreeMap<(usize, usize), f32> = BTreeMap::new();
-    for (row, list) in neighbours.iter().enumerate() {
-        for n in list.iter().filter(|n| n.score >= min_score) {
-            let other = n.index as usize;
-            let (a, b) = (&memories.views[row], &memories.views[other]);
-            let newer_first =
-                (a.created_at.as_str(), a.id.as_str()) > (b.created_at.as_str(), b.id.as_str());
-            let key = if newer_first {
-                (row, other)
-            } else {
-                (other, row)
-            };
-            pairs.insert(key, n.score);
-        }
-    }
-    let mut ordered: Vec<((usize, usize), f32)> = pairs.into_iter().collect();
-    ordered.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
-    ordered
+    let order: Vec<(&str, &str)> = memories
+        .views
+        .iter()
+        .map(|v| (v.created_at.as_str(), v.id.as_str()))
+        .collect();
+    candidate_pairs(&neighbours, &order, min_score, judged)
         .into_iter()
-        .filter(|((s, t), _)| {
-            !judged.contains(&(memories.views[*s].id.clone(), memories.views[*t].id.clone()))
-        })
-        .map(|((s, t), _)| Item {
+        .map(|(s, t)| Item {
             custom_id: format!("{}|{}", memories.views[s].id, memories.views[t].id),
             input: TaskInput {
                 task: Task::LinkClassify,
@@ -202,59 +188,31 @@ pub async fn write_outcomes(
         .first()
         .and_then(|i| crate::model::encoding::parse_timestamp(&i.input.now))
         .unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
-    let mut links = Vec::new();
-    let mut audit = Vec::new();
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    for (item, outcome) in items.iter().zip(outcomes) {
-        let (source, target) = (&item.input.memories[0], &item.input.memories[1]);
-        let user_id = user.map(str::to_string);
-        let (classification, confidence, reasoning) = match (&outcome.failure, &outcome.reply) {
-            (Some(reason), _) => ("FAILED".to_string(), None, reason.clone()),
-            (None, Some(Reply::Link(r))) => (
-                r.link_type.as_str().to_string(),
-                Some(r.confidence),
-                r.reasoning.clone(),
-            ),
-            (None, _) => (
-                "FAILED".to_string(),
-                None,
-                "reply of another task".to_string(),
-            ),
-        };
-        if let (None, Some(Reply::Link(r))) = (&outcome.failure, &outcome.reply)
-            && r.link_type != LinkType::Null
-        {
-            links.push(LinkRow {
-                source_id: source.id.clone(),
-                target_id: target.id.clone(),
-                user_id: user_id.clone().unwrap_or_default(),
-                link_type: r.link_type.as_str().to_string(),
-                confidence: r.confidence,
-                reasoning: Some(r.reasoning.clone()),
-                origin: "llm".into(),
-                created_at: now,
-            });
-            *counts
-                .entry(format!("links_{}", r.link_type.as_str()))
-                .or_default() += 1;
-        }
-        *counts
-            .entry(if classification == "FAILED" {
-                "pairs_failed".into()
-            } else {
-                "pairs_judged".into()
-            })
-            .or_default() += 1;
-        let mut row = AuditRow::new(run_id, "LINK", &audit_key(origin_key, item), now);
-        row.user_id = user_id;
-        row.source_ids = vec![source.id.clone(), target.id.clone()];
-        row.target_id = Some(target.id.clone());
-        row.classification = Some(classification);
-        row.confidence = confidence;
-        row.reasoning = Some(reasoning);
-        row.after_state = Some(serde_json::json!({"served_by": outcome.served_by}).to_string());
-        audit.push(row);
-    }
+    let pairs: Vec<JudgedPair> = items
+        .iter()
+        .zip(outcomes)
+        .map(|(item, outcome)| JudgedPair {
+            source: item.input.memories[0].id.clone(),
+            target: item.input.memories[1].id.clone(),
+            key: audit_key(origin_key, item),
+            verdict: match (&outcome.failure, &outcome.reply) {
+                (Some(reason), _) => PairVerdict::Failed(reason.clone()),
+                (None, Some(Reply::Link(r))) => PairVerdict::Typed {
+                    link_type: r.link_type.as_str().to_string(),
+                    confidence: r.confidence,
+                    reasoning: r.reasoning.clone(),
+                },
+                (None, _) => PairVerdict::Failed("reply of another task".into()),
+            },
+            served_by: outcome.served_by.clone(),
+        })
+        .collect();
+    let LinkWrites {
+        links,
+        chains,
+        audit,
+        mut counts,
+    } = plan_links((run_id, user), &pairs, chain_min_confidence, now);
     // The links first, then the audit rows: an audit row marks a pair judged (the next run
     // skips it), so it must not exist before the pair's link does. A crash between the two
     // commits leaves links without audit rows; the next run judges those pairs again and
@@ -266,20 +224,7 @@ pub async fn write_outcomes(
     // `supersedes` links become supersession chains, as integrate makes them, when the judge
     // is as sure as integrate needs to be to apply a supersession (`integrate.min_confidence`):
     // a less sure one stays a link, counted, and changes no memory's validity.
-    let (sure, unsure): (Vec<&LinkRow>, Vec<&LinkRow>) = links
-        .iter()
-        .filter(|l| l.link_type == "supersedes")
-        .partition(|l| l.confidence >= chain_min_confidence);
-    if !unsure.is_empty() {
-        *counts
-            .entry("supersedes_under_min_confidence".into())
-            .or_default() += unsure.len() as u64;
-    }
-    let pairs: Vec<(String, String)> = sure
-        .into_iter()
-        .map(|l| (l.source_id.clone(), l.target_id.clone()))
-        .collect();
-    let (chained, notes) = super::integrate::chain_supersessions(store, &pairs).await?;
+    let (chained, notes) = super::integrate::chain_supersessions(store, &chains).await?;
     if chained > 0 {
         *counts.entry("supersessions_chained".into()).or_default() += chained;
     }

@@ -16,6 +16,7 @@ pub mod eval;
 pub mod hash;
 pub mod hash_embedding;
 pub mod integrate;
+pub mod link;
 pub mod reading;
 pub mod recall;
 pub mod recall_eval;
