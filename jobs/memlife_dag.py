@@ -67,6 +67,12 @@ with DAG(
     ).expand(
         bash_command=[f"{MEMLIFE} scores --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
+    # seed 004's pruner in the 2-5am maintenance window: decayed, unemotional, unused memories no keep rule protects are archived (provenance) or exported to Parquet and deleted (logged first) (one task per shard)
+    prune_task = BashOperator.partial(
+        task_id="prune",
+    ).expand(
+        bash_command=[f"{MEMLIFE} prune --shard {i}/{SHARDS}" for i in range(SHARDS)],
+    )
     # merge the small fragments the day's commits appended (no index update, no version removed), so reads between the weekly optimizes do not open a dozen more fragments a day
     optimize_light_task = BashOperator(
         task_id="optimize_light",
@@ -87,7 +93,7 @@ with DAG(
         task_id="check",
         bash_command=f"{MEMLIFE} check",
     )
-    import_task >> embed_task >> entities_task >> describe_task >> link_task >> scores_task >> optimize_light_task >> batches_cleanup_task >> stats_task >> check_task
+    import_task >> embed_task >> entities_task >> describe_task >> link_task >> scores_task >> prune_task >> optimize_light_task >> batches_cleanup_task >> stats_task >> check_task
 
 with DAG(
     dag_id="memlife_integrate",

@@ -67,6 +67,10 @@ pub struct Config {
     /// How long `memlife optimize` keeps old table versions (what `undo` reads).
     #[serde(default)]
     pub retention: RetentionSection,
+    /// Which memories `memlife prune` archives or deletes, where it exports them, and its
+    /// storage trigger.
+    #[serde(default)]
+    pub prune: crate::logic::prune::PruneParams,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -417,6 +421,7 @@ impl Config {
         self.summaries.validate().map_err(anyhow::Error::msg)?;
         self.recall.validate().map_err(anyhow::Error::msg)?;
         self.retention.validate()?;
+        self.prune.validate().map_err(anyhow::Error::msg)?;
         for (model, t) in &self.thresholds {
             for (key, value) in [
                 ("link", t.link),

@@ -263,7 +263,8 @@ pub async fn check(store: &Store, examples: usize) -> Result<CheckReport> {
         let list: Vec<String> = clocks.iter().map(|t| sql_timestamp(*t)).collect();
         let sql = format!(
             "SELECT m.id, m.archived_at FROM memories m \
-             LEFT JOIN (SELECT target_id, created_at FROM audit_log WHERE operation = 'ARCHIVE') a \
+             LEFT JOIN (SELECT target_id, created_at FROM audit_log \
+               WHERE operation IN ('ARCHIVE', 'PRUNE')) a \
                ON a.target_id = m.id AND a.created_at = m.archived_at \
              LEFT JOIN (SELECT unnest(source_ids) AS member, created_at FROM audit_log \
                WHERE operation IN ('CONSOLIDATE', 'SPLIT', 'MERGE', 'SUPERSEDE')) c \

@@ -3,7 +3,8 @@
 //! status. Embeddings come first (everything after compares vectors), entities before the
 //! jobs that read them, scores before clustering (hubs come from access and importance), links
 //! before clustering (hubs from links), consolidation before refinement (a folded memory is
-//! not split), entity GC after both (they free entities), descriptions after GC (of the
+//! not split), pruning after both (what they archive decays first), entity GC after pruning
+//! (deleted memories free entities), descriptions after GC (of the
 //! entities left), and `optimize` last: in full when due (weekly by default), otherwise
 //! `optimize --light`, which merges the small fragments the day's commits appended.
 //!
@@ -39,13 +40,14 @@ pub const STEPS: &[&str] = &[
     "cluster",
     "consolidate",
     "refine",
+    "prune",
     "entity-gc",
     "describe",
     "optimize",
 ];
 
 /// The maintenance pipeline: embed, entities, scores, link, cluster, consolidate, refine,
-/// entity-gc, describe, and optimize (in full when due, else --light); each step its own
+/// prune, entity-gc, describe, and optimize (in full when due, else --light); each step its own
 /// run; one report.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct NightlyArgs {
@@ -399,6 +401,7 @@ fn highlights(o: &StepOutcome) -> String {
         "cluster" => &["clusters"],
         "consolidate" => &["consolidated", "memories_archived"],
         "refine" => &["split", "trimmed", "memories_created"],
+        "prune" => &["archived", "deleted"],
         "entity-gc" => &["archived", "merged", "deleted"],
         "describe" => &["described"],
         "optimize" => &["fragments_compacted", "versions_removed", "bytes_removed"],

@@ -18,6 +18,7 @@ pub mod integrate_batch;
 pub mod link;
 pub mod lock;
 pub mod optimize;
+pub mod prune;
 pub mod refine;
 pub mod review_queue;
 pub mod scores;
@@ -160,6 +161,7 @@ register_jobs! {
     Describe => describe::DescribeArgs, "describe";
     Integrate => integrate::IntegrateArgs, "integrate";
     Optimize => optimize::OptimizeArgs, "optimize";
+    Prune => prune::PruneArgs, "prune";
 }
 
 impl std::fmt::Display for JobName {

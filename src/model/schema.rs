@@ -68,6 +68,9 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "DESCRIBE",
     // `memlife optimize`: a table's versions older than the retention window, removed.
     "PRUNE_VERSIONS",
+    // `memlife prune`: a memory archived or deleted (classification ARCHIVE or DELETE),
+    // logged with the row as it was and, for a deletion, its export file.
+    "PRUNE",
     // `batches poll` applying an `entities --extractor llm --mode batch` request.
     "EXTRACT",
     // `memlife integrate`: a fact queued for review (its judge was unsure).

@@ -192,6 +192,22 @@ const SCENARIOS: &[Scenario] = &[
                   AND classification = 'same-name'",
     },
     Scenario {
+        name: "prune",
+        // Links and entity rows to the stale memories, which prune exports and deletes.
+        setup: &[IMPORT, EMBED, LINK, &["entities", "--embedder", "hash"]],
+        job: &["prune", "--now", "2025-09-01T00:00:00Z"],
+        points: &[
+            "prune.started",
+            "prune.after-export",
+            "prune.after-audit",
+            "prune.after-archive",
+            "prune.after-unlink",
+            "prune.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'PRUNE' \
+                  AND classification = 'DELETE'",
+    },
+    Scenario {
         name: "describe",
         setup: &[IMPORT, &["entities", "--embedder", "hash"]],
         job: &["describe", "--embedder", "hash"],

@@ -22,6 +22,7 @@ mod local_model;
 mod loopback;
 mod nightly;
 mod optimize;
+mod prune;
 mod progress;
 mod recall;
 mod refine;

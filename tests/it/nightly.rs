@@ -56,6 +56,7 @@ fn nightly_runs_every_step_as_its_own_run_and_optimize_when_due() {
         "cluster",
         "consolidate",
         "refine",
+        "prune",
         "entity-gc",
         "describe",
         "optimize",

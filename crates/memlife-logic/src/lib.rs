@@ -17,6 +17,7 @@ pub mod hash;
 pub mod hash_embedding;
 pub mod integrate;
 pub mod link;
+pub mod prune;
 pub mod reading;
 pub mod recall;
 pub mod recall_eval;
