@@ -43,6 +43,12 @@ with DAG(
     ).expand(
         bash_command=[f"{MEMLIFE} embed --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
+    # sessions that ended (30 minutes without a new memory) told as one narrative each (seed 004; offline narrative when no provider answers) (one task per shard)
+    sessions_task = BashOperator.partial(
+        task_id="sessions",
+    ).expand(
+        bash_command=[f"{MEMLIFE} sessions --llm providers --shard {i}/{SHARDS}" for i in range(SHARDS)],
+    )
     # named entities of new or changed memories, and shares_entity links (one task per shard)
     entities_task = BashOperator.partial(
         task_id="entities",
@@ -93,7 +99,7 @@ with DAG(
         task_id="check",
         bash_command=f"{MEMLIFE} check",
     )
-    import_task >> embed_task >> entities_task >> describe_task >> link_task >> scores_task >> prune_task >> optimize_light_task >> batches_cleanup_task >> stats_task >> check_task
+    import_task >> embed_task >> sessions_task >> entities_task >> describe_task >> link_task >> scores_task >> prune_task >> optimize_light_task >> batches_cleanup_task >> stats_task >> check_task
 
 with DAG(
     dag_id="memlife_integrate",

@@ -23,6 +23,7 @@ pub const DEFAULT_TASK_ROLES: &[(&str, &str)] = &[
     ("entity.describe", "fast"),
     ("entities.extract", "fast"),
     ("recall.answer", "reasoning"),
+    ("session.narrate", "fast"),
 ];
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -71,6 +72,9 @@ pub struct Config {
     /// storage trigger.
     #[serde(default)]
     pub prune: crate::logic::prune::PruneParams,
+    /// When a session has ended and how many of its memories `memlife sessions` tells.
+    #[serde(default)]
+    pub sessions: crate::logic::sessions::SessionParams,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -422,6 +426,7 @@ impl Config {
         self.recall.validate().map_err(anyhow::Error::msg)?;
         self.retention.validate()?;
         self.prune.validate().map_err(anyhow::Error::msg)?;
+        self.sessions.validate().map_err(anyhow::Error::msg)?;
         for (model, t) in &self.thresholds {
             for (key, value) in [
                 ("link", t.link),

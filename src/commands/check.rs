@@ -104,6 +104,12 @@ fn reference_queries() -> Vec<(String, String)> {
             "SELECT id, member FROM (SELECT id, unnest(consolidates_memory_ids) AS member \
              FROM memories) WHERE member NOT IN (SELECT id FROM memories)",
         ),
+        (
+            "sessions: one narrative per session",
+            "SELECT user_id, session_id, COUNT(*) AS narratives FROM memories \
+             WHERE kind = 'narrative' AND source = 'sessions' \
+             GROUP BY user_id, session_id HAVING COUNT(*) > 1",
+        ),
         // Supersession chains (`memlife integrate`, `memlife link`): each version points to
         // its successor (`superseded_by`, in the same chain, with `valid_until` set) and is
         // pointed at by at most one predecessor; one first and one current version per

@@ -1,6 +1,7 @@
 //! `memlife nightly`: the maintenance pipeline in dependency order, each step an ordinary job
 //! run (its own `runs` row, undoable like any run), then one combined report and one exit
-//! status. Embeddings come first (everything after compares vectors), entities before the
+//! status. Embeddings come first (everything after compares vectors), then ended sessions
+//! told as narratives (they embed their own, and later steps see them), entities before the
 //! jobs that read them, scores before clustering (hubs come from access and importance), links
 //! before clustering (hubs from links), consolidation before refinement (a folded memory is
 //! not split), pruning after both (what they archive decays first), entity GC after pruning
@@ -34,6 +35,7 @@ use crate::store::Store;
 /// The pipeline's steps, in the order they run.
 pub const STEPS: &[&str] = &[
     "embed",
+    "sessions",
     "entities",
     "scores",
     "link",
@@ -46,8 +48,8 @@ pub const STEPS: &[&str] = &[
     "optimize",
 ];
 
-/// The maintenance pipeline: embed, entities, scores, link, cluster, consolidate, refine,
-/// prune, entity-gc, describe, and optimize (in full when due, else --light); each step its own
+/// The maintenance pipeline: embed, sessions, entities, scores, link, cluster, consolidate,
+/// refine, prune, entity-gc, describe, and optimize (in full when due, else --light); each step its own
 /// run; one report.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct NightlyArgs {
@@ -401,6 +403,7 @@ fn highlights(o: &StepOutcome) -> String {
         "cluster" => &["clusters"],
         "consolidate" => &["consolidated", "memories_archived"],
         "refine" => &["split", "trimmed", "memories_created"],
+        "sessions" => &["narratives", "memories_told"],
         "prune" => &["archived", "deleted"],
         "entity-gc" => &["archived", "merged", "deleted"],
         "describe" => &["described"],

@@ -22,6 +22,7 @@ pub mod prune;
 pub mod refine;
 pub mod review_queue;
 pub mod scores;
+pub mod sessions;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -162,6 +163,7 @@ register_jobs! {
     Integrate => integrate::IntegrateArgs, "integrate";
     Optimize => optimize::OptimizeArgs, "optimize";
     Prune => prune::PruneArgs, "prune";
+    Sessions => sessions::SessionsArgs, "sessions";
 }
 
 impl std::fmt::Display for JobName {

@@ -1285,6 +1285,50 @@ pub fn summarize(memories: &[MemoryView]) -> SummaryReply {
     }
 }
 
+/// `session.narrate` offline, an extractive narrative of a session's memories (oldest
+/// first): the summary is the first sentence of its first, middle and last memory; the key
+/// interactions the first sentence of up to five others, the longest (most said) first; the
+/// questions asked in its last third are the unresolved threads. No emotional arc: no rule
+/// reads mood from text. Every part is the memories' own words; confidence 0.5 (rules).
+pub fn narrate(memories: &[MemoryView]) -> crate::llm::tasks::NarrateReply {
+    let first = |m: &MemoryView| -> Option<String> {
+        let s = sentences(&m.text).into_iter().next()?;
+        Some(s.chars().take(300).collect())
+    };
+    let n = memories.len();
+    let mut picked: Vec<usize> = [0, n / 2, n.saturating_sub(1)]
+        .into_iter()
+        .filter(|&i| i < n)
+        .collect();
+    picked.dedup();
+    let summary = picked
+        .iter()
+        .filter_map(|&i| first(&memories[i]))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut others: Vec<(usize, String)> = (0..n)
+        .filter(|i| !picked.contains(i))
+        .filter_map(|i| first(&memories[i]).map(|s| (i, s)))
+        .collect();
+    others.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+    let mut key: Vec<(usize, String)> = others.into_iter().take(5).collect();
+    key.sort_by_key(|(i, _)| *i);
+    let unresolved = memories[n - n / 3..]
+        .iter()
+        .flat_map(|m| sentences(&m.text))
+        .filter(|s| s.trim_end().ends_with('?'))
+        .map(|s| s.chars().take(300).collect())
+        .take(12)
+        .collect();
+    crate::llm::tasks::NarrateReply {
+        summary,
+        key_interactions: key.into_iter().map(|(_, s)| s).collect(),
+        emotional_arc: String::new(),
+        unresolved_threads: unresolved,
+        confidence: 0.5,
+    }
+}
+
 /// The first line of an `entity.describe` request: the entity as `Name (type)`.
 pub fn entity_view_text(name: &str, entity_type: &str) -> String {
     format!("{name} ({entity_type})")
@@ -1377,6 +1421,7 @@ pub fn judge(input: &TaskInput) -> Reply {
         Task::EntityDescribe => Reply::Describe(describe(m)),
         Task::EntitiesExtract => Reply::Extract(extract_entities(m)),
         Task::RecallAnswer => Reply::Answer(answer(input)),
+        Task::SessionNarrate => Reply::Narrate(narrate(m)),
     }
 }
 

@@ -33,6 +33,8 @@ pub enum Task {
     EntitiesExtract,
     #[serde(rename = "recall.answer")]
     RecallAnswer,
+    #[serde(rename = "session.narrate")]
+    SessionNarrate,
 }
 
 pub const ALL_TASKS: &[Task] = &[
@@ -46,6 +48,7 @@ pub const ALL_TASKS: &[Task] = &[
     Task::EntityDescribe,
     Task::EntitiesExtract,
     Task::RecallAnswer,
+    Task::SessionNarrate,
 ];
 
 /// Bumped whenever a template or schema changes, and recorded with every call.
@@ -64,6 +67,7 @@ impl Task {
             Task::EntityDescribe => "entity.describe",
             Task::EntitiesExtract => "entities.extract",
             Task::RecallAnswer => "recall.answer",
+            Task::SessionNarrate => "session.narrate",
         }
     }
 
@@ -83,6 +87,7 @@ impl Task {
             Task::EntityDescribe => include_str!("prompts/entity.describe.v1.txt"),
             Task::EntitiesExtract => include_str!("prompts/entities.extract.v1.txt"),
             Task::RecallAnswer => include_str!("prompts/recall.answer.v1.txt"),
+            Task::SessionNarrate => include_str!("prompts/session.narrate.v1.txt"),
         }
     }
 
@@ -98,6 +103,7 @@ impl Task {
             Task::EntityDescribe => include_str!("prompts/entity.describe.v1.schema.json"),
             Task::EntitiesExtract => include_str!("prompts/entities.extract.v1.schema.json"),
             Task::RecallAnswer => include_str!("prompts/recall.answer.v1.schema.json"),
+            Task::SessionNarrate => include_str!("prompts/session.narrate.v1.schema.json"),
         }
     }
 
@@ -109,7 +115,9 @@ impl Task {
             Task::IntegrateMerge | Task::ConsolidatePropose | Task::ConsolidateVerify => {
                 (2, usize::MAX)
             }
-            Task::Summarize | Task::EntityDescribe | Task::RecallAnswer => (1, usize::MAX),
+            Task::Summarize | Task::EntityDescribe | Task::RecallAnswer | Task::SessionNarrate => {
+                (1, usize::MAX)
+            }
             Task::EntitiesExtract => (1, EXTRACT_BATCH),
         }
     }
@@ -365,6 +373,17 @@ pub struct DescribeReply {
     pub confidence: f64,
 }
 
+/// A session told as a narrative (`session.narrate`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NarrateReply {
+    pub summary: String,
+    pub key_interactions: Vec<String>,
+    pub emotional_arc: String,
+    pub unresolved_threads: Vec<String>,
+    pub confidence: f64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExtractedEntity {
@@ -410,6 +429,8 @@ pub enum Reply {
     Extract(ExtractReply),
     #[serde(rename = "recall.answer")]
     Answer(AnswerReply),
+    #[serde(rename = "session.narrate")]
+    Narrate(NarrateReply),
 }
 
 impl Reply {
@@ -423,6 +444,7 @@ impl Reply {
             Reply::Propose(r) => serde_json::to_string(r),
             Reply::Verify(r) => serde_json::to_string(r),
             Reply::Summary(r) => serde_json::to_string(r),
+            Reply::Narrate(r) => serde_json::to_string(r),
             Reply::Describe(r) => serde_json::to_string(r),
             Reply::Extract(r) => serde_json::to_string(r),
             Reply::Answer(r) => serde_json::to_string(r),
@@ -674,6 +696,12 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
             }
             Reply::Summary(r)
         }
+        Task::SessionNarrate => {
+            let r: NarrateReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            check_narrate(&r)?;
+            Reply::Narrate(r)
+        }
         Task::EntityDescribe => {
             let r: DescribeReply = parse_as(json)?;
             unit("confidence", r.confidence)?;
@@ -698,6 +726,36 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
         }
     };
     Ok(reply)
+}
+
+/// A narrative within the schema's bounds: a summary, at most 2000 characters; at most 12
+/// interactions and threads of at most 300 characters each; an arc of at most 300.
+fn check_narrate(r: &NarrateReply) -> Result<(), String> {
+    let length = r.summary.trim().chars().count();
+    if length == 0 {
+        return Err("summary is empty".into());
+    }
+    if length > 2000 {
+        return Err(format!("summary is {length} characters (at most 2000)"));
+    }
+    for (name, list) in [
+        ("key_interactions", &r.key_interactions),
+        ("unresolved_threads", &r.unresolved_threads),
+    ] {
+        if list.len() > 12 {
+            return Err(format!("{name} has {} items (at most 12)", list.len()));
+        }
+        if let Some(long) = list.iter().find(|s| s.chars().count() > 300) {
+            return Err(format!(
+                "an item of {name} is {} characters (at most 300)",
+                long.chars().count()
+            ));
+        }
+    }
+    if r.emotional_arc.chars().count() > 300 {
+        return Err("emotional_arc is over 300 characters".into());
+    }
+    Ok(())
 }
 
 /// What a caller does when no trustworthy reply exists: keep both memories, make no link,
@@ -734,7 +792,8 @@ pub fn safe_default(task: Task) -> Option<Reply> {
         | Task::Summarize
         | Task::EntityDescribe
         | Task::EntitiesExtract
-        | Task::RecallAnswer => None,
+        | Task::RecallAnswer
+        | Task::SessionNarrate => None,
     }
 }
 

@@ -71,6 +71,8 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     // `memlife prune`: a memory archived or deleted (classification ARCHIVE or DELETE),
     // logged with the row as it was and, for a deletion, its export file.
     "PRUNE",
+    // `memlife sessions`: a session told as a narrative (the narrative as written).
+    "NARRATE",
     // `batches poll` applying an `entities --extractor llm --mode batch` request.
     "EXTRACT",
     // `memlife integrate`: a fact queued for review (its judge was unsure).

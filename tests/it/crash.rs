@@ -192,6 +192,23 @@ const SCENARIOS: &[Scenario] = &[
                   AND classification = 'same-name'",
     },
     Scenario {
+        name: "sessions (offline judge)",
+        setup: &[&["import", "{sessions}"]],
+        job: &[
+            "sessions",
+            "--embedder",
+            "hash",
+            "--now",
+            "2025-09-01T00:00:00Z",
+        ],
+        points: &[
+            "sessions.started",
+            "sessions.after-audit",
+            "sessions.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE kind = 'narrative'",
+    },
+    Scenario {
         name: "prune",
         // Links and entity rows to the stale memories, which prune exports and deletes.
         setup: &[IMPORT, EMBED, LINK, &["entities", "--embedder", "hash"]],
@@ -365,6 +382,12 @@ const FACTS: &str = r#"{"user_id":"noor","text":"Noor runs along the canal on Sa
 {"user_id":"noor","text":"Noor is training for the Rotterdam half marathon with her running club in April","created_at":"2025-03-03T09:00:00Z"}
 {"user_id":"omar","text":"Omar adopted a grey kitten called Pixel","created_at":"2025-03-01T09:00:00Z"}
 {"user_id":"omar","text":"Omar adopted a grey kitten called Pixel","created_at":"2025-03-05T09:00:00Z"}
+"#;
+/// Two users' ended sessions for `sessions`.
+const SESSIONS: &str = r#"{"id":"s1","user_id":"noor","session_id":"a","kind":"episode","text":"Noor asked about trains to Ghent.","created_at":"2025-03-01T09:00:00Z"}
+{"id":"s2","user_id":"noor","session_id":"a","kind":"episode","text":"Noor booked the 9:12 train. Is there a bike carriage?","created_at":"2025-03-01T09:05:00Z"}
+{"id":"s3","user_id":"omar","session_id":"b","kind":"episode","text":"Omar planned a dinner for six.","created_at":"2025-03-02T19:00:00Z"}
+{"id":"s4","user_id":"omar","session_id":"b","kind":"fact","text":"Omar's guests are vegetarian.","created_at":"2025-03-02T19:04:00Z"}
 "#;
 const INTEGRATE: &[&str] = &[
     "--config",
@@ -627,6 +650,7 @@ fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output 
                 .replace("{facts}", &db.path("facts.jsonl"))
                 .replace("{entities}", &db.path("entities.jsonl"))
                 .replace("{memory_entities}", &db.path("memory_entities.jsonl"))
+                .replace("{sessions}", &db.path("sessions.jsonl"))
         })
         .collect();
     let mut command = memlife_command();
@@ -642,6 +666,7 @@ fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     std::fs::write(db.path("memories.jsonl"), memories()).unwrap();
     std::fs::write(db.path("links.jsonl"), links()).unwrap();
     std::fs::write(db.path("facts.jsonl"), FACTS).unwrap();
+    std::fs::write(db.path("sessions.jsonl"), SESSIONS).unwrap();
     std::fs::write(
         db.path("entities.jsonl"),
         r#"{"id":"e-dr-lina","user_id":"noor","name":"Dr. Lina","entity_type":"person"}"#,

@@ -50,6 +50,7 @@ fn nightly_runs_every_step_as_its_own_run_and_optimize_when_due() {
     let report = json(&out);
     let expected = [
         "embed",
+        "sessions",
         "entities",
         "scores",
         "link",

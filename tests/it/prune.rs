@@ -53,7 +53,12 @@ fn prune(db: &TestDb, args: &[&str]) -> serde_json::Value {
 fn states(db: &TestDb) -> Vec<(String, String)> {
     db.rows("SELECT id, state FROM memories ORDER BY id")
         .iter()
-        .map(|r| (r["id"].as_str().unwrap().into(), r["state"].as_str().unwrap().into()))
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().into(),
+                r["state"].as_str().unwrap().into(),
+            )
+        })
         .collect()
 }
 
@@ -76,16 +81,32 @@ fn keep_rules_hold_provenance_is_archived_and_the_rest_is_exported_then_deleted(
     let db = prepared();
     let before = ids(&db);
     let old1_links = db.count("links WHERE source_id = 'old1' OR target_id = 'old1'");
-    assert_eq!(old1_links, 3, "two imported links and the shares_entity one");
-    let entity_rows = db.scalar("SELECT COUNT(*) AS n FROM memory_entities WHERE memory_id IN ('old1', 'old2')");
-    assert_ne!(entity_rows, "0", "the fixture names entities in what prune deletes");
+    assert_eq!(
+        old1_links, 3,
+        "two imported links and the shares_entity one"
+    );
+    let entity_rows =
+        db.scalar("SELECT COUNT(*) AS n FROM memory_entities WHERE memory_id IN ('old1', 'old2')");
+    assert_ne!(
+        entity_rows, "0",
+        "the fixture names entities in what prune deletes"
+    );
 
     // A dry run says exactly what would happen and changes nothing.
     let dry = prune(&db, &["--dry-run"]);
-    let notes: Vec<&str> = dry["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let notes: Vec<&str> = dry["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
     assert_eq!(
         notes,
-        ["would archive ep1 (provenance_archived)", "would delete old1 (deleted)", "would delete old2 (deleted)"]
+        [
+            "would archive ep1 (provenance_archived)",
+            "would delete old1 (deleted)",
+            "would delete old2 (deleted)"
+        ]
     );
     assert_eq!(ids(&db), before);
     assert_eq!(db.count("audit_log WHERE operation = 'PRUNE'"), 0);
@@ -93,7 +114,11 @@ fn keep_rules_hold_provenance_is_archived_and_the_rest_is_exported_then_deleted(
     let archive = db.path("archive");
     let report = prune(&db, &["--archive-dir", &archive]);
     let counts = &report["counts"];
-    assert_eq!((counts["archived"].as_u64(), counts["deleted"].as_u64()), (Some(1), Some(2)), "{report}");
+    assert_eq!(
+        (counts["archived"].as_u64(), counts["deleted"].as_u64()),
+        (Some(1), Some(2)),
+        "{report}"
+    );
     for (rule, n) in [
         ("emotional", 1),
         ("keep_forever", 1),
@@ -105,30 +130,65 @@ fn keep_rules_hold_provenance_is_archived_and_the_rest_is_exported_then_deleted(
     }
     let after = states(&db);
     assert!(!ids(&db).contains(&"old1".to_string()) && !ids(&db).contains(&"old2".to_string()));
-    assert!(after.contains(&("ep1".into(), "archived".into())), "a narrative's episode is archived");
+    assert!(
+        after.contains(&("ep1".into(), "archived".into())),
+        "a narrative's episode is archived"
+    );
     for kept in ["sad", "forever", "young", "used", "ev1", "nar", "pat"] {
-        assert!(after.iter().any(|(id, s)| id == kept && s != "archived"), "{kept} stays: {after:?}");
+        assert!(
+            after.iter().any(|(id, s)| id == kept && s != "archived"),
+            "{kept} stays: {after:?}"
+        );
     }
     // Their links and entity rows went with them; each decision was logged first.
-    assert_eq!(db.count("links WHERE source_id IN ('old1', 'old2') OR target_id IN ('old1', 'old2')"), 0);
-    assert_eq!(db.count("memory_entities WHERE memory_id IN ('old1', 'old2')"), 0);
-    assert_eq!(db.count("audit_log WHERE operation = 'PRUNE' AND classification = 'DELETE'"), 2);
-    let logged = db.rows("SELECT after_state FROM audit_log WHERE operation = 'PRUNE' AND classification = 'DELETE'");
+    assert_eq!(
+        db.count("links WHERE source_id IN ('old1', 'old2') OR target_id IN ('old1', 'old2')"),
+        0
+    );
+    assert_eq!(
+        db.count("memory_entities WHERE memory_id IN ('old1', 'old2')"),
+        0
+    );
+    assert_eq!(
+        db.count("audit_log WHERE operation = 'PRUNE' AND classification = 'DELETE'"),
+        2
+    );
+    let logged = db.rows(
+        "SELECT after_state FROM audit_log WHERE operation = 'PRUNE' AND classification = 'DELETE'",
+    );
     let files = exported(&archive);
     assert_eq!(files.len(), 3, "memories, links and entity rows: {files:?}");
-    let memories_file = files.iter().find(|f| f.ends_with(".memories.parquet")).unwrap();
-    assert!(logged[0]["after_state"].as_str().unwrap().contains(memories_file.as_str()));
+    let memories_file = files
+        .iter()
+        .find(|f| f.ends_with(".memories.parquet"))
+        .unwrap();
+    assert!(
+        logged[0]["after_state"]
+            .as_str()
+            .unwrap()
+            .contains(memories_file.as_str())
+    );
 
     // The export brings everything back, embeddings and all.
-    for (table, suffix) in [("memories", "memories"), ("links", "links"), ("memory_entities", "memory_entities")] {
-        let file = files.iter().find(|f| f.ends_with(&format!(".{suffix}.parquet"))).unwrap();
+    for (table, suffix) in [
+        ("memories", "memories"),
+        ("links", "links"),
+        ("memory_entities", "memory_entities"),
+    ] {
+        let file = files
+            .iter()
+            .find(|f| f.ends_with(&format!(".{suffix}.parquet")))
+            .unwrap();
         let path = format!("{archive}/{file}");
         let out = db.run(&["import", "--table", table, &path]);
         assert_eq!(out.status.code(), Some(0), "{table}: {}", stderr(&out));
     }
     assert_eq!(ids(&db), before);
     assert_eq!(db.count("memories WHERE embedding IS NULL"), 0);
-    assert_eq!(db.count("links WHERE source_id = 'old1' OR target_id = 'old1'"), old1_links);
+    assert_eq!(
+        db.count("links WHERE source_id = 'old1' OR target_id = 'old1'"),
+        old1_links
+    );
     assert_eq!(
         db.scalar("SELECT COUNT(*) AS n FROM memory_entities WHERE memory_id IN ('old1', 'old2')"),
         entity_rows
@@ -145,12 +205,22 @@ fn an_undo_brings_a_prune_run_back_and_a_rerun_deletes_nothing_new() {
     let out = db.run(&["undo", "--last", "prune"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(states(&db), before);
-    assert_eq!(db.count("links WHERE source_id = 'old1' OR target_id = 'old1'"), old1_links);
+    assert_eq!(
+        db.count("links WHERE source_id = 'old1' OR target_id = 'old1'"),
+        old1_links
+    );
     // Still decayed: the next run prunes them again, and the one after finds nothing to do.
     let again = prune(&db, &["--archive-dir", &archive]);
     assert_eq!(again["counts"]["deleted"], 2, "{again}");
     let last = prune(&db, &["--archive-dir", &archive]);
-    assert_eq!((last["counts"]["deleted"].as_u64(), last["counts"]["archived"].as_u64()), (Some(0), Some(0)), "{last}");
+    assert_eq!(
+        (
+            last["counts"]["deleted"].as_u64(),
+            last["counts"]["archived"].as_u64()
+        ),
+        (Some(0), Some(0)),
+        "{last}"
+    );
 }
 
 #[test]
@@ -162,7 +232,11 @@ fn nothing_is_deleted_when_the_export_cannot_be_written() {
     std::fs::write(&blocked, "not a folder").unwrap();
     let out = db.run(&["prune", "--now", NOW, "--archive-dir", &blocked]);
     assert_ne!(out.status.code(), Some(0));
-    assert!(stderr(&out).contains("blocked"), "the error names the folder: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("blocked"),
+        "the error names the folder: {}",
+        stderr(&out)
+    );
     assert_eq!(ids(&db), before);
     assert_eq!(db.count("audit_log WHERE operation = 'PRUNE'"), 0);
     // The next run with a folder it can write finishes the work (and takes the failed run over).
@@ -176,10 +250,20 @@ fn the_storage_trigger_prunes_only_past_its_bound() {
     let archive = db.path("archive");
     let held = prune(&db, &["--archive-dir", &archive, "--when-rows", "100"]);
     assert!(held["counts"].get("deleted").is_none(), "{held}");
-    assert!(held["notes"][0].as_str().unwrap().contains("within the trigger"), "{held}");
+    assert!(
+        held["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("within the trigger"),
+        "{held}"
+    );
     assert_eq!(db.count("memories"), 10);
     let config = db.path("memlife.toml");
-    std::fs::write(&config, format!("[prune]\narchive_dir = \"{archive}\"\ntrigger_rows = 5\n")).unwrap();
+    std::fs::write(
+        &config,
+        format!("[prune]\narchive_dir = \"{archive}\"\ntrigger_rows = 5\n"),
+    )
+    .unwrap();
     let out = db.run(&["--json", "--config", &config, "prune", "--now", NOW]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();

@@ -85,9 +85,25 @@ fn job_reports_are_pinned() {
     let scores = report(&db, &["scores", "--now", "2025-07-01T00:00:00Z"], 0);
     insta::assert_snapshot!("scores", redact(scores));
     let archive = db.path("archive");
-    let args = ["prune", "--now", "2025-12-01T00:00:00Z", "--archive-dir", &archive];
-    let prune = report(&db, &args, 0).to_string().replace(&archive, "[archive]");
+    let args = [
+        "prune",
+        "--now",
+        "2025-12-01T00:00:00Z",
+        "--archive-dir",
+        &archive,
+    ];
+    let prune = report(&db, &args, 0)
+        .to_string()
+        .replace(&archive, "[archive]");
     insta::assert_snapshot!("prune", redact(serde_json::from_str(&prune).unwrap()));
+    let args = [
+        "sessions",
+        "--embedder",
+        "hash",
+        "--now",
+        "2025-12-01T00:00:00Z",
+    ];
+    insta::assert_snapshot!("sessions", redact(report(&db, &args, 0)));
     let poll = report(&db, &["batches", "poll"], 0);
     insta::assert_snapshot!("batches_poll_idle", redact(poll));
     // The Batch API cycle's reports (with the mock server) are pinned in `llm.rs`.

@@ -26,6 +26,7 @@ pub mod report;
 pub mod rows;
 pub mod schedule;
 pub mod scores;
+pub mod sessions;
 pub mod shard;
 pub mod similarity;
 pub mod summaries;
