@@ -66,6 +66,11 @@ pub struct RecallEvalArgs {
     /// Write every question's candidates with their signals (JSON Lines), to tune weights.
     #[arg(long)]
     pub candidates: Option<PathBuf>,
+    /// Also tell the conversations as narratives: their dialogue turns as episodes of a second
+    /// store, one narrative per session by `memlife sessions`, and the same questions asked of
+    /// the narratives alone (each standing for its episodes' turns); reports the compression.
+    #[arg(long, conflicts_with = "reuse")]
+    pub narratives: bool,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
 }
@@ -86,9 +91,19 @@ struct Question {
     evidence: BTreeSet<String>,
 }
 
+/// One dialogue turn as an episode (`--narratives`).
+struct Turn {
+    id: String,
+    text: String,
+    created_at: i64,
+    session: usize,
+    turn: String,
+}
+
 struct Sample {
     id: String,
     observations: Vec<Observation>,
+    turns: Vec<Turn>,
     /// One day after the last session: the clock of the jobs and the recalls.
     clock: i64,
 }
@@ -137,6 +152,7 @@ fn read_locomo(
             .as_object()
             .ok_or_else(|| anyhow!("{at} ({id}): no observation"))?;
         let mut observations = Vec::new();
+        let mut turns = Vec::new();
         let mut last = 0i64;
         for session in 1.. {
             let Some(when) = conversation.get(&format!("session_{session}_date_time")) else {
@@ -146,6 +162,36 @@ fn read_locomo(
                 anyhow!("{at} ({id}): session_{session}_date_time {when} is not a date")
             })?;
             last = last.max(when);
+            // The session's turns a minute apart (LoCoMo dates sessions, not turns).
+            let said = conversation.get(&format!("session_{session}"));
+            for (i, t) in said
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let (Some(speaker), Some(text)) = (t["speaker"].as_str(), t["text"].as_str())
+                else {
+                    continue;
+                };
+                let Some(turn) = t["dia_id"].as_str().and_then(canonical_turn) else {
+                    continue;
+                };
+                if text.trim().is_empty() {
+                    continue;
+                }
+                turns.push(Turn {
+                    id: uuid::Uuid::new_v5(
+                        &uuid::Uuid::NAMESPACE_OID,
+                        format!("locomo-turn|{id}|{turn}").as_bytes(),
+                    )
+                    .to_string(),
+                    text: format!("{speaker}: {}", text.trim()),
+                    created_at: when + i as i64 * 60_000_000,
+                    session,
+                    turn,
+                });
+            }
             let Some(by_speaker) = observation
                 .get(&format!("session_{session}_observation"))
                 .and_then(Value::as_object)
@@ -212,6 +258,7 @@ fn read_locomo(
         samples.push(Sample {
             id,
             observations,
+            turns,
             clock: last + 86_400_000_000,
         });
     }
@@ -575,8 +622,129 @@ pub async fn run(app: &App, args: &RecallEvalArgs, out: &mut dyn Write) -> Resul
         report["supersessions"] = json!(chains);
         report["after"] = json!(after);
     }
+    if args.narratives {
+        let at = |db: &str, extra: &[&str], fwd: bool| -> Result<Value> {
+            let mut a: Vec<&str> = vec!["--db", db, "--json"];
+            a.extend(base.iter().skip(3).map(String::as_str));
+            a.extend(extra);
+            if fwd {
+                a.extend(forward.iter().map(String::as_str));
+            }
+            Ok(memlife(&a)?.0)
+        };
+        let side = (&samples[..], &questions[..], &raw[..]);
+        let told = narrative_side(app, args, side, (&embedder, &model), &work.path, &at).await?;
+        report["narratives"] = told;
+    }
     print(app.json, &report, args, out)?;
     Ok(ExitStatus::Success)
+}
+
+/// Scores a store of narratives, each standing for the turns `own` gives its episodes.
+async fn score_narratives(
+    app: &App,
+    args: &RecallEvalArgs,
+    store: &Store,
+    (samples, questions, raw): (&[Sample], &[Question], &[Vec<f32>]),
+    (embedder, model): (&Embedder, &str),
+    own: &BTreeMap<String, Vec<String>>,
+) -> Result<Scored> {
+    let none = BTreeMap::new();
+    score_store(
+        app, store, args, samples, questions, raw, embedder, model, own, &none, None,
+    )
+    .await
+}
+
+/// `--narratives`: the samples' dialogue turns as episodes of a second store (`told`), one
+/// narrative per session told by `memlife sessions` at the latest sample's clock, exported
+/// and imported alone into a third (`narratives`), and the questions asked of it: a narrative
+/// stands for the turns of the episodes it holds. `cli(db, args, forward)` runs memlife.
+async fn narrative_side(
+    app: &App,
+    args: &RecallEvalArgs,
+    (samples, questions, raw): (&[Sample], &[Question], &[Vec<f32>]),
+    (embedder, model): (&Embedder, &str),
+    work: &std::path::Path,
+    cli: &dyn Fn(&str, &[&str], bool) -> Result<Value>,
+) -> Result<Value> {
+    let told = work.join("told-db").to_string_lossy().into_owned();
+    let alone = work.join("narratives-db").to_string_lossy().into_owned();
+    let (episodes, parquet) = (work.join("episodes.jsonl"), work.join("narratives.parquet"));
+    let mut lines = String::new();
+    let mut own: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in samples {
+        for t in &s.turns {
+            let row = json!({"id": t.id, "user_id": s.id, "text": t.text, "kind": "episode",
+                "created_at": format_timestamp(t.created_at),
+                "session_id": format!("{}:session_{}", s.id, t.session),
+                "source": format!("locomo:{}:{}", s.id, t.turn)});
+            lines.push_str(&(row.to_string() + "\n"));
+            own.insert(t.id.clone(), vec![t.turn.clone()]);
+        }
+    }
+    std::fs::write(&episodes, lines).with_context(|| format!("writing {}", episodes.display()))?;
+    let clock = samples.iter().map(|s| s.clock).max().unwrap_or_default();
+    let (_, _) = (
+        std::fs::remove_dir_all(&told),
+        std::fs::remove_dir_all(&alone),
+    );
+    cli(&told, &["init"], false)?;
+    cli(&told, &["import", &episodes.to_string_lossy()], false)?;
+    let report = cli(
+        &told,
+        &["sessions", "--now", &format_timestamp(clock)],
+        true,
+    )?;
+    let narratives = report["counts"]["narratives"].as_u64().unwrap_or(0);
+    let out = parquet.to_string_lossy();
+    cli(
+        &told,
+        &["export", "--where", "kind = 'narrative'", "-o", &out],
+        false,
+    )?;
+    cli(&alone, &["init"], false)?;
+    cli(&alone, &["import", &out], false)?;
+    let store = Store::open(&alone).await?;
+    let (made, asked) = ((embedder, model), (samples, questions, raw));
+    let scored = score_narratives(app, args, &store, asked, made, &own).await?;
+    // Strictly: a narrative stands only for the turns whose words it kept (the turn's first
+    // 40 characters, speaker included, in its text); a paraphrase keeps none by this measure.
+    #[derive(serde::Deserialize)]
+    struct Told {
+        text: String,
+        consolidates_memory_ids: Option<Vec<String>>,
+    }
+    let said: BTreeMap<&str, &str> = samples
+        .iter()
+        .flat_map(|s| s.turns.iter().map(|t| (t.id.as_str(), t.text.as_str())))
+        .collect();
+    let mut kept: BTreeMap<String, Vec<String>> = own.keys().map(|k| (k.clone(), vec![])).collect();
+    for n in store.scan_rows::<Told>("memories", None).await? {
+        for member in n.consolidates_memory_ids.iter().flatten() {
+            let words: String = said
+                .get(member.as_str())
+                .unwrap_or(&"")
+                .chars()
+                .take(40)
+                .collect();
+            if !words.is_empty() && n.text.contains(&words) {
+                kept.insert(member.clone(), own.get(member).cloned().unwrap_or_default());
+            }
+        }
+    }
+    let literal = score_narratives(app, args, &store, asked, made, &kept).await?;
+    let turns = own.len();
+    let kept_turns = kept.values().filter(|t| !t.is_empty()).count();
+    Ok(json!({
+        "episodes": turns,
+        "narratives": narratives,
+        "compression": if narratives == 0 { 0.0 } else { turns as f64 / narratives as f64 },
+        "offline_fallbacks": report["counts"]["offline_fallbacks"],
+        "turns_kept_word_for_word": kept_turns,
+        "scored": scored,
+        "scored_kept_words": literal,
+    }))
 }
 
 async fn embed_texts(embedder: &Embedder, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
@@ -732,6 +900,28 @@ fn print(json: bool, report: &Value, args: &RecallEvalArgs, out: &mut dyn Write)
             )?;
         }
         table(out, "after maintenance", &report["after"])?;
+    }
+    if let Some(n) = report.get("narratives") {
+        writeln!(
+            out,
+            "\nnarratives: {} dialogue turns as episodes, told in {} narratives (compression {:.1}:1, {} offline)",
+            n["episodes"],
+            n["narratives"],
+            n["compression"].as_f64().unwrap_or(0.0),
+            n["offline_fallbacks"]
+        )?;
+        table(
+            out,
+            "the narratives alone, each standing for its session's turns",
+            &n["scored"],
+        )?;
+        writeln!(
+            out,
+            "\n{} of the turns kept word for word",
+            n["turns_kept_word_for_word"]
+        )?;
+        let strict = "the narratives alone, each standing for the turns it kept word for word";
+        table(out, strict, &n["scored_kept_words"])?;
     }
     Ok(())
 }
