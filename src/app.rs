@@ -12,11 +12,28 @@ use tokio::sync::OnceCell;
 
 use crate::config::Config;
 use crate::embedders::{Embedder, EmbedderArgs};
-use crate::jobs::JobScope;
 use crate::llm::{Llm, LlmArgs};
 use crate::logic::shard::{Shard, UserScope};
 use crate::model::clock::Clock;
 use crate::store::Store;
+
+/// The flags every job shares.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct JobScope {
+    /// Process one user only (default: every user, each independently).
+    #[arg(long, conflicts_with = "shard")]
+    pub user: Option<String>,
+
+    /// Process one shard of the users: I/N is the I-th (from 0) of N shards, users split by a
+    /// stable hash of their id, so N runs given 0/N to N-1/N process every user exactly once
+    /// (on one host or many; the Airflow DAG fans them out).
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<crate::logic::shard::Shard>,
+
+    /// Compute and report, but write nothing (not even the run log).
+    #[arg(long)]
+    pub dry_run: bool,
+}
 
 /// The global flags every command shares.
 #[derive(clap::Args, Debug, Clone)]

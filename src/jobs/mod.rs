@@ -33,30 +33,12 @@ use chrono::Utc;
 use serde::Serialize;
 
 use crate::app::App;
-pub use crate::app::JobCtx;
+pub use crate::app::{JobCtx, JobScope};
 use crate::exit::ExitStatus;
 use crate::llm::batch::Applier;
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
 use crate::model::schema::RUNS;
-
-/// The flags every job shares.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct JobScope {
-    /// Process one user only (default: every user, each independently).
-    #[arg(long, conflicts_with = "shard")]
-    pub user: Option<String>,
-
-    /// Process one shard of the users: I/N is the I-th (from 0) of N shards, users split by a
-    /// stable hash of their id, so N runs given 0/N to N-1/N process every user exactly once
-    /// (on one host or many; the Airflow DAG fans them out).
-    #[arg(long, value_name = "I/N")]
-    pub shard: Option<crate::logic::shard::Shard>,
-
-    /// Compute and report, but write nothing (not even the run log).
-    #[arg(long)]
-    pub dry_run: bool,
-}
 
 /// What the frame asks of a job's arguments.
 pub trait Job {

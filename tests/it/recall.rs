@@ -592,6 +592,30 @@ fn eval_recall_scores_recall_beside_cosine_on_conversations() {
 }
 
 #[test]
+fn eval_recall_narratives_tells_each_session_and_scores_the_narratives_alone() {
+    let r = eval_fixture(&["--narratives"]);
+    let n = &r["narratives"];
+    // Two conversations of the fixture, each session told once from its turns.
+    assert_eq!(n["narratives"], 3, "{n}");
+    assert_eq!(n["episodes"], 9);
+    assert_eq!(n["compression"], 3.0);
+    assert_eq!(
+        n["scored"]["live_memories"], 3,
+        "the narratives alone are asked"
+    );
+    // Standing for its session, a narrative answers at least what it kept word for word.
+    let kept = n["turns_kept_word_for_word"].as_u64().unwrap();
+    assert!(kept > 0 && kept <= 9, "{n}");
+    for side in ["recall", "cosine"] {
+        let whole = n["scored"]["overall"][side]["hit"]["3"].as_f64().unwrap();
+        let strict = n["scored_kept_words"]["overall"][side]["hit"]["3"]
+            .as_f64()
+            .unwrap();
+        assert!(strict <= whole, "{side}: {n}");
+    }
+}
+
+#[test]
 fn eval_recall_maintain_runs_the_nightly_jobs_and_scores_again() {
     let r = eval_fixture(&["--maintain"]);
     let jobs = r["jobs"].as_object().unwrap();
