@@ -641,7 +641,7 @@ pub async fn run(app: &App, args: &RecallEvalArgs, out: &mut dyn Write) -> Resul
 }
 
 /// memlife run on a database (`db`, the arguments, whether the embedder flags go along).
-type MemlifeAt = dyn Fn(&str, &[&str], bool) -> Result<Value>;
+type MemlifeAt<'a> = dyn Fn(&str, &[&str], bool) -> Result<Value> + 'a;
 
 /// Scores a store of narratives, each standing for the turns `own` gives its episodes.
 async fn score_narratives(
@@ -669,7 +669,7 @@ async fn narrative_side(
     (samples, questions, raw): (&[Sample], &[Question], &[Vec<f32>]),
     (embedder, model): (&Embedder, &str),
     work: &std::path::Path,
-    cli: &MemlifeAt,
+    cli: &MemlifeAt<'_>,
 ) -> Result<Value> {
     let told = work.join("told-db").to_string_lossy().into_owned();
     let alone = work.join("narratives-db").to_string_lossy().into_owned();
