@@ -43,6 +43,10 @@ pub struct YearBench {
     /// Leave optimize out of the schedule (the baseline).
     #[arg(long)]
     pub no_optimize: bool,
+    /// Put seed 004's daily jobs in the schedule: `sessions` and `prune` (exporting what it
+    /// deletes to `db.prune-archive`, whose bytes each record gives beside the tables').
+    #[arg(long)]
+    pub prune: bool,
     /// `[retention] keep_versions_days` for optimize (default: the configuration's, 14).
     #[arg(long)]
     pub keep_versions_days: Option<f64>,
@@ -68,9 +72,12 @@ pub struct YearBench {
     pub until_day: Option<usize>,
 }
 
-/// The nightly steps of day `day` (1-based).
-fn steps_of(day: usize, optimize: bool) -> Vec<&'static str> {
+/// The nightly steps of day `day` (1-based), `nightly` runs them in its pipeline's order.
+fn steps_of(day: usize, optimize: bool, prune: bool) -> Vec<&'static str> {
     let mut steps = vec!["embed", "entities", "scores", "link"];
+    if prune {
+        steps.extend(["sessions", "prune"]);
+    }
     if day.is_multiple_of(7) {
         steps.extend(["cluster", "consolidate", "refine", "describe"]);
     }
@@ -81,6 +88,24 @@ fn steps_of(day: usize, optimize: bool) -> Vec<&'static str> {
         steps.push("optimize");
     }
     steps
+}
+
+/// Bytes of the files in a folder (0 when there is none).
+fn folder_bytes(dir: &Path) -> u64 {
+    let files = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    files
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Memories neither archived nor superseded.
+fn live_memories(db: &str) -> Result<u64> {
+    let sql = "SELECT COUNT(*) AS n FROM memories WHERE archived_at IS NULL \
+               AND state <> 'archived' AND superseded_by IS NULL";
+    let (text, _) = super::harness::memlife_text(&["--db", db, "sql", sql, "--format", "jsonl"])?;
+    let row: Value = serde_json::from_str(text.trim()).unwrap_or(Value::Null);
+    Ok(row["n"].as_u64().unwrap_or(0))
 }
 
 fn storage(db: &str) -> Result<Value> {
@@ -164,7 +189,7 @@ struct YearState {
 
 /// The bench's options that decide what the year does; a resumed year must have the same.
 fn shape_of(bench: &YearBench, retention: &RetentionSection) -> Value {
-    json!({
+    let mut shape = json!({
         "memories": bench.memories,
         "days": bench.days,
         "users": bench.users,
@@ -173,7 +198,12 @@ fn shape_of(bench: &YearBench, retention: &RetentionSection) -> Value {
         "optimize": !bench.no_optimize,
         "embedder": bench.embedder,
         "retention": retention,
-    })
+    });
+    // Only a year with prune says so: years kept before the option resume as they were.
+    if bench.prune {
+        shape["prune"] = json!(true);
+    }
+    shape
 }
 
 const STATE_FILE: &str = "year-state.json";
@@ -369,7 +399,7 @@ fn live_day(
     if bench.recalls_per_day > 0 {
         times.insert("recall".into(), recall_s / bench.recalls_per_day as f64);
     }
-    let steps = steps_of(day, !bench.no_optimize).join(",");
+    let steps = steps_of(day, !bench.no_optimize, bench.prune).join(",");
     let (report, _) = with_config(&[
         "nightly",
         "--steps",
@@ -456,6 +486,12 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
                 "seconds": times,
                 "storage": storage(&db)?,
             }));
+            if bench.prune {
+                let archive = work.path.join("db.prune-archive");
+                let last = state.records.last_mut().expect("just pushed");
+                last["prune_archive_bytes"] = json!(folder_bytes(&archive));
+                last["live_memories"] = json!(live_memories(&db)?);
+            }
             let record = state.records.last().expect("just pushed");
             // The bar steps aside while the line is written (both may be the terminal).
             bar.suspend(|| {
@@ -553,11 +589,17 @@ mod tests {
 
     #[test]
     fn the_days_schedule_follows_the_cadences() {
-        assert_eq!(steps_of(1, true), ["embed", "entities", "scores", "link"]);
-        let week = steps_of(7, true);
+        assert_eq!(
+            steps_of(1, true, false),
+            ["embed", "entities", "scores", "link"]
+        );
+        let week = steps_of(7, true, false);
         assert!(week.contains(&"consolidate") && week.contains(&"optimize"));
-        assert!(!steps_of(7, false).contains(&"optimize"));
-        assert!(steps_of(30, true).contains(&"entity-gc"));
-        assert!(!steps_of(29, true).contains(&"entity-gc"));
+        assert!(!steps_of(7, false, false).contains(&"optimize"));
+        assert!(steps_of(30, true, false).contains(&"entity-gc"));
+        assert!(!steps_of(29, true, false).contains(&"entity-gc"));
+        // Seed 004's jobs run daily when asked for.
+        let daily = steps_of(1, true, true);
+        assert!(daily.contains(&"sessions") && daily.contains(&"prune"));
     }
 }
