@@ -8,6 +8,11 @@
 //! narrative's episodes instead of deleting them). The report gives the compression: memories
 //! told per narrative (seed 004 aims at 10:1).
 //!
+//! With `--mode batch` the sessions' requests go to the Batch API (one batch per user) and
+//! `memlife batches poll` writes their narratives through `SessionsApplier`, at the clock of
+//! the run that submitted them; a session whose memories wait in a batch is not submitted
+//! again.
+//!
 //! One narrative per session: its id is derived from the user and the session, so a rerun
 //! finds it written and tells nothing twice. Writes, each one Lance commit: the NARRATE audit
 //! rows (the narrative as it will be written), then the narratives with their vectors. A run
@@ -16,14 +21,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::embedders::{Embedded, EmbedderArgs};
+use crate::embedders::{Embedded, Embedder, EmbedderArgs};
+use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::offline::narrate as offline_narrate;
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
-use crate::llm::{CallMode, Item, LlmArgs};
+use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::logic::sessions::{
     EndedSession, NarrativeParts, SessionMemory, compression, ended_sessions, narrative_id,
     narrative_row,
@@ -33,6 +39,7 @@ use crate::model::encoding::format_timestamp;
 use crate::model::schema::MEMORIES;
 use crate::model::typed::MemoryRow;
 use crate::store::audit::AuditRow;
+use crate::store::{Store, sql_list};
 
 /// Sessions that ended, told as narratives (LLM `session.narrate`, offline fallback).
 #[derive(clap::Args, Debug, Clone)]
@@ -55,6 +62,10 @@ impl Job for SessionsArgs {
 
     fn clock(&self) -> Option<Clock> {
         self.now
+    }
+
+    fn applier() -> Option<Box<dyn Applier>> {
+        Some(Box::new(SessionsApplier))
     }
 }
 
@@ -79,60 +90,66 @@ fn parts_of(r: &crate::llm::tasks::NarrateReply) -> NarrativeParts {
     }
 }
 
+/// The request telling session `s`, at the run's clock `now`.
+fn item_of(s: &EndedSession<'_>, now: &str) -> Item {
+    Item {
+        custom_id: s.narrative_id.clone(),
+        input: TaskInput {
+            task: Task::SessionNarrate,
+            memories: s.memories.iter().map(|m| view(m)).collect(),
+            proposal: None,
+            now: now.to_string(),
+            question: None,
+        },
+    }
+}
+
+/// A session's narrative parts from the LLM layer's outcome, or the offline judge's
+/// extractive narrative where it gave no valid reply (or an empty summary), with the reason.
+fn parts_from(item: &Item, outcome: &Outcome) -> (NarrativeParts, Option<String>) {
+    let why = match (&outcome.reply, &outcome.failure) {
+        (Some(Reply::Narrate(r)), None) if !r.summary.trim().is_empty() => {
+            return (parts_of(r), None);
+        }
+        (_, Some(failure)) => failure.clone(),
+        (Some(_), None) => "an empty summary".to_string(),
+        (None, None) => "no reply".to_string(),
+    };
+    (parts_of(&offline_narrate(&item.input.memories)), Some(why))
+}
+
 /// Each session's narrative parts: the LLM layer's, or the offline judge's where it gave no
 /// valid reply (noted). With the run's usage.
 async fn tell(
-    ctx: &JobCtx<'_>,
-    args: &SessionsArgs,
+    llm: &crate::llm::Llm,
+    items: &[Item],
     ended: &[EndedSession<'_>],
     report: &mut JobReport,
     counts: &mut BTreeMap<String, u64>,
-) -> Result<Vec<NarrativeParts>> {
-    let llm = ctx.app.llm(&args.llm).await?;
-    if llm.mode == CallMode::Batch {
-        bail!("sessions runs online (--mode online): its Batch API round is not built yet");
-    }
-    let now = format_timestamp(ctx.now.timestamp_micros());
-    let items: Vec<Item> = ended
-        .iter()
-        .map(|s| Item {
-            custom_id: s.narrative_id.clone(),
-            input: TaskInput {
-                task: Task::SessionNarrate,
-                memories: s.memories.iter().map(|m| view(m)).collect(),
-                proposal: None,
-                now: now.clone(),
-                question: None,
-            },
-        })
-        .collect();
-    let outcomes = llm.run(items.clone()).await;
+) -> Vec<NarrativeParts> {
+    let outcomes = llm.run(items.to_vec()).await;
     report.llm = Some(llm.usage(&outcomes));
     let mut out = Vec::with_capacity(ended.len());
     let mut fallbacks = 0;
-    for ((s, item), outcome) in ended.iter().zip(&items).zip(&outcomes) {
-        out.push(match (&outcome.reply, &outcome.failure) {
-            (Some(Reply::Narrate(r)), None) => parts_of(r),
-            (_, failure) => {
-                fallbacks += 1;
-                report.notes.push(format!(
-                    "session {} of {}: offline narrative ({})",
-                    s.session,
-                    s.user,
-                    failure.as_deref().unwrap_or("no reply")
-                ));
-                parts_of(&offline_narrate(&item.input.memories))
-            }
-        });
+    for ((s, item), outcome) in ended.iter().zip(items).zip(&outcomes) {
+        let (parts, why) = parts_from(item, outcome);
+        if let Some(why) = why {
+            fallbacks += 1;
+            report.notes.push(format!(
+                "session {} of {}: offline narrative ({why})",
+                s.session, s.user
+            ));
+        }
+        out.push(parts);
     }
     counts.insert("offline_fallbacks".into(), fallbacks);
-    Ok(out)
+    out
 }
 
 /// The narratives logged, then embedded and written (see the module for the order).
 async fn write(
-    ctx: &JobCtx<'_>,
-    args: &SessionsArgs,
+    store: &Store,
+    embedder: &Embedder,
     run_id: &str,
     rows: &[MemoryRow],
     now: i64,
@@ -146,10 +163,8 @@ async fn write(
         a.after_state = Some(json!({"memory": row.to_json()}).to_string());
         audit.push(a);
     }
-    ctx.store.write_audit(&audit).await?;
+    store.write_audit(&audit).await?;
     crate::crash::point("sessions.after-audit");
-    let dim = ctx.store.embedding_dim();
-    let embedder = ctx.app.embedder(&args.embedder, dim, 16).await?;
     let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
     let mut vectors = Vec::with_capacity(rows.len());
     let mut written = Vec::with_capacity(rows.len());
@@ -163,8 +178,86 @@ async fn write(
             ..row.clone()
         });
     }
-    ctx.store.upsert_memories(&written, &vectors, now).await?;
+    store.upsert_memories(&written, &vectors, now).await?;
     Ok(())
+}
+
+/// Applies `sessions` batches for `batches poll`: each item's narrative, from the provider's
+/// reply or the offline judge's, told from the session's memories as they are now and written
+/// as an online run writes it, at the submitting run's clock. A narrative already written (an
+/// earlier attempt at the same batch) is not written again.
+pub struct SessionsApplier;
+
+#[async_trait::async_trait]
+impl Applier for SessionsApplier {
+    async fn apply(
+        &self,
+        env: &ApplyEnv<'_>,
+        record: &BatchRecord,
+        items: &[Item],
+        outcomes: &[Outcome],
+    ) -> Result<BTreeMap<String, u64>> {
+        let store = env.store;
+        let now = super::batch_clock(record, items)?;
+        let ids: Vec<String> = items.iter().map(|i| i.custom_id.clone()).collect();
+        let written = store.ids_present(MEMORIES.name, &ids, None).await?;
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        counts.insert("narratives_written_before".into(), written.len() as u64);
+        let memory_ids: Vec<String> = items
+            .iter()
+            .filter(|i| !written.contains(&i.custom_id))
+            .flat_map(|i| i.input.memories.iter().map(|m| m.id.clone()))
+            .collect();
+        if memory_ids.is_empty() {
+            return Ok(counts);
+        }
+        let filter = format!("id IN ({})", sql_list(&memory_ids));
+        let memories: Vec<SessionMemory> = store.scan_rows(MEMORIES.name, Some(&filter)).await?;
+        let by_id: BTreeMap<&str, &SessionMemory> =
+            memories.iter().map(|m| (m.id.as_str(), m)).collect();
+        let mut rows = Vec::new();
+        for (item, outcome) in items.iter().zip(outcomes) {
+            if written.contains(&item.custom_id) {
+                continue;
+            }
+            // The memories still in the store, in the order they were told.
+            let told: Vec<&SessionMemory> = item
+                .input
+                .memories
+                .iter()
+                .filter_map(|m| by_id.get(m.id.as_str()).copied())
+                .collect();
+            let Some(first) = told.first() else {
+                *counts.entry("sessions_gone".into()).or_default() += 1;
+                continue;
+            };
+            let session = EndedSession {
+                user: &first.user_id,
+                session: first.session_id.as_deref().unwrap_or_default(),
+                narrative_id: item.custom_id.clone(),
+                memories: told.clone(),
+                left_out: 0,
+            };
+            let (parts, why) = parts_from(item, outcome);
+            if why.is_some() {
+                *counts.entry("offline_fallbacks".into()).or_default() += 1;
+            }
+            rows.push(narrative_row(&session, &parts, now));
+        }
+        if !rows.is_empty() {
+            let embedder = (env.embedder)()?;
+            write(store, &embedder, &record.run_id, &rows, now).await?;
+        }
+        counts.insert("narratives".into(), rows.len() as u64);
+        Ok(counts)
+    }
+
+    fn result_keys(&self, record: &BatchRecord, items: &[Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|item| AuditRow::new(&record.run_id, "NARRATE", &item.custom_id, 0).id)
+            .collect()
+    }
 }
 
 pub async fn run(ctx: &JobCtx<'_>, args: &SessionsArgs) -> Result<JobReport> {
@@ -199,17 +292,40 @@ pub async fn run(ctx: &JobCtx<'_>, args: &SessionsArgs) -> Result<JobReport> {
             ended.len()
         ));
     }
+    let llm = ctx.app.llm(&args.llm).await?;
+    let now_text = format_timestamp(now);
+    if llm.mode == CallMode::Batch {
+        // Sessions whose memories wait in a submitted batch are not submitted again.
+        let pending =
+            crate::llm::batch::memories_in_pending(&ctx.store, JobName::Sessions.as_str()).await?;
+        let (waiting, ready): (Vec<_>, Vec<_>) = ended
+            .iter()
+            .partition(|s| s.memories.iter().any(|m| pending.contains(&m.id)));
+        if !waiting.is_empty() {
+            counts.insert("sessions_in_pending_batches".into(), waiting.len() as u64);
+        }
+        if !ctx.dry_run && !ready.is_empty() {
+            let items = ready
+                .iter()
+                .map(|s| (s.user.to_string(), item_of(s, &now_text)));
+            log.submit_batches_by_user(
+                ctx,
+                &llm,
+                (Task::SessionNarrate, items, "sessions"),
+                &mut counts,
+                &mut report.notes,
+            )
+            .await?;
+        }
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
     let mut rows = Vec::new();
     if !ended.is_empty() {
-        let parts = tell(ctx, args, &ended, &mut report, &mut counts).await?;
+        let items: Vec<Item> = ended.iter().map(|s| item_of(s, &now_text)).collect();
+        let parts = tell(&llm, &items, &ended, &mut report, &mut counts).await;
         for (s, parts) in ended.iter().zip(&parts) {
-            if parts.summary.trim().is_empty() {
-                report.notes.push(format!(
-                    "session {} of {}: nothing to tell",
-                    s.session, s.user
-                ));
-                continue;
-            }
             rows.push(narrative_row(s, parts, now));
         }
     }
@@ -222,7 +338,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &SessionsArgs) -> Result<JobReport> {
         }
     } else {
         if !rows.is_empty() {
-            write(ctx, args, log.run_id(), &rows, now).await?;
+            let embedder = ctx
+                .app
+                .embedder(&args.embedder, ctx.store.embedding_dim(), 16)
+                .await?;
+            write(&ctx.store, &embedder, log.run_id(), &rows, now).await?;
         }
     }
     report.counts = counts;

@@ -474,6 +474,19 @@ const REFINE_BATCH: &[&str] = &[
     "--mode",
     "batch",
 ];
+const SESSIONS_BATCH: &[&str] = &[
+    "--config",
+    "{config}",
+    "sessions",
+    "--embedder",
+    "hash",
+    "--now",
+    "2025-09-01T00:00:00Z",
+    "--llm",
+    "providers",
+    "--mode",
+    "batch",
+];
 const ENTITIES_BATCH: &[&str] = &[
     "--config",
     "{config}",
@@ -569,6 +582,17 @@ const BATCH_SCENARIOS: &[Scenario] = &[
             "batches.poll.after-apply",
         ],
         witness: "SELECT COUNT(*) AS n FROM memories WHERE source = 'refine'",
+    },
+    Scenario {
+        name: "batches poll (sessions)",
+        setup: &[&["import", "{sessions}"], SESSIONS_BATCH],
+        job: POLL,
+        points: &[
+            "batches.poll.after-download",
+            "sessions.after-audit",
+            "batches.poll.after-apply",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE kind = 'narrative'",
     },
     Scenario {
         name: "entities (batch submission)",

@@ -138,3 +138,72 @@ fn a_provider_tells_over_http_and_malformed_replies_fall_back_to_the_offline_nar
         "the fallback says why: {notes}"
     );
 }
+
+#[test]
+fn in_batch_mode_the_poll_writes_the_narratives_once_as_an_online_run_would() {
+    let db = prepared();
+    let mock = Mock::start(&[]);
+    let config = both_roles_config(&db, &mock);
+    let batch = ["--llm", "providers", "--mode", "batch"];
+    let submitted = sessions(&db, &["--config", &config], AFTER, &batch);
+    assert_eq!(submitted["counts"]["batches_submitted"], 1, "{submitted}");
+    assert_eq!(submitted["counts"]["items_submitted"], 2, "{submitted}");
+    assert!(
+        narratives(&db).is_empty(),
+        "nothing is written before the poll"
+    );
+    // Sessions waiting in a batch are not submitted again.
+    let again = sessions(&db, &["--config", &config], AFTER, &batch);
+    assert_eq!(again["counts"]["sessions_in_pending_batches"], 2, "{again}");
+    assert_eq!(again["counts"].get("batches_submitted"), None, "{again}");
+
+    let poll = |db: &TestDb| {
+        let out = db.run(&[
+            "--json",
+            "--config",
+            &config,
+            "batches",
+            "poll",
+            "--embedder",
+            "hash",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+        serde_json::from_str::<serde_json::Value>(&stdout(&out)).unwrap()
+    };
+    let polled = poll(&db);
+    assert_eq!(polled["counts"]["applied"], 1, "{polled}");
+    let told = narratives(&db);
+    assert_eq!(told.len(), 2);
+    assert_eq!(
+        told[0]["consolidates_memory_ids"],
+        serde_json::json!(["a1", "a2", "a3", "a4"])
+    );
+    assert_eq!(told[0]["created_at"], "2026-03-01T10:12:00Z");
+    assert!(told.iter().all(|n| n["embedded"] == true));
+    // The same narratives as an online run against the same provider.
+    let online = prepared();
+    let online_config = both_roles_config(&online, &mock);
+    sessions(
+        &online,
+        &["--config", &online_config],
+        AFTER,
+        &["--llm", "providers"],
+    );
+    let text = |rows: Vec<serde_json::Value>| -> Vec<serde_json::Value> {
+        rows.iter().map(|r| r["text"].clone()).collect()
+    };
+    assert_eq!(text(narratives(&db)), text(narratives(&online)));
+    // Applied once: a second poll and a later run add nothing, and check passes.
+    poll(&db);
+    let later = sessions(&db, &["--config", &config], AFTER, &batch);
+    assert_eq!(later["counts"]["sessions_ended"], 0, "{later}");
+    assert_eq!(db.count("audit_log WHERE operation = 'NARRATE'"), 2);
+    let out = db.run(&["check"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
