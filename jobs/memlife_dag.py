@@ -49,6 +49,12 @@ with DAG(
     ).expand(
         bash_command=[f"{MEMLIFE} sessions --llm providers --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
+    # recurring patterns in the last 7 days' narratives (clusters of 3 or more), stored as learning_pattern memories with their evidence (seed 004) (one task per shard)
+    insights_task = BashOperator.partial(
+        task_id="insights",
+    ).expand(
+        bash_command=[f"{MEMLIFE} insights --llm providers --shard {i}/{SHARDS}" for i in range(SHARDS)],
+    )
     # named entities of new or changed memories, and shares_entity links (one task per shard)
     entities_task = BashOperator.partial(
         task_id="entities",
@@ -72,6 +78,12 @@ with DAG(
         task_id="scores",
     ).expand(
         bash_command=[f"{MEMLIFE} scores --shard {i}/{SHARDS}" for i in range(SHARDS)],
+    )
+    # each user's profile anchor moved 10% toward the new narratives' mean; drift from the origin logged above 0.2 and 0.4 (seed 004) (one task per shard)
+    anchor_task = BashOperator.partial(
+        task_id="anchor",
+    ).expand(
+        bash_command=[f"{MEMLIFE} anchor --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
     # seed 004's pruner in the 2-5am maintenance window: decayed, unemotional, unused memories no keep rule protects are archived (provenance) or exported to Parquet and deleted (logged first) (one task per shard)
     prune_task = BashOperator.partial(
@@ -99,7 +111,7 @@ with DAG(
         task_id="check",
         bash_command=f"{MEMLIFE} check",
     )
-    import_task >> embed_task >> sessions_task >> entities_task >> describe_task >> link_task >> scores_task >> prune_task >> optimize_light_task >> batches_cleanup_task >> stats_task >> check_task
+    import_task >> embed_task >> sessions_task >> insights_task >> entities_task >> describe_task >> link_task >> scores_task >> anchor_task >> prune_task >> optimize_light_task >> batches_cleanup_task >> stats_task >> check_task
 
 with DAG(
     dag_id="memlife_integrate",

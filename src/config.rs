@@ -24,6 +24,7 @@ pub const DEFAULT_TASK_ROLES: &[(&str, &str)] = &[
     ("entities.extract", "fast"),
     ("recall.answer", "reasoning"),
     ("session.narrate", "fast"),
+    ("insight.extract", "reasoning"),
 ];
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -75,6 +76,12 @@ pub struct Config {
     /// When a session has ended and how many of its memories `memlife sessions` tells.
     #[serde(default)]
     pub sessions: crate::logic::sessions::SessionParams,
+    /// Which narratives `memlife insights` reads and how it clusters them.
+    #[serde(default)]
+    pub insights: crate::logic::insights::InsightParams,
+    /// How `memlife anchor` moves a user's profile anchor and when its drift is an event.
+    #[serde(default)]
+    pub anchor: crate::logic::anchor::AnchorParams,
     /// Where the configuration came from (not read from the file).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -427,6 +434,8 @@ impl Config {
         self.retention.validate()?;
         self.prune.validate().map_err(anyhow::Error::msg)?;
         self.sessions.validate().map_err(anyhow::Error::msg)?;
+        self.insights.validate().map_err(anyhow::Error::msg)?;
+        self.anchor.validate().map_err(anyhow::Error::msg)?;
         for (model, t) in &self.thresholds {
             for (key, value) in [
                 ("link", t.link),

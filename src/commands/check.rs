@@ -105,6 +105,28 @@ fn reference_queries() -> Vec<(String, String)> {
              FROM memories) WHERE member NOT IN (SELECT id FROM memories)",
         ),
         (
+            "insights: a pattern's evidence are narratives of its user",
+            "SELECT p.id, p.member, n.kind, n.user_id FROM (SELECT id, user_id, \
+               unnest(consolidates_memory_ids) AS member FROM memories \
+               WHERE kind = 'learning_pattern' AND source = 'insights') p \
+             LEFT JOIN memories n ON n.id = p.member \
+             WHERE n.id IS NULL OR n.kind <> 'narrative' OR n.user_id <> p.user_id",
+        ),
+        (
+            "insights: every pattern logged by a finished run was written (or pruned since)",
+            "SELECT id, target_id FROM audit_log \
+             WHERE operation = 'INSIGHT' AND classification = 'PATTERN' AND {NOT_UNDONE} \
+               AND run_id IN (SELECT run_id FROM runs WHERE status IN ('done', 'partial')) \
+               AND target_id NOT IN (SELECT id FROM memories) \
+               AND target_id NOT IN (SELECT target_id FROM audit_log \
+                                     WHERE operation = 'PRUNE' AND classification = 'DELETE')",
+        ),
+        (
+            "anchor: drift is a cosine distance and the user has memories",
+            "SELECT user_id, drift FROM anchors WHERE drift < 0 OR drift > 2 \
+               OR user_id NOT IN (SELECT DISTINCT user_id FROM memories)",
+        ),
+        (
             "sessions: one narrative per session",
             "SELECT user_id, session_id, COUNT(*) AS narratives FROM memories \
              WHERE kind = 'narrative' AND source = 'sessions' \
@@ -182,7 +204,7 @@ fn reference_queries() -> Vec<(String, String)> {
 const NOT_UNDONE: &str = "run_id NOT IN (SELECT source_ids[1] FROM audit_log \
      WHERE operation = 'UNDO' AND classification LIKE 'REVERTED %' AND target_id IN \
      ('memories', 'links', 'entities', 'memory_entities', 'clusters', 'entity_scans', \
-     'review_queue'))";
+     'review_queue', 'anchors'))";
 
 fn rows_of(batches: &[RecordBatch]) -> Vec<serde_json::Value> {
     crate::store::json_rows(batches)

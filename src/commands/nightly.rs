@@ -36,20 +36,22 @@ use crate::store::Store;
 pub const STEPS: &[&str] = &[
     "embed",
     "sessions",
+    "insights",
     "entities",
     "scores",
     "link",
     "cluster",
     "consolidate",
     "refine",
+    "anchor",
     "prune",
     "entity-gc",
     "describe",
     "optimize",
 ];
 
-/// The maintenance pipeline: embed, sessions, entities, scores, link, cluster, consolidate,
-/// refine, prune, entity-gc, describe, and optimize (in full when due, else --light); each step its own
+/// The maintenance pipeline: embed, sessions, insights, entities, scores, link, cluster,
+/// consolidate, refine, anchor, prune, entity-gc, describe, and optimize (in full when due, else --light); each step its own
 /// run; one report.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct NightlyArgs {
@@ -404,6 +406,8 @@ fn highlights(o: &StepOutcome) -> String {
         "consolidate" => &["consolidated", "memories_archived"],
         "refine" => &["split", "trimmed", "memories_created"],
         "sessions" => &["narratives", "memories_told"],
+        "insights" => &["clusters_asked", "patterns"],
+        "anchor" => &["anchors_updated", "drift_warnings", "drift_critical"],
         "prune" => &["archived", "deleted"],
         "entity-gc" => &["archived", "merged", "deleted"],
         "describe" => &["described"],

@@ -33,7 +33,8 @@ use serde_json::{Value, json};
 
 use crate::jobs::{ItemFailure, JobCtx, JobReport, RunLog, Status};
 use crate::model::schema::{
-    CLUSTERS, ENTITIES, ENTITY_SCANS, LINKS, MEMORIES, MEMORY_ENTITIES, REVIEW_QUEUE, TableSpec,
+    ANCHORS, CLUSTERS, ENTITIES, ENTITY_SCANS, LINKS, MEMORIES, MEMORY_ENTITIES, REVIEW_QUEUE,
+    TableSpec,
 };
 use crate::model::typed::{RunRecord, rows_of};
 use crate::store::audit::{AuditRow, derived_id};
@@ -49,6 +50,7 @@ pub const REVERTIBLE: &[&TableSpec] = &[
     &CLUSTERS,
     &ENTITY_SCANS,
     &REVIEW_QUEUE,
+    &ANCHORS,
 ];
 
 type Key = Vec<String>;

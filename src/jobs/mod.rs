@@ -6,6 +6,7 @@
 //! applier lookup `batches poll` uses. Every run leaves a row in `runs`; its `JobReport`
 //! prints as a table for people or as JSON for schedulers and gives the exit status.
 
+pub mod anchor;
 pub mod cluster;
 pub mod consolidate;
 pub mod describe;
@@ -13,6 +14,7 @@ pub mod embed;
 pub mod entities;
 pub mod entity_gc;
 pub mod import;
+pub mod insights;
 pub mod integrate;
 pub mod integrate_batch;
 pub mod link;
@@ -146,6 +148,8 @@ register_jobs! {
     Optimize => optimize::OptimizeArgs, "optimize";
     Prune => prune::PruneArgs, "prune";
     Sessions => sessions::SessionsArgs, "sessions";
+    Insights => insights::InsightsArgs, "insights";
+    Anchor => anchor::AnchorArgs, "anchor";
 }
 
 impl std::fmt::Display for JobName {

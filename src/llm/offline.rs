@@ -1405,6 +1405,76 @@ pub fn extract_entities(items: &[MemoryView]) -> ExtractReply {
     }
 }
 
+/// Words of a narrative's own frame (its part labels) and of telling: every narrative holds
+/// them, so sharing them says nothing recurs.
+const NARRATIVE_FRAME: &str = "key interactions interaction emotional arc unresolved said says asked asks told talked \
+     talks mentioned mentions shared shares session conversation";
+
+/// `insight.extract` offline, an extractive pattern: the sentence of the narratives (first
+/// found on ties) that shares at least two content words, the narratives' frame aside, with
+/// the most other narratives; it recurs when it and those others make at least two
+/// narratives and at least half of them. Its text is that sentence, said to recur; its
+/// evidence those narratives; category `topic` (no rule reads a pattern's kind from text);
+/// confidence 0.5 (rules) times the share of narratives it rests on. Nothing recurs: an
+/// empty pattern, which the caller writes nothing for.
+pub fn insight(memories: &[MemoryView]) -> PatternReply {
+    let frame = content_words(NARRATIVE_FRAME);
+    let words: Vec<BTreeSet<String>> = memories
+        .iter()
+        .map(|m| content_words(&m.text).difference(&frame).cloned().collect())
+        .collect();
+    let n = memories.len();
+    let mut best: Option<(usize, usize, String, Vec<usize>)> = None;
+    for (i, m) in memories.iter().enumerate() {
+        for sentence in sentences(&m.text) {
+            let own: BTreeSet<String> = content_words(&sentence)
+                .difference(&frame)
+                .cloned()
+                .collect();
+            if own.len() < 2 {
+                continue;
+            }
+            let others: Vec<usize> = (0..n)
+                .filter(|&j| j != i && own.intersection(&words[j]).count() >= 2)
+                .collect();
+            let better = match &best {
+                None => true,
+                Some((count, size, _, _)) => (others.len(), own.len()) > (*count, *size),
+            };
+            if better {
+                let mut evidence = others.clone();
+                evidence.push(i);
+                evidence.sort_unstable();
+                best = Some((
+                    others.len(),
+                    own.len(),
+                    sentence.trim().to_string(),
+                    evidence,
+                ));
+            }
+        }
+    }
+    let none = PatternReply {
+        pattern: String::new(),
+        category: "topic".into(),
+        confidence: 0.0,
+        evidence_ids: Vec::new(),
+    };
+    let Some((_, _, sentence, evidence)) = best else {
+        return none;
+    };
+    if evidence.len() < 2 || evidence.len() * 2 < n {
+        return none;
+    }
+    let text: String = sentence.chars().take(340).collect();
+    PatternReply {
+        pattern: format!("Recurring in {} sessions: {text}", evidence.len()),
+        category: "topic".into(),
+        confidence: round2(0.5 * evidence.len() as f64 / n as f64),
+        evidence_ids: evidence.iter().map(|&i| memories[i].id.clone()).collect(),
+    }
+}
+
 /// The offline judge's reply to any task.
 pub fn judge(input: &TaskInput) -> Reply {
     let m = &input.memories;
@@ -1422,6 +1492,7 @@ pub fn judge(input: &TaskInput) -> Reply {
         Task::EntitiesExtract => Reply::Extract(extract_entities(m)),
         Task::RecallAnswer => Reply::Answer(answer(input)),
         Task::SessionNarrate => Reply::Narrate(narrate(m)),
+        Task::InsightExtract => Reply::Pattern(insight(m)),
     }
 }
 

@@ -35,6 +35,8 @@ pub enum Task {
     RecallAnswer,
     #[serde(rename = "session.narrate")]
     SessionNarrate,
+    #[serde(rename = "insight.extract")]
+    InsightExtract,
 }
 
 pub const ALL_TASKS: &[Task] = &[
@@ -49,6 +51,7 @@ pub const ALL_TASKS: &[Task] = &[
     Task::EntitiesExtract,
     Task::RecallAnswer,
     Task::SessionNarrate,
+    Task::InsightExtract,
 ];
 
 /// Bumped whenever a template or schema changes, and recorded with every call.
@@ -68,6 +71,7 @@ impl Task {
             Task::EntitiesExtract => "entities.extract",
             Task::RecallAnswer => "recall.answer",
             Task::SessionNarrate => "session.narrate",
+            Task::InsightExtract => "insight.extract",
         }
     }
 
@@ -88,6 +92,7 @@ impl Task {
             Task::EntitiesExtract => include_str!("prompts/entities.extract.v1.txt"),
             Task::RecallAnswer => include_str!("prompts/recall.answer.v1.txt"),
             Task::SessionNarrate => include_str!("prompts/session.narrate.v1.txt"),
+            Task::InsightExtract => include_str!("prompts/insight.extract.v1.txt"),
         }
     }
 
@@ -104,6 +109,7 @@ impl Task {
             Task::EntitiesExtract => include_str!("prompts/entities.extract.v1.schema.json"),
             Task::RecallAnswer => include_str!("prompts/recall.answer.v1.schema.json"),
             Task::SessionNarrate => include_str!("prompts/session.narrate.v1.schema.json"),
+            Task::InsightExtract => include_str!("prompts/insight.extract.v1.schema.json"),
         }
     }
 
@@ -112,9 +118,10 @@ impl Task {
         match self {
             Task::LinkClassify | Task::IntegrateClassify => (2, 2),
             Task::Refine => (1, 1),
-            Task::IntegrateMerge | Task::ConsolidatePropose | Task::ConsolidateVerify => {
-                (2, usize::MAX)
-            }
+            Task::IntegrateMerge
+            | Task::ConsolidatePropose
+            | Task::ConsolidateVerify
+            | Task::InsightExtract => (2, usize::MAX),
             Task::Summarize | Task::EntityDescribe | Task::RecallAnswer | Task::SessionNarrate => {
                 (1, usize::MAX)
             }
@@ -373,6 +380,17 @@ pub struct DescribeReply {
     pub confidence: f64,
 }
 
+/// The pattern recurring across narratives (`insight.extract`): an empty `pattern` (with no
+/// evidence) says none recurs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatternReply {
+    pub pattern: String,
+    pub category: String,
+    pub confidence: f64,
+    pub evidence_ids: Vec<String>,
+}
+
 /// A session told as a narrative (`session.narrate`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -431,6 +449,8 @@ pub enum Reply {
     Answer(AnswerReply),
     #[serde(rename = "session.narrate")]
     Narrate(NarrateReply),
+    #[serde(rename = "insight.extract")]
+    Pattern(PatternReply),
 }
 
 impl Reply {
@@ -445,6 +465,7 @@ impl Reply {
             Reply::Verify(r) => serde_json::to_string(r),
             Reply::Summary(r) => serde_json::to_string(r),
             Reply::Narrate(r) => serde_json::to_string(r),
+            Reply::Pattern(r) => serde_json::to_string(r),
             Reply::Describe(r) => serde_json::to_string(r),
             Reply::Extract(r) => serde_json::to_string(r),
             Reply::Answer(r) => serde_json::to_string(r),
@@ -702,6 +723,12 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
             check_narrate(&r)?;
             Reply::Narrate(r)
         }
+        Task::InsightExtract => {
+            let r: PatternReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            check_pattern(&r, &ids)?;
+            Reply::Pattern(r)
+        }
         Task::EntityDescribe => {
             let r: DescribeReply = parse_as(json)?;
             unit("confidence", r.confidence)?;
@@ -726,6 +753,28 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
         }
     };
     Ok(reply)
+}
+
+/// A pattern within the schema's bounds: at most 400 characters, a known category, evidence
+/// from the request only; no pattern, no evidence.
+fn check_pattern(r: &PatternReply, ids: &BTreeSet<&str>) -> Result<(), String> {
+    let length = r.pattern.trim().chars().count();
+    if length > 400 {
+        return Err(format!("pattern is {length} characters (at most 400)"));
+    }
+    if !crate::logic::insights::CATEGORIES.contains(&r.category.as_str()) {
+        return Err(format!(
+            "category {:?} is not one of the schema's",
+            r.category
+        ));
+    }
+    if length == 0 && !r.evidence_ids.is_empty() {
+        return Err("evidence for an empty pattern".into());
+    }
+    if let Some(id) = r.evidence_ids.iter().find(|id| !ids.contains(id.as_str())) {
+        return Err(format!("evidence id {id:?} was not in the request"));
+    }
+    Ok(())
 }
 
 /// A narrative within the schema's bounds: a summary, at most 2000 characters; at most 12
@@ -793,7 +842,8 @@ pub fn safe_default(task: Task) -> Option<Reply> {
         | Task::EntityDescribe
         | Task::EntitiesExtract
         | Task::RecallAnswer
-        | Task::SessionNarrate => None,
+        | Task::SessionNarrate
+        | Task::InsightExtract => None,
     }
 }
 

@@ -10,12 +10,13 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
 /// 4: table `clusters`. 5: table `entity_scans`; columns `entities.aliases`, `entities.archived_at`.
-/// 6: column `entities.name_embedding`. 7: table `review_queue`.
+/// 6: column `entities.name_embedding`. 7: table `review_queue`. 8: column
+/// `runs.table_versions`. 9: table `anchors`.
 pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (2, "llm_batches table; runs.llm_usage column"),
     (3, "memories.salience_anchor column"),
@@ -26,6 +27,8 @@ pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     ),
     (6, "entities.name_embedding column"),
     (7, "review_queue table"),
+    (8, "runs.table_versions column"),
+    (9, "anchors table"),
 ];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
@@ -73,6 +76,14 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     "PRUNE",
     // `memlife sessions`: a session told as a narrative (the narrative as written).
     "NARRATE",
+    // `memlife insights`: a cluster of narratives asked about (classification PATTERN, with
+    // the pattern as written, or NONE).
+    "INSIGHT",
+    // `memlife anchor`: a user's profile anchor set (ORIGIN, RESET) or moved (UPDATE), with
+    // the anchor as written; ANCHOR_DRIFT when its drift crosses a threshold (classification
+    // warning or critical, confidence the drift).
+    "ANCHOR",
+    "ANCHOR_DRIFT",
     // `batches poll` applying an `entities --extractor llm --mode batch` request.
     "EXTRACT",
     // `memlife integrate`: a fact queued for review (its judge was unsure).
@@ -574,6 +585,29 @@ pub static REVIEW_QUEUE: TableSpec = TableSpec {
     ],
 };
 
+/// Each user's profile anchor (seed 004 "Temporal Continuity Anchor", `memlife anchor`): the
+/// origin embedding (the mean of the user's narratives when first computed) and the live one,
+/// moved toward each run's new narratives; its drift from the origin (v9).
+pub static ANCHORS: TableSpec = TableSpec {
+    name: "anchors",
+    key: &["user_id"],
+    id_basis: &[],
+    fields: &[
+        field("user_id", K::Str, R::NonEmpty, D::Required),
+        field("embedding_model", K::Str, R::NonEmpty, D::Required),
+        field("origin", K::Embedding, R::Free, D::Null),
+        field("live", K::Embedding, R::Free, D::Null),
+        field("origin_at", K::Timestamp, R::Free, D::Now),
+        field("updated_at", K::Timestamp, R::Free, D::SameAs("origin_at")),
+        // Cosine distance of the live anchor from the origin.
+        field("drift", K::F64, R::Free, D::F64(0.0)),
+        // Narratives folded in, and the creation time of the newest (the next run reads
+        // narratives created after it).
+        field("narratives", K::I64, R::NonNegative, D::I64(0)),
+        field("last_narrative_at", K::Timestamp, R::Free, D::Required),
+    ],
+};
+
 /// Every table of the current schema version, in creation order.
 pub static ALL_TABLES: &[&TableSpec] = &[
     &META,
@@ -587,6 +621,7 @@ pub static ALL_TABLES: &[&TableSpec] = &[
     &CLUSTERS,
     &ENTITY_SCANS,
     &REVIEW_QUEUE,
+    &ANCHORS,
 ];
 
 /// Tables a user may load with `memlife import --table`.

@@ -10,13 +10,13 @@ use arrow::array::RecordBatch;
 use serde::de::DeserializeOwned;
 
 pub use crate::logic::rows::{
-    BatchRecord, ClusterRow, EntityRow, EntityScanRow, LinkRow, MemoryEntityRow, MemoryRow,
-    ReviewItem,
+    AnchorRow, BatchRecord, ClusterRow, EntityRow, EntityScanRow, LinkRow, MemoryEntityRow,
+    MemoryRow, ReviewItem,
 };
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
 use crate::model::schema::{
-    CLUSTERS, ENTITIES, ENTITY_SCANS, Kind, LINKS, LLM_BATCHES, MEMORIES, MEMORY_ENTITIES,
+    ANCHORS, CLUSTERS, ENTITIES, ENTITY_SCANS, Kind, LINKS, LLM_BATCHES, MEMORIES, MEMORY_ENTITIES,
     REVIEW_QUEUE, TableSpec,
 };
 use serde_arrow::schema::{SchemaLike, TracingOptions};
@@ -339,6 +339,36 @@ pub fn batch_record_batch(records: &[BatchRecord]) -> Result<RecordBatch, String
     }
     let named = |r: &BatchRecord| r.batch_key.clone();
     batch_of(&LLM_BATCHES, (0, 0), records, |_, r, n| cell(r, n), named)
+}
+
+/// `anchors` rows, each with its origin and live vectors, as one batch of the table's schema.
+pub fn anchor_batch(
+    rows: &[(AnchorRow, Vec<f32>, Vec<f32>)],
+    embedding_dim: usize,
+) -> Result<RecordBatch, String> {
+    fn cell<'a>(r: &'a (AnchorRow, Vec<f32>, Vec<f32>), name: &str) -> Cell<'a> {
+        let (row, origin, live) = r;
+        match name {
+            "user_id" => Cell::Str(&row.user_id),
+            "embedding_model" => Cell::Str(&row.embedding_model),
+            "origin" => Cell::Floats(origin),
+            "live" => Cell::Floats(live),
+            "origin_at" => Cell::Timestamp(row.origin_at),
+            "updated_at" => Cell::Timestamp(row.updated_at),
+            "drift" => Cell::F64(row.drift),
+            "narratives" => Cell::I64(row.narratives),
+            "last_narrative_at" => Cell::Timestamp(row.last_narrative_at),
+            _ => Cell::Missing,
+        }
+    }
+    let named = |r: &(AnchorRow, Vec<f32>, Vec<f32>)| r.0.user_id.clone();
+    batch_of(
+        &ANCHORS,
+        (embedding_dim, 0),
+        rows,
+        |_, r, n| cell(r, n),
+        named,
+    )
 }
 
 /// `clusters` rows as one batch of the table's schema (an empty `cluster_id` derived).

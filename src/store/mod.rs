@@ -969,7 +969,7 @@ pub async fn set_meta(store: &Store, key: &str, value: &str) -> Result<()> {
 pub async fn undone_runs(store: &Store) -> anyhow::Result<Vec<String>> {
     let filter = "operation = 'UNDO' AND classification LIKE 'REVERTED %' AND target_id IN \
                   ('memories', 'links', 'entities', 'memory_entities', 'clusters', \
-                  'entity_scans', 'review_queue')";
+                  'entity_scans', 'review_queue', 'anchors')";
     let mut runs: Vec<String> = json_rows(
         &store
             .scan_columns("audit_log", Some(filter), &["source_ids"])

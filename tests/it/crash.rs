@@ -209,6 +209,34 @@ const SCENARIOS: &[Scenario] = &[
         witness: "SELECT COUNT(*) AS n FROM memories WHERE kind = 'narrative'",
     },
     Scenario {
+        name: "insights (offline judge)",
+        setup: &[&["import", "{narratives}"], EMBED],
+        job: &[
+            "insights",
+            "--embedder",
+            "hash",
+            "--now",
+            "2025-09-01T00:00:00Z",
+            "--lookback-days",
+            "30",
+            "--similarity",
+            "0.3",
+        ],
+        points: &[
+            "insights.started",
+            "insights.after-audit",
+            "insights.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE kind = 'learning_pattern'",
+    },
+    Scenario {
+        name: "anchor",
+        setup: &[&["import", "{narratives}"], EMBED],
+        job: &["anchor", "--now", "2025-09-01T00:00:00Z"],
+        points: &["anchor.started", "anchor.after-audit", "anchor.finishing"],
+        witness: "SELECT COUNT(*) AS n FROM anchors",
+    },
+    Scenario {
         name: "prune",
         // Links and entity rows to the stale memories, which prune exports and deletes.
         setup: &[IMPORT, EMBED, LINK, &["entities", "--embedder", "hash"]],
@@ -388,6 +416,11 @@ const SESSIONS: &str = r#"{"id":"s1","user_id":"noor","session_id":"a","kind":"e
 {"id":"s2","user_id":"noor","session_id":"a","kind":"episode","text":"Noor booked the 9:12 train. Is there a bike carriage?","created_at":"2025-03-01T09:05:00Z"}
 {"id":"s3","user_id":"omar","session_id":"b","kind":"episode","text":"Omar planned a dinner for six.","created_at":"2025-03-02T19:00:00Z"}
 {"id":"s4","user_id":"omar","session_id":"b","kind":"fact","text":"Omar's guests are vegetarian.","created_at":"2025-03-02T19:04:00Z"}
+"#;
+/// Three narratives of noor's alike enough to be one cluster, for `insights` and `anchor`.
+const NARRATIVES: &str = r#"{"id":"n1","user_id":"noor","kind":"narrative","text":"Noor took the train to Ghent for work and asked about the bike carriage.","created_at":"2025-08-20T09:00:00Z"}
+{"id":"n2","user_id":"noor","kind":"narrative","text":"Noor took the train to Ghent for work again and the bike carriage was full.","created_at":"2025-08-22T09:00:00Z"}
+{"id":"n3","user_id":"noor","kind":"narrative","text":"Noor took the train to Ghent for work and found the bike carriage full.","created_at":"2025-08-25T09:00:00Z"}
 "#;
 const INTEGRATE: &[&str] = &[
     "--config",
@@ -675,6 +708,7 @@ fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output 
                 .replace("{entities}", &db.path("entities.jsonl"))
                 .replace("{memory_entities}", &db.path("memory_entities.jsonl"))
                 .replace("{sessions}", &db.path("sessions.jsonl"))
+                .replace("{narratives}", &db.path("narratives.jsonl"))
         })
         .collect();
     let mut command = memlife_command();
@@ -691,6 +725,7 @@ fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     std::fs::write(db.path("links.jsonl"), links()).unwrap();
     std::fs::write(db.path("facts.jsonl"), FACTS).unwrap();
     std::fs::write(db.path("sessions.jsonl"), SESSIONS).unwrap();
+    std::fs::write(db.path("narratives.jsonl"), NARRATIVES).unwrap();
     std::fs::write(
         db.path("entities.jsonl"),
         r#"{"id":"e-dr-lina","user_id":"noor","name":"Dr. Lina","entity_type":"person"}"#,

@@ -2,6 +2,7 @@
 //! Modules test the real `memlife` binary on real Lance folders, and the library where a
 //! test needs to reach inside (schema versions, saved SQL on fixtures).
 
+mod anchor;
 mod check;
 mod cli;
 mod cluster;
@@ -16,6 +17,7 @@ mod entity_gc;
 mod eval;
 mod import;
 mod index;
+mod insights;
 mod integrate;
 mod llm;
 mod local_model;

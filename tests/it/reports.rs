@@ -104,6 +104,18 @@ fn job_reports_are_pinned() {
         "2025-12-01T00:00:00Z",
     ];
     insta::assert_snapshot!("sessions", redact(report(&db, &args, 0)));
+    let args = [
+        "insights",
+        "--embedder",
+        "hash",
+        "--now",
+        "2025-12-01T00:00:00Z",
+        "--lookback-days",
+        "365",
+    ];
+    insta::assert_snapshot!("insights", redact(report(&db, &args, 0)));
+    let args = ["anchor", "--now", "2025-12-01T00:00:00Z"];
+    insta::assert_snapshot!("anchor", redact(report(&db, &args, 0)));
     let poll = report(&db, &["batches", "poll"], 0);
     insta::assert_snapshot!("batches_poll_idle", redact(poll));
     // The Batch API cycle's reports (with the mock server) are pinned in `llm.rs`.

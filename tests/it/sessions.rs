@@ -167,7 +167,13 @@ fn in_batch_mode_the_poll_writes_the_narratives_once_as_an_online_run_would() {
             "--embedder",
             "hash",
         ]);
-        assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            stdout(&out),
+            stderr(&out)
+        );
         serde_json::from_str::<serde_json::Value>(&stdout(&out)).unwrap()
     };
     let polled = poll(&db);

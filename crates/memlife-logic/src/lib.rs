@@ -5,6 +5,7 @@
 //! HTTP, no files (a tidy test enforces it), so every rule is unit-tested and benchmarked
 //! without a database, and its tests compile without linking lancedb.
 
+pub mod anchor;
 pub mod chart;
 pub mod cluster;
 pub mod consolidate;
@@ -15,6 +16,7 @@ pub mod entity_writes;
 pub mod eval;
 pub mod hash;
 pub mod hash_embedding;
+pub mod insights;
 pub mod integrate;
 pub mod link;
 pub mod prune;

@@ -396,6 +396,19 @@ pub struct EntityScanRow {
     pub scanned_at: i64,
 }
 
+/// One row of `anchors`: a user's profile anchor (`memlife anchor`), its vectors read and
+/// written beside the row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AnchorRow {
+    pub user_id: String,
+    pub embedding_model: String,
+    pub origin_at: i64,
+    pub updated_at: i64,
+    pub drift: f64,
+    pub narratives: i64,
+    pub last_narrative_at: i64,
+}
+
 /// Serialises microseconds as RFC 3339 text (what JSON output shows of a row's times).
 fn as_rfc3339<S: serde::Serializer>(micros: &i64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format_timestamp(*micros))
