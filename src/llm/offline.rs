@@ -1410,27 +1410,52 @@ pub fn extract_entities(items: &[MemoryView]) -> ExtractReply {
 const NARRATIVE_FRAME: &str = "key interactions interaction emotional arc unresolved said says asked asks told talked \
      talks mentioned mentions shared shares session conversation";
 
-/// `insight.extract` offline, an extractive pattern: the sentence of the narratives (first
-/// found on ties) that shares at least two content words, the narratives' frame aside, with
-/// the most other narratives; it recurs when it and those others make at least two
-/// narratives and at least half of them. Its text is that sentence, said to recur; its
-/// evidence those narratives; category `topic` (no rule reads a pattern's kind from text);
-/// confidence 0.5 (rules) times the share of narratives it rests on. Nothing recurs: an
-/// empty pattern, which the caller writes nothing for.
+/// The clauses of a narrative a pattern may be drawn from: its lines, each without its part
+/// label ("Key interactions:", "Unresolved:", "Emotional arc:"), split at "; " (how a part
+/// lists its items) and into sentences.
+fn narrative_clauses(text: &str) -> Vec<String> {
+    const LABELS: &[&str] = &["Key interactions:", "Unresolved:", "Emotional arc:"];
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = LABELS
+            .iter()
+            .find_map(|l| line.trim().strip_prefix(l))
+            .unwrap_or(line);
+        for item in line.split("; ") {
+            out.extend(sentences(item).into_iter().filter(|s| !s.trim().is_empty()));
+        }
+    }
+    out
+}
+
+/// `insight.extract` offline, an extractive pattern: the clause of the narratives (first
+/// found on ties) that shares at least two content words with the most other narratives,
+/// counting neither the narratives' frame (part labels, verbs of telling) nor names (words
+/// capitalised inside a sentence: the people of a conversation are in all its narratives, so
+/// sharing them says nothing recurs). It recurs when it and those others make at least two
+/// narratives and at least half of them. Its text is that clause, said to recur; its evidence
+/// those narratives; category `topic` (no rule reads a pattern's kind from text); confidence
+/// 0.5 (rules) times the share of narratives it rests on. Nothing recurs: an empty pattern,
+/// which the caller writes nothing for.
 pub fn insight(memories: &[MemoryView]) -> PatternReply {
-    let frame = content_words(NARRATIVE_FRAME);
-    let words: Vec<BTreeSet<String>> = memories
+    let clauses: Vec<Vec<String>> = memories
         .iter()
-        .map(|m| content_words(&m.text).difference(&frame).cloned().collect())
+        .map(|m| narrative_clauses(&m.text))
         .collect();
+    let names: Vec<String> = mid_sentence_capitals(&clauses.concat())
+        .into_iter()
+        .collect();
+    let mut ignored = content_words(NARRATIVE_FRAME);
+    ignored.extend(content_words(&names.join(" ")));
+    let meaning = |text: &str| -> BTreeSet<String> {
+        content_words(text).difference(&ignored).cloned().collect()
+    };
+    let words: Vec<BTreeSet<String>> = memories.iter().map(|m| meaning(&m.text)).collect();
     let n = memories.len();
     let mut best: Option<(usize, usize, String, Vec<usize>)> = None;
-    for (i, m) in memories.iter().enumerate() {
-        for sentence in sentences(&m.text) {
-            let own: BTreeSet<String> = content_words(&sentence)
-                .difference(&frame)
-                .cloned()
-                .collect();
+    for (i, own_clauses) in clauses.iter().enumerate() {
+        for clause in own_clauses {
+            let own = meaning(clause);
             if own.len() < 2 {
                 continue;
             }
@@ -1445,12 +1470,7 @@ pub fn insight(memories: &[MemoryView]) -> PatternReply {
                 let mut evidence = others.clone();
                 evidence.push(i);
                 evidence.sort_unstable();
-                best = Some((
-                    others.len(),
-                    own.len(),
-                    sentence.trim().to_string(),
-                    evidence,
-                ));
+                best = Some((others.len(), own.len(), clause.trim().to_string(), evidence));
             }
         }
     }
@@ -1460,13 +1480,13 @@ pub fn insight(memories: &[MemoryView]) -> PatternReply {
         confidence: 0.0,
         evidence_ids: Vec::new(),
     };
-    let Some((_, _, sentence, evidence)) = best else {
+    let Some((_, _, clause, evidence)) = best else {
         return none;
     };
     if evidence.len() < 2 || evidence.len() * 2 < n {
         return none;
     }
-    let text: String = sentence.chars().take(340).collect();
+    let text: String = clause.chars().take(340).collect();
     PatternReply {
         pattern: format!("Recurring in {} sessions: {text}", evidence.len()),
         category: "topic".into(),
@@ -1570,6 +1590,70 @@ mod tests {
             text: text.into(),
             dates: Vec::new(),
             cluster: None,
+        }
+    }
+
+    #[test]
+    fn an_offline_pattern_recurs_in_words_not_in_the_names_every_narrative_holds() {
+        let n = |id: &str, text: &str| memory(id, "03-01", text);
+        // Only the two speakers recur: no pattern.
+        let names_only = [
+            n(
+                "a",
+                "Mia told Leo about her new bike.\nKey interactions: Leo: Nice, Mia!",
+            ),
+            n(
+                "b",
+                "Leo asked Mia about the weather.\nKey interactions: Mia: Rain, Leo.",
+            ),
+            n(
+                "c",
+                "Mia and Leo planned a picnic.\nUnresolved: Leo: Sandwiches, Mia?",
+            ),
+        ];
+        let none = insight(&names_only);
+        assert!(
+            none.pattern.is_empty() && none.evidence_ids.is_empty(),
+            "{none:?}"
+        );
+        // A clause whose words recur in two of three narratives: a pattern on those two.
+        let pottery = [
+            n("a", "Mia went to her pottery class and glazed a blue bowl."),
+            n(
+                "b",
+                "Leo talked about football.\nKey interactions: Mia: My pottery class glazed bowls today; Leo: Cool",
+            ),
+            n("c", "Mia fixed her bike with Leo."),
+        ];
+        let found = insight(&pottery);
+        assert_eq!(found.evidence_ids, ["a", "b"], "{found:?}");
+        assert!(
+            found.pattern.starts_with("Recurring in 2 sessions: "),
+            "{found:?}"
+        );
+        assert!(found.pattern.contains("pottery"), "{found:?}");
+        assert!(
+            !found.pattern.contains("Key interactions"),
+            "the part label is not a pattern"
+        );
+        assert_eq!((found.category.as_str(), found.confidence), ("topic", 0.33));
+        assert!(
+            crate::llm::tasks::parse_reply(
+                &found_input(&pottery),
+                &Reply::Pattern(found.clone()).to_model_json()
+            )
+            .is_ok(),
+            "the offline reply passes the provider's validation"
+        );
+    }
+
+    fn found_input(memories: &[MemoryView]) -> TaskInput {
+        TaskInput {
+            task: Task::InsightExtract,
+            memories: memories.to_vec(),
+            proposal: None,
+            now: "2025-03-02T00:00:00Z".into(),
+            question: None,
         }
     }
 
