@@ -186,12 +186,18 @@ with DAG(
     ).expand(
         bash_command=[f"{MEMLIFE} refine --llm providers --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
+    # episodic to semantic (seed 002): episodes older than 7 days with salience under 0.2 that share meaning or entities become semantic facts with provenance links; the episodes they rest on are archived (one task per shard)
+    distill_task = BashOperator.partial(
+        task_id="distill",
+    ).expand(
+        bash_command=[f"{MEMLIFE} distill --llm providers --shard {i}/{SHARDS}" for i in range(SHARDS)],
+    )
     # compact small fragments, update indexes, remove table versions older than [retention] keep_versions_days (undo reads them until then)
     optimize_task = BashOperator(
         task_id="optimize",
         bash_command=f"{MEMLIFE} optimize",
     )
-    cluster_task >> consolidate_task >> refine_task >> optimize_task
+    cluster_task >> consolidate_task >> refine_task >> distill_task >> optimize_task
 
 with DAG(
     dag_id="memlife_monthly",

@@ -16,7 +16,7 @@ bash scripts/demo-folder.sh "$db"
 "$bin" --db "$db" init
 "$bin" --db "$db" import data/sample.jsonl
 # The nightly pipeline (embed, sessions, insights, entities, scores, link, cluster, consolidate,
-# refine, anchor, prune, entity-gc, describe, optimize), each step its own run, at one clock: just after the sample's last event
+# refine, distill, anchor, prune, entity-gc, describe, optimize), each step its own run, at one clock: just after the sample's last event
 # (an access at 2025-12-31T22:12Z), as a nightly run would find a store used every day, not at
 # today's date, which would find every memory months untouched.
 echo "== The nightly pipeline (local embedder, offline judge)"

@@ -25,6 +25,7 @@ pub const DEFAULT_TASK_ROLES: &[(&str, &str)] = &[
     ("recall.answer", "reasoning"),
     ("session.narrate", "fast"),
     ("insight.extract", "reasoning"),
+    ("semantic.distill", "reasoning"),
 ];
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -79,6 +80,9 @@ pub struct Config {
     /// Which narratives `memlife insights` reads and how it clusters them.
     #[serde(default)]
     pub insights: crate::logic::insights::InsightParams,
+    /// Which episodes `memlife distill` turns into semantic facts, and how it groups them.
+    #[serde(default)]
+    pub distill: crate::logic::distill::DistillParams,
     /// How `memlife anchor` moves a user's profile anchor and when its drift is an event.
     #[serde(default)]
     pub anchor: crate::logic::anchor::AnchorParams,
@@ -436,6 +440,7 @@ impl Config {
         self.sessions.validate().map_err(anyhow::Error::msg)?;
         self.insights.validate().map_err(anyhow::Error::msg)?;
         self.anchor.validate().map_err(anyhow::Error::msg)?;
+        self.distill.validate().map_err(anyhow::Error::msg)?;
         for (model, t) in &self.thresholds {
             for (key, value) in [
                 ("link", t.link),

@@ -122,6 +122,16 @@ fn reference_queries() -> Vec<(String, String)> {
                                      WHERE operation = 'PRUNE' AND classification = 'DELETE')",
         ),
         (
+            // (The episodes a fact rests on are the ones its after_state names.)
+            "distill: every episode a distillation rests on is archived",
+            "SELECT a.episode, m.archived_at FROM \
+               (SELECT unnest(source_ids) AS episode, after_state FROM audit_log \
+                 WHERE operation = 'DISTILL' AND classification = 'APPLIED' AND {NOT_UNDONE}) a \
+             JOIN memories m ON m.id = a.episode \
+             WHERE m.archived_at IS NULL \
+               AND a.after_state LIKE concat('%\"', a.episode, '\"%')",
+        ),
+        (
             "anchor: drift is a cosine distance and the user has memories",
             "SELECT user_id, drift FROM anchors WHERE drift < 0 OR drift > 2 \
                OR user_id NOT IN (SELECT DISTINCT user_id FROM memories)",

@@ -43,6 +43,7 @@ pub const STEPS: &[&str] = &[
     "cluster",
     "consolidate",
     "refine",
+    "distill",
     "anchor",
     "prune",
     "entity-gc",
@@ -51,7 +52,7 @@ pub const STEPS: &[&str] = &[
 ];
 
 /// The maintenance pipeline: embed, sessions, insights, entities, scores, link, cluster,
-/// consolidate, refine, anchor, prune, entity-gc, describe, and optimize (in full when due, else --light); each step its own
+/// consolidate, refine, distill, anchor, prune, entity-gc, describe, and optimize (in full when due, else --light); each step its own
 /// run; one report.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct NightlyArgs {
@@ -408,6 +409,7 @@ fn highlights(o: &StepOutcome) -> String {
         "sessions" => &["narratives", "memories_told"],
         "insights" => &["clusters_asked", "patterns"],
         "anchor" => &["anchors_updated", "drift_warnings", "drift_critical"],
+        "distill" => &["facts_created", "episodes_archived"],
         "prune" => &["archived", "deleted"],
         "entity-gc" => &["archived", "merged", "deleted"],
         "describe" => &["described"],

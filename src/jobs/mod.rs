@@ -10,6 +10,7 @@ pub mod anchor;
 pub mod cluster;
 pub mod consolidate;
 pub mod describe;
+pub mod distill;
 pub mod embed;
 pub mod entities;
 pub mod entity_gc;
@@ -150,6 +151,7 @@ register_jobs! {
     Sessions => sessions::SessionsArgs, "sessions";
     Insights => insights::InsightsArgs, "insights";
     Anchor => anchor::AnchorArgs, "anchor";
+    Distill => distill::DistillArgs, "distill";
 }
 
 impl std::fmt::Display for JobName {

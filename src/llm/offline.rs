@@ -1495,6 +1495,31 @@ pub fn insight(memories: &[MemoryView]) -> PatternReply {
     }
 }
 
+/// `semantic.distill` offline, extractive: one fact holding every sentence of the episodes
+/// told once (`told_once`: oldest first, a sentence another holds or restates left out),
+/// resting on all of them, confidence 0.5 (rules: no rule generalises). More than 600
+/// characters of such sentences is more than one fact: none (the episodes stay).
+pub fn distill(memories: &[MemoryView]) -> DistillReply {
+    let kept = told_once(memories);
+    let text = if kept.is_empty() {
+        String::new()
+    } else {
+        kept.join(". ") + "."
+    };
+    let facts = if text.is_empty() || text.chars().count() > 600 {
+        Vec::new()
+    } else {
+        vec![DistilledFactReply {
+            text,
+            source_ids: memories.iter().map(|m| m.id.clone()).collect(),
+        }]
+    };
+    DistillReply {
+        facts,
+        confidence: 0.5,
+    }
+}
+
 /// The offline judge's reply to any task.
 pub fn judge(input: &TaskInput) -> Reply {
     let m = &input.memories;
@@ -1513,6 +1538,7 @@ pub fn judge(input: &TaskInput) -> Reply {
         Task::RecallAnswer => Reply::Answer(answer(input)),
         Task::SessionNarrate => Reply::Narrate(narrate(m)),
         Task::InsightExtract => Reply::Pattern(insight(m)),
+        Task::SemanticDistill => Reply::Distill(distill(m)),
     }
 }
 

@@ -37,6 +37,8 @@ pub enum Task {
     SessionNarrate,
     #[serde(rename = "insight.extract")]
     InsightExtract,
+    #[serde(rename = "semantic.distill")]
+    SemanticDistill,
 }
 
 pub const ALL_TASKS: &[Task] = &[
@@ -52,6 +54,7 @@ pub const ALL_TASKS: &[Task] = &[
     Task::RecallAnswer,
     Task::SessionNarrate,
     Task::InsightExtract,
+    Task::SemanticDistill,
 ];
 
 /// Bumped whenever a template or schema changes, and recorded with every call.
@@ -72,6 +75,7 @@ impl Task {
             Task::RecallAnswer => "recall.answer",
             Task::SessionNarrate => "session.narrate",
             Task::InsightExtract => "insight.extract",
+            Task::SemanticDistill => "semantic.distill",
         }
     }
 
@@ -93,6 +97,7 @@ impl Task {
             Task::RecallAnswer => include_str!("prompts/recall.answer.v1.txt"),
             Task::SessionNarrate => include_str!("prompts/session.narrate.v1.txt"),
             Task::InsightExtract => include_str!("prompts/insight.extract.v1.txt"),
+            Task::SemanticDistill => include_str!("prompts/semantic.distill.v1.txt"),
         }
     }
 
@@ -110,6 +115,7 @@ impl Task {
             Task::RecallAnswer => include_str!("prompts/recall.answer.v1.schema.json"),
             Task::SessionNarrate => include_str!("prompts/session.narrate.v1.schema.json"),
             Task::InsightExtract => include_str!("prompts/insight.extract.v1.schema.json"),
+            Task::SemanticDistill => include_str!("prompts/semantic.distill.v1.schema.json"),
         }
     }
 
@@ -121,7 +127,8 @@ impl Task {
             Task::IntegrateMerge
             | Task::ConsolidatePropose
             | Task::ConsolidateVerify
-            | Task::InsightExtract => (2, usize::MAX),
+            | Task::InsightExtract
+            | Task::SemanticDistill => (2, usize::MAX),
             Task::Summarize | Task::EntityDescribe | Task::RecallAnswer | Task::SessionNarrate => {
                 (1, usize::MAX)
             }
@@ -380,6 +387,22 @@ pub struct DescribeReply {
     pub confidence: f64,
 }
 
+/// One semantic fact distilled from episodes (`semantic.distill`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistilledFactReply {
+    pub text: String,
+    pub source_ids: Vec<String>,
+}
+
+/// Episodes distilled into facts (`semantic.distill`): none says nothing generalises.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistillReply {
+    pub facts: Vec<DistilledFactReply>,
+    pub confidence: f64,
+}
+
 /// The pattern recurring across narratives (`insight.extract`): an empty `pattern` (with no
 /// evidence) says none recurs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -451,6 +474,8 @@ pub enum Reply {
     Narrate(NarrateReply),
     #[serde(rename = "insight.extract")]
     Pattern(PatternReply),
+    #[serde(rename = "semantic.distill")]
+    Distill(DistillReply),
 }
 
 impl Reply {
@@ -466,6 +491,7 @@ impl Reply {
             Reply::Summary(r) => serde_json::to_string(r),
             Reply::Narrate(r) => serde_json::to_string(r),
             Reply::Pattern(r) => serde_json::to_string(r),
+            Reply::Distill(r) => serde_json::to_string(r),
             Reply::Describe(r) => serde_json::to_string(r),
             Reply::Extract(r) => serde_json::to_string(r),
             Reply::Answer(r) => serde_json::to_string(r),
@@ -729,6 +755,12 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
             check_pattern(&r, &ids)?;
             Reply::Pattern(r)
         }
+        Task::SemanticDistill => {
+            let r: DistillReply = parse_as(json)?;
+            unit("confidence", r.confidence)?;
+            check_distill(&r, &ids)?;
+            Reply::Distill(r)
+        }
         Task::EntityDescribe => {
             let r: DescribeReply = parse_as(json)?;
             unit("confidence", r.confidence)?;
@@ -753,6 +785,29 @@ pub fn parse_reply(input: &TaskInput, text: &str) -> Result<Reply, String> {
         }
     };
     Ok(reply)
+}
+
+/// Distilled facts within the schema's bounds: at most five, each non-empty and at most 600
+/// characters, resting on episodes of the request only.
+fn check_distill(r: &DistillReply, ids: &BTreeSet<&str>) -> Result<(), String> {
+    if r.facts.len() > 5 {
+        return Err(format!("{} facts (at most 5)", r.facts.len()));
+    }
+    for (i, f) in r.facts.iter().enumerate() {
+        let length = f.text.trim().chars().count();
+        if length == 0 || length > 600 {
+            return Err(format!("fact {i} is {length} characters (1 to 600)"));
+        }
+        if f.source_ids.is_empty() {
+            return Err(format!("fact {i} names no episode"));
+        }
+        if let Some(id) = f.source_ids.iter().find(|id| !ids.contains(id.as_str())) {
+            return Err(format!(
+                "fact {i}: episode id {id:?} was not in the request"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A pattern within the schema's bounds: at most 400 characters, a known category, evidence
@@ -843,7 +898,8 @@ pub fn safe_default(task: Task) -> Option<Reply> {
         | Task::EntitiesExtract
         | Task::RecallAnswer
         | Task::SessionNarrate
-        | Task::InsightExtract => None,
+        | Task::InsightExtract
+        | Task::SemanticDistill => None,
     }
 }
 

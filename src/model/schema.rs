@@ -84,6 +84,9 @@ pub const AUDIT_OPERATIONS: &[&str] = &[
     // warning or critical, confidence the drift).
     "ANCHOR",
     "ANCHOR_DRIFT",
+    // `memlife distill`: a group of episodes asked about (APPLIED, with the episodes as they
+    // were and the facts and archival to come, or NONE and why).
+    "DISTILL",
     // `batches poll` applying an `entities --extractor llm --mode batch` request.
     "EXTRACT",
     // `memlife integrate`: a fact queued for review (its judge was unsure).

@@ -230,6 +230,31 @@ const SCENARIOS: &[Scenario] = &[
         witness: "SELECT COUNT(*) AS n FROM memories WHERE kind = 'learning_pattern'",
     },
     Scenario {
+        name: "distill (offline judge)",
+        setup: &[
+            &["import", "{episodes}"],
+            EMBED,
+            &["entities", "--embedder", "hash"],
+        ],
+        job: &[
+            "distill",
+            "--embedder",
+            "hash",
+            "--now",
+            "2025-09-01T00:00:00Z",
+            "--similarity",
+            "0.5",
+        ],
+        points: &[
+            "distill.started",
+            "distill.after-audit",
+            "distill.after-facts",
+            "distill.after-links",
+            "distill.finishing",
+        ],
+        witness: "SELECT COUNT(*) AS n FROM memories WHERE archived_at IS NOT NULL",
+    },
+    Scenario {
         name: "anchor",
         setup: &[&["import", "{narratives}"], EMBED],
         job: &["anchor", "--now", "2025-09-01T00:00:00Z"],
@@ -421,6 +446,11 @@ const SESSIONS: &str = r#"{"id":"s1","user_id":"noor","session_id":"a","kind":"e
 const NARRATIVES: &str = r#"{"id":"n1","user_id":"noor","kind":"narrative","text":"Noor took the train to Ghent for work and asked about the bike carriage.","created_at":"2025-08-20T09:00:00Z"}
 {"id":"n2","user_id":"noor","kind":"narrative","text":"Noor took the train to Ghent for work again and the bike carriage was full.","created_at":"2025-08-22T09:00:00Z"}
 {"id":"n3","user_id":"noor","kind":"narrative","text":"Noor took the train to Ghent for work and found the bike carriage full.","created_at":"2025-08-25T09:00:00Z"}
+"#;
+/// Old, fading episodes of noor's alike enough to be one group, for `distill`.
+const EPISODES: &str = r#"{"id":"d1","user_id":"noor","kind":"episode","text":"Noor took the train to Ghent for work.","created_at":"2025-07-05T08:00:00Z","salience":0.1}
+{"id":"d2","user_id":"noor","kind":"episode","text":"Noor took the train to Ghent for work and the bike carriage was full.","created_at":"2025-07-12T08:00:00Z","salience":0.1}
+{"id":"d3","user_id":"noor","kind":"episode","text":"Noor took the early train to Ghent for work again.","created_at":"2025-07-19T08:00:00Z","salience":0.1}
 "#;
 const INTEGRATE: &[&str] = &[
     "--config",
@@ -709,6 +739,7 @@ fn run(db: &TestDb, args: &[&str], fault: Option<&str>) -> std::process::Output 
                 .replace("{memory_entities}", &db.path("memory_entities.jsonl"))
                 .replace("{sessions}", &db.path("sessions.jsonl"))
                 .replace("{narratives}", &db.path("narratives.jsonl"))
+                .replace("{episodes}", &db.path("episodes.jsonl"))
         })
         .collect();
     let mut command = memlife_command();
@@ -726,6 +757,7 @@ fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     std::fs::write(db.path("facts.jsonl"), FACTS).unwrap();
     std::fs::write(db.path("sessions.jsonl"), SESSIONS).unwrap();
     std::fs::write(db.path("narratives.jsonl"), NARRATIVES).unwrap();
+    std::fs::write(db.path("episodes.jsonl"), EPISODES).unwrap();
     std::fs::write(
         db.path("entities.jsonl"),
         r#"{"id":"e-dr-lina","user_id":"noor","name":"Dr. Lina","entity_type":"person"}"#,

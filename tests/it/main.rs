@@ -11,6 +11,7 @@ mod concurrency;
 mod consolidate;
 mod crash;
 mod describe;
+mod distill;
 mod embed;
 mod entities;
 mod entity_gc;

@@ -58,6 +58,7 @@ fn nightly_runs_every_step_as_its_own_run_and_optimize_when_due() {
         "cluster",
         "consolidate",
         "refine",
+        "distill",
         "anchor",
         "prune",
         "entity-gc",

@@ -114,6 +114,14 @@ fn job_reports_are_pinned() {
         "365",
     ];
     insta::assert_snapshot!("insights", redact(report(&db, &args, 0)));
+    let args = [
+        "distill",
+        "--embedder",
+        "hash",
+        "--now",
+        "2025-12-01T00:00:00Z",
+    ];
+    insta::assert_snapshot!("distill", redact(report(&db, &args, 0)));
     let args = ["anchor", "--now", "2025-12-01T00:00:00Z"];
     insta::assert_snapshot!("anchor", redact(report(&db, &args, 0)));
     let poll = report(&db, &["batches", "poll"], 0);

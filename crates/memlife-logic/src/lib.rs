@@ -10,6 +10,7 @@ pub mod chart;
 pub mod cluster;
 pub mod consolidate;
 pub mod describe;
+pub mod distill;
 pub mod entities;
 pub mod entity_gc;
 pub mod entity_writes;

@@ -71,6 +71,11 @@ pub struct RecallEvalArgs {
     /// the narratives alone (each standing for its episodes' turns); reports the compression.
     #[arg(long, conflicts_with = "reuse")]
     pub narratives: bool,
+    /// Also distill the conversations: their dialogue turns as episodes of a store of their
+    /// own (embedded, entities read, scores at the clock), the questions asked of it before
+    /// and after `memlife distill` at the clock (a fact stands for its episodes' turns).
+    #[arg(long, conflicts_with = "reuse")]
+    pub distill: bool,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
 }
@@ -636,6 +641,20 @@ pub async fn run(app: &App, args: &RecallEvalArgs, out: &mut dyn Write) -> Resul
         let told = narrative_side(app, args, side, (&embedder, &model), &work.path, &at).await?;
         report["narratives"] = told;
     }
+    if args.distill {
+        let at = |db: &str, extra: &[&str], fwd: bool| -> Result<Value> {
+            let mut a: Vec<&str> = vec!["--db", db, "--json"];
+            a.extend(base.iter().skip(3).map(String::as_str));
+            a.extend(extra);
+            if fwd {
+                a.extend(forward.iter().map(String::as_str));
+            }
+            Ok(memlife(&a)?.0)
+        };
+        let side = (&samples[..], &questions[..], &raw[..]);
+        report["distill"] =
+            distill_side(app, args, side, (&embedder, &model), &work.path, &at).await?;
+    }
     print(app.json, &report, args, out)?;
     Ok(ExitStatus::Success)
 }
@@ -659,6 +678,82 @@ async fn score_narratives(
     .await
 }
 
+/// The samples' dialogue turns as episode rows (JSON Lines), and each episode's turn.
+fn turn_rows(samples: &[Sample]) -> (String, BTreeMap<String, Vec<String>>) {
+    let mut lines = String::new();
+    let mut own: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in samples {
+        for t in &s.turns {
+            let row = json!({"id": t.id, "user_id": s.id, "text": t.text, "kind": "episode",
+                "created_at": format_timestamp(t.created_at),
+                "session_id": format!("{}:session_{}", s.id, t.session),
+                "source": format!("locomo:{}:{}", s.id, t.turn)});
+            lines.push_str(&(row.to_string() + "\n"));
+            own.insert(t.id.clone(), vec![t.turn.clone()]);
+        }
+    }
+    (lines, own)
+}
+
+/// Live memories of a store.
+async fn live_memories(store: &Store) -> Result<u64> {
+    Ok(store
+        .count_rows(
+            "memories",
+            Some("archived_at IS NULL AND state <> 'archived'"),
+        )
+        .await? as u64)
+}
+
+/// `--distill`: the samples' dialogue turns as episodes of a store of their own (`turns-db`:
+/// imported, embedded, entities read, `scores` at the latest sample's clock so old turns
+/// fade), the questions asked of it, then `memlife distill` at that clock and the questions
+/// asked again: a fact stands for the turns of the episodes it holds, an archived episode is
+/// not recalled.
+async fn distill_side(
+    app: &App,
+    args: &RecallEvalArgs,
+    (samples, questions, raw): (&[Sample], &[Question], &[Vec<f32>]),
+    (embedder, model): (&Embedder, &str),
+    work: &std::path::Path,
+    cli: &MemlifeAt<'_>,
+) -> Result<Value> {
+    let db = work.join("turns-db").to_string_lossy().into_owned();
+    let episodes = work.join("turns.jsonl");
+    let (lines, own) = turn_rows(samples);
+    std::fs::write(&episodes, lines).with_context(|| format!("writing {}", episodes.display()))?;
+    let clock = format_timestamp(samples.iter().map(|s| s.clock).max().unwrap_or_default());
+    let _ = std::fs::remove_dir_all(&db);
+    cli(&db, &["init"], false)?;
+    cli(&db, &["import", &episodes.to_string_lossy()], false)?;
+    cli(&db, &["embed"], true)?;
+    cli(&db, &["entities"], true)?;
+    let scores = cli(&db, &["scores", "--now", &clock], false)?;
+    let none = BTreeMap::new();
+    let store = Store::open(&db).await?;
+    let live_before = live_memories(&store).await?;
+    let before = score_store(
+        app, &store, args, samples, questions, raw, embedder, model, &own, &none, None,
+    )
+    .await?;
+    let distilled = cli(&db, &["distill", "--now", &clock], true)?;
+    let store = Store::open(&db).await?;
+    let live_after = live_memories(&store).await?;
+    let after = score_store(
+        app, &store, args, samples, questions, raw, embedder, model, &own, &none, None,
+    )
+    .await?;
+    Ok(json!({
+        "episodes": own.len(),
+        "scores": scores["counts"],
+        "live_before": live_before,
+        "live_after": live_after,
+        "distill": distilled["counts"],
+        "before": before,
+        "after": after,
+    }))
+}
+
 /// `--narratives`: the samples' dialogue turns as episodes of a second store (`told`), one
 /// narrative per session told by `memlife sessions` at the latest sample's clock, exported
 /// and imported alone into a third (`narratives`), and the questions asked of it: a narrative
@@ -674,18 +769,7 @@ async fn narrative_side(
     let told = work.join("told-db").to_string_lossy().into_owned();
     let alone = work.join("narratives-db").to_string_lossy().into_owned();
     let (episodes, parquet) = (work.join("episodes.jsonl"), work.join("narratives.parquet"));
-    let mut lines = String::new();
-    let mut own: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for s in samples {
-        for t in &s.turns {
-            let row = json!({"id": t.id, "user_id": s.id, "text": t.text, "kind": "episode",
-                "created_at": format_timestamp(t.created_at),
-                "session_id": format!("{}:session_{}", s.id, t.session),
-                "source": format!("locomo:{}:{}", s.id, t.turn)});
-            lines.push_str(&(row.to_string() + "\n"));
-            own.insert(t.id.clone(), vec![t.turn.clone()]);
-        }
-    }
+    let (lines, own) = turn_rows(samples);
     std::fs::write(&episodes, lines).with_context(|| format!("writing {}", episodes.display()))?;
     let clock = samples.iter().map(|s| s.clock).max().unwrap_or_default();
     let (_, _) = (
@@ -925,6 +1009,19 @@ fn print(json: bool, report: &Value, args: &RecallEvalArgs, out: &mut dyn Write)
         )?;
         let strict = "the narratives alone, each standing for the turns it kept word for word";
         table(out, strict, &n["scored_kept_words"])?;
+    }
+    if let Some(d) = report.get("distill") {
+        writeln!(
+            out,
+            "\ndistill: {} dialogue turns as episodes; live memories {} before, {} after ({} facts, {} episodes archived)",
+            d["episodes"],
+            d["live_before"],
+            d["live_after"],
+            d["distill"]["facts_created"],
+            d["distill"]["episodes_archived"]
+        )?;
+        table(out, "the turns before distill", &d["before"])?;
+        table(out, "the turns after distill", &d["after"])?;
     }
     Ok(())
 }
