@@ -43,8 +43,9 @@ pub struct YearBench {
     /// Leave optimize out of the schedule (the baseline).
     #[arg(long)]
     pub no_optimize: bool,
-    /// Put seed 004's daily jobs in the schedule: `sessions` and `prune` (exporting what it
-    /// deletes to `db.prune-archive`, whose bytes each record gives beside the tables').
+    /// Put the storage jobs of seeds 002 and 004 in the schedule: `sessions`, `insights`,
+    /// `anchor` and `prune` daily (prune exporting what it deletes to `db.prune-archive`, whose
+    /// bytes each record gives beside the tables'), `distill` weekly.
     #[arg(long)]
     pub prune: bool,
     /// `[retention] keep_versions_days` for optimize (default: the configuration's, 14).
@@ -76,10 +77,13 @@ pub struct YearBench {
 fn steps_of(day: usize, optimize: bool, prune: bool) -> Vec<&'static str> {
     let mut steps = vec!["embed", "entities", "scores", "link"];
     if prune {
-        steps.extend(["sessions", "prune"]);
+        steps.extend(["sessions", "insights", "anchor", "prune"]);
     }
     if day.is_multiple_of(7) {
         steps.extend(["cluster", "consolidate", "refine", "describe"]);
+        if prune {
+            steps.push("distill");
+        }
     }
     if day.is_multiple_of(30) {
         steps.push("entity-gc");
@@ -601,5 +605,7 @@ mod tests {
         // Seed 004's jobs run daily when asked for.
         let daily = steps_of(1, true, true);
         assert!(daily.contains(&"sessions") && daily.contains(&"prune"));
+        assert!(steps_of(7, true, true).contains(&"distill"));
+        assert!(!daily.contains(&"distill"), "distill runs weekly");
     }
 }

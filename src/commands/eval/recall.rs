@@ -678,8 +678,10 @@ async fn score_narratives(
     .await
 }
 
-/// The samples' dialogue turns as episode rows (JSON Lines), and each episode's turn.
-fn turn_rows(samples: &[Sample]) -> (String, BTreeMap<String, Vec<String>>) {
+/// The samples' dialogue turns as episode rows (JSON Lines), and each episode's turn; `read`:
+/// each turn as accessed once when it was said (the agent read it in the conversation), so
+/// `scores` decays it as a used memory rather than keeping a never-read candidate's salience.
+fn turn_rows(samples: &[Sample], read: bool) -> (String, BTreeMap<String, Vec<String>>) {
     let mut lines = String::new();
     let mut own: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in samples {
@@ -688,6 +690,12 @@ fn turn_rows(samples: &[Sample]) -> (String, BTreeMap<String, Vec<String>>) {
                 "created_at": format_timestamp(t.created_at),
                 "session_id": format!("{}:session_{}", s.id, t.session),
                 "source": format!("locomo:{}:{}", s.id, t.turn)});
+            let mut row = row;
+            if read {
+                row["state"] = json!("active");
+                row["access_count"] = json!(1);
+                row["last_accessed_at"] = json!(format_timestamp(t.created_at));
+            }
             lines.push_str(&(row.to_string() + "\n"));
             own.insert(t.id.clone(), vec![t.turn.clone()]);
         }
@@ -706,7 +714,7 @@ async fn live_memories(store: &Store) -> Result<u64> {
 }
 
 /// `--distill`: the samples' dialogue turns as episodes of a store of their own (`turns-db`:
-/// imported, embedded, entities read, `scores` at the latest sample's clock so old turns
+/// imported as read once when said, embedded, entities read, `scores` at the latest sample's clock so old turns
 /// fade), the questions asked of it, then `memlife distill` at that clock and the questions
 /// asked again: a fact stands for the turns of the episodes it holds, an archived episode is
 /// not recalled.
@@ -720,7 +728,7 @@ async fn distill_side(
 ) -> Result<Value> {
     let db = work.join("turns-db").to_string_lossy().into_owned();
     let episodes = work.join("turns.jsonl");
-    let (lines, own) = turn_rows(samples);
+    let (lines, own) = turn_rows(samples, true);
     std::fs::write(&episodes, lines).with_context(|| format!("writing {}", episodes.display()))?;
     let clock = format_timestamp(samples.iter().map(|s| s.clock).max().unwrap_or_default());
     let _ = std::fs::remove_dir_all(&db);
@@ -769,7 +777,7 @@ async fn narrative_side(
     let told = work.join("told-db").to_string_lossy().into_owned();
     let alone = work.join("narratives-db").to_string_lossy().into_owned();
     let (episodes, parquet) = (work.join("episodes.jsonl"), work.join("narratives.parquet"));
-    let (lines, own) = turn_rows(samples);
+    let (lines, own) = turn_rows(samples, false);
     std::fs::write(&episodes, lines).with_context(|| format!("writing {}", episodes.display()))?;
     let clock = samples.iter().map(|s| s.clock).max().unwrap_or_default();
     let (_, _) = (
