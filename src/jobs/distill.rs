@@ -22,7 +22,7 @@ use anyhow::{Result, anyhow, bail};
 use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::embedders::{Embedded, EmbedderArgs};
+use crate::embedders::EmbedderArgs;
 use crate::llm::offline::distill as offline_distill;
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
@@ -81,17 +81,6 @@ struct Asked {
     key: String,
     episodes: Vec<String>,
     item: Item,
-}
-
-/// Group keys asked about before (DISTILL rows of runs not undone).
-async fn asked_before(store: &Store) -> Result<BTreeSet<String>> {
-    let filter = crate::store::without_undone(store, "operation = 'DISTILL'").await?;
-    #[derive(serde::Deserialize)]
-    struct Logged {
-        target_id: Option<String>,
-    }
-    let rows: Vec<Logged> = store.scan_rows(AUDIT_LOG.name, Some(&filter)).await?;
-    Ok(rows.into_iter().filter_map(|r| r.target_id).collect())
 }
 
 /// Distillations logged whose episodes are not all archived yet (a killed run's), read back.
@@ -213,7 +202,7 @@ async fn plan(
         .flat_map(|(l, _)| l.iter().map(|r| r.id.clone()))
         .collect();
     let entities = entity_rows(&ctx.store, &ids).await?;
-    let asked = asked_before(&ctx.store).await?;
+    let asked = super::asked_before(&ctx.store, "DISTILL").await?;
     let now_text = format_timestamp(now);
     let mut out = Vec::new();
     let mut episodes = BTreeMap::new();
@@ -242,14 +231,9 @@ async fn plan(
             }
             let memories: Vec<MemoryView> = group
                 .iter()
-                .map(|&i| MemoryView {
-                    id: list[i].id.clone(),
-                    kind: list[i].kind.clone(),
-                    created_at: format_timestamp(list[i].created_at),
-                    happens_at: None,
-                    text: list[i].text.clone(),
-                    dates: Vec::new(),
-                    cluster: None,
+                .map(|&i| {
+                    let e = &list[i];
+                    MemoryView::of(&e.id, &e.kind, e.created_at, &e.text)
                 })
                 .collect();
             out.push(Asked {
@@ -318,20 +302,7 @@ async fn apply(
             .app
             .embedder(&args.embedder, store.embedding_dim(), 16)
             .await?;
-        let texts: Vec<&str> = new.iter().map(|r| r.text.as_str()).collect();
-        let mut rows = Vec::with_capacity(new.len());
-        let mut vectors = Vec::with_capacity(new.len());
-        for (row, e) in new.iter().zip(embedder.embed(&texts).await?) {
-            let Embedded::Vector { values, .. } = e else {
-                return Err(anyhow!("the embedder refused the fact {}", row.id));
-            };
-            vectors.push(Some(values));
-            rows.push(MemoryRow {
-                embedding_model: Some(embedder.model_name().to_string()),
-                ..(*row).clone()
-            });
-        }
-        store.upsert_memories(&rows, &vectors, now).await?;
+        super::embed_and_write(store, &embedder, &new, now).await?;
     }
     crate::crash::point("distill.after-facts");
     let mut links = Vec::new();

@@ -22,7 +22,7 @@ use anyhow::{Result, anyhow, bail};
 use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::embedders::{Embedded, Embedder, EmbedderArgs};
+use crate::embedders::EmbedderArgs;
 use crate::llm::offline::insight as offline_insight;
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
@@ -91,17 +91,6 @@ struct Asked {
     id: String,
     narratives: Vec<String>,
     item: Item,
-}
-
-/// Pattern ids asked about before (INSIGHT rows of runs not undone).
-async fn asked_before(store: &Store) -> Result<BTreeSet<String>> {
-    let filter = crate::store::without_undone(store, "operation = 'INSIGHT'").await?;
-    #[derive(serde::Deserialize)]
-    struct Logged {
-        target_id: Option<String>,
-    }
-    let rows: Vec<Logged> = store.scan_rows(AUDIT_LOG.name, Some(&filter)).await?;
-    Ok(rows.into_iter().filter_map(|r| r.target_id).collect())
 }
 
 /// Patterns killed runs logged but did not write: PATTERN rows of abandoned or failed runs
@@ -194,7 +183,7 @@ async fn plan(
             .or_default()
             .extend(pattern.consolidates_memory_ids.iter().flatten().cloned());
     }
-    let asked = asked_before(&ctx.store).await?;
+    let asked = super::asked_before(&ctx.store, "INSIGHT").await?;
     let dim = ctx.store.embedding_dim();
     let (model, other_model) =
         super::main_model(narratives.iter().map(|n| n.embedding_model.as_deref()));
@@ -241,14 +230,9 @@ async fn plan(
             }
             let memories: Vec<MemoryView> = cluster
                 .iter()
-                .map(|&i| MemoryView {
-                    id: rows[i].id.clone(),
-                    kind: rows[i].kind.clone(),
-                    created_at: format_timestamp(rows[i].created_at),
-                    happens_at: None,
-                    text: rows[i].text.clone(),
-                    dates: Vec::new(),
-                    cluster: None,
+                .map(|&i| {
+                    let n = rows[i];
+                    MemoryView::of(&n.id, &n.kind, n.created_at, &n.text)
                 })
                 .collect();
             out.push(Asked {
@@ -296,30 +280,6 @@ fn parts_of(r: &crate::llm::tasks::PatternReply) -> PatternParts {
         confidence: r.confidence,
         evidence_ids: r.evidence_ids.clone(),
     }
-}
-
-/// The patterns embedded and written.
-async fn write_patterns(
-    store: &Store,
-    embedder: &Embedder,
-    rows: &[MemoryRow],
-    now: i64,
-) -> Result<()> {
-    let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
-    let mut vectors = Vec::with_capacity(rows.len());
-    let mut written = Vec::with_capacity(rows.len());
-    for (row, e) in rows.iter().zip(embedder.embed(&texts).await?) {
-        let Embedded::Vector { values, .. } = e else {
-            return Err(anyhow!("the embedder refused the pattern {}", row.id));
-        };
-        vectors.push(Some(values));
-        written.push(MemoryRow {
-            embedding_model: Some(embedder.model_name().to_string()),
-            ..row.clone()
-        });
-    }
-    store.upsert_memories(&written, &vectors, now).await?;
-    Ok(())
 }
 
 pub async fn run(ctx: &JobCtx<'_>, args: &InsightsArgs) -> Result<JobReport> {
@@ -414,7 +374,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &InsightsArgs) -> Result<JobReport> {
                 .app
                 .embedder(&args.embedder, ctx.store.embedding_dim(), 16)
                 .await?;
-            write_patterns(&ctx.store, &embedder, &rows, now).await?;
+            let rows: Vec<&MemoryRow> = rows.iter().collect();
+            super::embed_and_write(&ctx.store, &embedder, &rows, now).await?;
         }
     }
     report.counts = counts;

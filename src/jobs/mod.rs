@@ -341,6 +341,53 @@ impl JobReport {
     }
 }
 
+/// New memories a job made (narratives, patterns, facts) embedded by `embedder` and upserted,
+/// each with the model recorded.
+pub async fn embed_and_write(
+    store: &crate::store::Store,
+    embedder: &crate::embedders::Embedder,
+    rows: &[&crate::model::typed::MemoryRow],
+    now: i64,
+) -> Result<()> {
+    use crate::embedders::Embedded;
+    let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
+    let mut vectors = Vec::with_capacity(rows.len());
+    let mut written = Vec::with_capacity(rows.len());
+    for (row, e) in rows.iter().zip(embedder.embed(&texts).await?) {
+        let Embedded::Vector { values, .. } = e else {
+            anyhow::bail!("the embedder refused the memory {}", row.id);
+        };
+        vectors.push(Some(values));
+        written.push(crate::model::typed::MemoryRow {
+            embedding_model: Some(embedder.model_name().to_string()),
+            ..(*row).clone()
+        });
+    }
+    store.upsert_memories(&written, &vectors, now).await?;
+    Ok(())
+}
+
+/// The targets of `operation`'s audit rows by runs not undone: what a job that decides once
+/// per key (insights' clusters, distill's groups) has asked about before.
+pub async fn asked_before(
+    store: &crate::store::Store,
+    operation: &str,
+) -> Result<std::collections::BTreeSet<String>> {
+    let filter = crate::store::without_undone(
+        store,
+        &format!("operation = {}", crate::store::sql_string(operation)),
+    )
+    .await?;
+    #[derive(serde::Deserialize)]
+    struct Logged {
+        target_id: Option<String>,
+    }
+    let rows: Vec<Logged> = store
+        .scan_rows(crate::model::schema::AUDIT_LOG.name, Some(&filter))
+        .await?;
+    Ok(rows.into_iter().filter_map(|r| r.target_id).collect())
+}
+
 /// The embedding model most of a user's vectors come from (ties by name), and how many rows
 /// another model embedded: similarities are only meaningful between vectors of one model.
 /// `column` is the index of `embedding_model` in `batches`.

@@ -21,11 +21,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::embedders::{Embedded, Embedder, EmbedderArgs};
+use crate::embedders::{Embedder, EmbedderArgs};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::offline::narrate as offline_narrate;
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
@@ -70,15 +70,7 @@ impl Job for SessionsArgs {
 }
 
 fn view(m: &SessionMemory) -> MemoryView {
-    MemoryView {
-        id: m.id.clone(),
-        kind: m.kind.clone(),
-        created_at: format_timestamp(m.created_at),
-        happens_at: None,
-        text: m.text.clone(),
-        dates: Vec::new(),
-        cluster: None,
-    }
+    MemoryView::of(&m.id, &m.kind, m.created_at, &m.text)
 }
 
 fn parts_of(r: &crate::llm::tasks::NarrateReply) -> NarrativeParts {
@@ -165,21 +157,8 @@ async fn write(
     }
     store.write_audit(&audit).await?;
     crate::crash::point("sessions.after-audit");
-    let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
-    let mut vectors = Vec::with_capacity(rows.len());
-    let mut written = Vec::with_capacity(rows.len());
-    for (row, e) in rows.iter().zip(embedder.embed(&texts).await?) {
-        let Embedded::Vector { values, .. } = e else {
-            return Err(anyhow!("the embedder refused the narrative {}", row.id));
-        };
-        vectors.push(Some(values));
-        written.push(MemoryRow {
-            embedding_model: Some(embedder.model_name().to_string()),
-            ..row.clone()
-        });
-    }
-    store.upsert_memories(&written, &vectors, now).await?;
-    Ok(())
+    let rows: Vec<&MemoryRow> = rows.iter().collect();
+    super::embed_and_write(store, embedder, &rows, now).await
 }
 
 /// Applies `sessions` batches for `batches poll`: each item's narrative, from the provider's

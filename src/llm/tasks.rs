@@ -159,6 +159,19 @@ pub struct MemoryView {
 }
 
 impl MemoryView {
+    /// A memory as a prompt shows it from its id, kind, creation time (microseconds) and text.
+    pub fn of(id: &str, kind: &str, created_at: i64, text: &str) -> MemoryView {
+        MemoryView {
+            id: id.to_string(),
+            kind: kind.to_string(),
+            created_at: crate::model::encoding::format_timestamp(created_at),
+            happens_at: None,
+            text: text.to_string(),
+            dates: Vec::new(),
+            cluster: None,
+        }
+    }
+
     /// From a `memories` row read as JSON (`store::json_rows`: timestamps as RFC 3339 text).
     /// The view of a memory read as a typed row.
     pub fn from_shown(row: crate::model::typed::ShownMemory) -> MemoryView {

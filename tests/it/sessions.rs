@@ -213,3 +213,24 @@ fn in_batch_mode_the_poll_writes_the_narratives_once_as_an_online_run_would() {
         stderr(&out)
     );
 }
+
+#[test]
+fn undo_of_a_sessions_run_removes_its_narratives_and_the_next_run_tells_them_again() {
+    let db = prepared();
+    let report = sessions(&db, &[], AFTER, &[]);
+    assert_eq!(report["counts"]["narratives"], 2, "{report}");
+    let out = db.run(&["undo", report["run_id"].as_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(narratives(&db).is_empty(), "the run's narratives are gone");
+    assert_eq!(db.count("memories"), 7, "the told memories are untouched");
+    let again = sessions(&db, &[], AFTER, &[]);
+    assert_eq!(again["counts"]["sessions_told_before"], 0, "{again}");
+    assert_eq!(again["counts"]["narratives"], 2);
+    assert_eq!(narratives(&db).len(), 2);
+}

@@ -627,31 +627,22 @@ pub async fn run(app: &App, args: &RecallEvalArgs, out: &mut dyn Write) -> Resul
         report["supersessions"] = json!(chains);
         report["after"] = json!(after);
     }
+    // memlife on another database of this evaluation, with its config (and embedder flags).
+    let at = |db: &str, extra: &[&str], fwd: bool| -> Result<Value> {
+        let mut a: Vec<&str> = vec!["--db", db, "--json"];
+        a.extend(base.iter().skip(3).map(String::as_str));
+        a.extend(extra);
+        if fwd {
+            a.extend(forward.iter().map(String::as_str));
+        }
+        Ok(memlife(&a)?.0)
+    };
+    let side = (&samples[..], &questions[..], &raw[..]);
     if args.narratives {
-        let at = |db: &str, extra: &[&str], fwd: bool| -> Result<Value> {
-            let mut a: Vec<&str> = vec!["--db", db, "--json"];
-            a.extend(base.iter().skip(3).map(String::as_str));
-            a.extend(extra);
-            if fwd {
-                a.extend(forward.iter().map(String::as_str));
-            }
-            Ok(memlife(&a)?.0)
-        };
-        let side = (&samples[..], &questions[..], &raw[..]);
         let told = narrative_side(app, args, side, (&embedder, &model), &work.path, &at).await?;
         report["narratives"] = told;
     }
     if args.distill {
-        let at = |db: &str, extra: &[&str], fwd: bool| -> Result<Value> {
-            let mut a: Vec<&str> = vec!["--db", db, "--json"];
-            a.extend(base.iter().skip(3).map(String::as_str));
-            a.extend(extra);
-            if fwd {
-                a.extend(forward.iter().map(String::as_str));
-            }
-            Ok(memlife(&a)?.0)
-        };
-        let side = (&samples[..], &questions[..], &raw[..]);
         report["distill"] =
             distill_side(app, args, side, (&embedder, &model), &work.path, &at).await?;
     }
