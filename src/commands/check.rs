@@ -104,44 +104,6 @@ fn reference_queries() -> Vec<(String, String)> {
             "SELECT id, member FROM (SELECT id, unnest(consolidates_memory_ids) AS member \
              FROM memories) WHERE member NOT IN (SELECT id FROM memories)",
         ),
-        (
-            "insights: a pattern's evidence are narratives of its user",
-            "SELECT p.id, p.member, n.kind, n.user_id FROM (SELECT id, user_id, \
-               unnest(consolidates_memory_ids) AS member FROM memories \
-               WHERE kind = 'learning_pattern' AND source = 'insights') p \
-             LEFT JOIN memories n ON n.id = p.member \
-             WHERE n.id IS NULL OR n.kind <> 'narrative' OR n.user_id <> p.user_id",
-        ),
-        (
-            "insights: every pattern logged by a finished run was written (or pruned since)",
-            "SELECT id, target_id FROM audit_log \
-             WHERE operation = 'INSIGHT' AND classification = 'PATTERN' AND {NOT_UNDONE} \
-               AND run_id IN (SELECT run_id FROM runs WHERE status IN ('done', 'partial')) \
-               AND target_id NOT IN (SELECT id FROM memories) \
-               AND target_id NOT IN (SELECT target_id FROM audit_log \
-                                     WHERE operation = 'PRUNE' AND classification = 'DELETE')",
-        ),
-        (
-            // (The episodes a fact rests on are the ones its after_state names.)
-            "distill: every episode a distillation rests on is archived",
-            "SELECT a.episode, m.archived_at FROM \
-               (SELECT unnest(source_ids) AS episode, after_state FROM audit_log \
-                 WHERE operation = 'DISTILL' AND classification = 'APPLIED' AND {NOT_UNDONE}) a \
-             JOIN memories m ON m.id = a.episode \
-             WHERE m.archived_at IS NULL \
-               AND a.after_state LIKE concat('%\"', a.episode, '\"%')",
-        ),
-        (
-            "anchor: drift is a cosine distance and the user has memories",
-            "SELECT user_id, drift FROM anchors WHERE drift < 0 OR drift > 2 \
-               OR user_id NOT IN (SELECT DISTINCT user_id FROM memories)",
-        ),
-        (
-            "sessions: one narrative per session",
-            "SELECT user_id, session_id, COUNT(*) AS narratives FROM memories \
-             WHERE kind = 'narrative' AND source = 'sessions' \
-             GROUP BY user_id, session_id HAVING COUNT(*) > 1",
-        ),
         // Supersession chains (`memlife integrate`, `memlife link`): each version points to
         // its successor (`superseded_by`, in the same chain, with `valid_until` set) and is
         // pointed at by at most one predecessor; one first and one current version per
@@ -205,10 +167,54 @@ fn reference_queries() -> Vec<(String, String)> {
     queries.extend(
         references
             .into_iter()
+            .chain(STORAGE_JOB_QUERIES.iter().copied())
             .map(|(name, sql)| (name.to_string(), sql.replace("{NOT_UNDONE}", NOT_UNDONE))),
     );
     queries
 }
+
+/// The invariants of the storage jobs of seeds 002 and 004: insights, distill, anchor,
+/// sessions.
+const STORAGE_JOB_QUERIES: &[(&str, &str)] = &[
+    (
+        "insights: a pattern's evidence are narratives of its user",
+        "SELECT p.id, p.member, n.kind, n.user_id FROM (SELECT id, user_id, \
+               unnest(consolidates_memory_ids) AS member FROM memories \
+               WHERE kind = 'learning_pattern' AND source = 'insights') p \
+             LEFT JOIN memories n ON n.id = p.member \
+             WHERE n.id IS NULL OR n.kind <> 'narrative' OR n.user_id <> p.user_id",
+    ),
+    (
+        "insights: every pattern logged by a finished run was written (or pruned since)",
+        "SELECT id, target_id FROM audit_log \
+             WHERE operation = 'INSIGHT' AND classification = 'PATTERN' AND {NOT_UNDONE} \
+               AND run_id IN (SELECT run_id FROM runs WHERE status IN ('done', 'partial')) \
+               AND target_id NOT IN (SELECT id FROM memories) \
+               AND target_id NOT IN (SELECT target_id FROM audit_log \
+                                     WHERE operation = 'PRUNE' AND classification = 'DELETE')",
+    ),
+    (
+        // (The episodes a fact rests on are the ones its after_state names.)
+        "distill: every episode a distillation rests on is archived",
+        "SELECT a.episode, m.archived_at FROM \
+               (SELECT unnest(source_ids) AS episode, after_state FROM audit_log \
+                 WHERE operation = 'DISTILL' AND classification = 'APPLIED' AND {NOT_UNDONE}) a \
+             JOIN memories m ON m.id = a.episode \
+             WHERE m.archived_at IS NULL \
+               AND a.after_state LIKE concat('%\"', a.episode, '\"%')",
+    ),
+    (
+        "anchor: drift is a cosine distance and the user has memories",
+        "SELECT user_id, drift FROM anchors WHERE drift < 0 OR drift > 2 \
+               OR user_id NOT IN (SELECT DISTINCT user_id FROM memories)",
+    ),
+    (
+        "sessions: one narrative per session",
+        "SELECT user_id, session_id, COUNT(*) AS narratives FROM memories \
+             WHERE kind = 'narrative' AND source = 'sessions' \
+             GROUP BY user_id, session_id HAVING COUNT(*) > 1",
+    ),
+];
 
 /// Audit rows of runs `memlife undo` reverted from the tables' versions no longer stand.
 const NOT_UNDONE: &str = "run_id NOT IN (SELECT source_ids[1] FROM audit_log \

@@ -468,6 +468,23 @@ async fn score_store(
 }
 
 /// The nightly jobs over one user at its clock, in order; each job's report.
+/// `maintain` for every sample: each job's counts and status per user.
+fn maintain_all(
+    db: &str,
+    samples: &[Sample],
+    forward: &[String],
+) -> Result<BTreeMap<String, Vec<Value>>> {
+    let mut jobs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for s in samples {
+        for (job, r) in maintain(db, s, forward)? {
+            jobs.entry(job)
+                .or_default()
+                .push(json!({"user": s.id, "counts": r["counts"], "status": r["status"]}));
+        }
+    }
+    Ok(jobs)
+}
+
 fn maintain(db: &str, sample: &Sample, forward: &[String]) -> Result<Vec<(String, Value)>> {
     let now = format_timestamp(sample.clock);
     let mut reports = Vec::new();
@@ -609,14 +626,7 @@ pub async fn run(app: &App, args: &RecallEvalArgs, out: &mut dyn Write) -> Resul
         "before": before,
     });
     if args.maintain {
-        let mut jobs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-        for s in &samples {
-            for (job, r) in maintain(&db, s, &forward)? {
-                jobs.entry(job)
-                    .or_default()
-                    .push(json!({"user": s.id, "counts": r["counts"], "status": r["status"]}));
-            }
-        }
+        let jobs = maintain_all(&db, &samples, &forward)?;
         let store = Store::open(&db).await?;
         let after = score_store(
             app, &store, args, &samples, &questions, &raw, &embedder, &model, &own, &texts, None,
