@@ -298,8 +298,8 @@ pub async fn check(store: &Store, examples: usize) -> Result<CheckReport> {
 
     // A memory `scores` archived has its archival in the audit log (logged before it
     // happened). Scores archive at the run's clock, recorded in the run's params. Jobs of the
-    // same night share that clock: a memory consolidate (or refine, or integrate) archived
-    // is named in the source ids of that job's audit row instead.
+    // same night share that clock: a memory consolidate (or refine, integrate or distill)
+    // archived is named in the source ids of that job's audit row instead.
     let name = "memories: every archival by a job is audited";
     report.invariants_checked.push(name.into());
     let clocks = scores_clocks(&context).await?;
@@ -311,7 +311,7 @@ pub async fn check(store: &Store, examples: usize) -> Result<CheckReport> {
                WHERE operation IN ('ARCHIVE', 'PRUNE')) a \
                ON a.target_id = m.id AND a.created_at = m.archived_at \
              LEFT JOIN (SELECT unnest(source_ids) AS member, created_at FROM audit_log \
-               WHERE operation IN ('CONSOLIDATE', 'SPLIT', 'MERGE', 'SUPERSEDE')) c \
+               WHERE operation IN ('CONSOLIDATE', 'SPLIT', 'MERGE', 'SUPERSEDE', 'DISTILL')) c \
                ON c.member = m.id AND c.created_at = m.archived_at \
              WHERE m.state = 'archived' AND m.archived_at IN ({}) AND a.target_id IS NULL \
                AND c.member IS NULL",

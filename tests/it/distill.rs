@@ -159,6 +159,18 @@ fn a_provider_distills_over_http_and_an_episode_no_fact_rests_on_stays_live() {
     );
     assert_eq!(found[0]["text"], "Ana commutes to Ghent by train for work.");
     assert_eq!(archived(&db), ["e1", "e3"], "e2 stays an episode");
+    // A scores run at the same clock (as in the nightly pipeline): check still finds every
+    // archival audited, distill's by its DISTILL row.
+    let out = db.run(&["scores", "--now", NOW]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = db.run(&["check"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     assert!(
         report["notes"].to_string().contains("a fact resting on one episode")
             || db.rows("SELECT reasoning FROM audit_log WHERE operation = 'DISTILL'")[0]
