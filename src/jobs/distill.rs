@@ -83,7 +83,10 @@ struct Asked {
     item: Item,
 }
 
-/// Distillations logged whose episodes are not all archived yet (a killed run's), read back.
+/// Distillations a killed run logged whose episodes are not all archived yet, read back. Only
+/// runs that did not finish are looked at: an episode of a finished distillation that was
+/// revived since stays revived. One scan of the audit log, one of the runs, one of the
+/// episodes.
 async fn unfinished(store: &Store, now: i64) -> Result<Vec<Planned>> {
     let filter = crate::store::without_undone(
         store,
@@ -93,11 +96,14 @@ async fn unfinished(store: &Store, now: i64) -> Result<Vec<Planned>> {
     #[derive(serde::Deserialize)]
     struct Logged {
         id: String,
+        run_id: String,
         after_state: Option<String>,
     }
     let rows: Vec<Logged> = store.scan_rows(AUDIT_LOG.name, Some(&filter)).await?;
-    let mut planned = Vec::new();
-    for row in rows {
+    let runs: Vec<String> = rows.iter().map(|r| r.run_id.clone()).collect();
+    let killed = super::killed_runs(store, &runs).await?;
+    let mut logged = Vec::new();
+    for row in rows.into_iter().filter(|r| killed.contains(&r.run_id)) {
         let after: serde_json::Value =
             serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))?;
         let archive: Vec<String> = after["archive"]
@@ -106,19 +112,24 @@ async fn unfinished(store: &Store, now: i64) -> Result<Vec<Planned>> {
             .flatten()
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect();
-        let live = store
-            .ids_present(MEMORIES.name, &archive, Some("archived_at IS NULL"))
-            .await?;
-        if live.is_empty() {
+        logged.push((row.id, after, archive));
+    }
+    let all: Vec<String> = logged.iter().flat_map(|(_, _, a)| a.clone()).collect();
+    let live = store
+        .ids_present(MEMORIES.name, &all, Some("archived_at IS NULL"))
+        .await?;
+    let mut planned = Vec::new();
+    for (id, after, archive) in logged {
+        if !archive.iter().any(|e| live.contains(e)) {
             continue;
         }
         let facts: Vec<serde_json::Value> = after["facts"].as_array().cloned().unwrap_or_default();
         let facts = memories_from_json(&facts, store.embedding_dim(), now)
-            .map_err(|e| anyhow!("audit row {}: its facts do not read: {e}", row.id))?;
+            .map_err(|e| anyhow!("audit row {id}: its facts do not read: {e}"))?;
         let archived_at = after["archived_at"]
             .as_str()
             .and_then(parse_timestamp)
-            .ok_or_else(|| anyhow!("audit row {} lacks after_state.archived_at", row.id))?;
+            .ok_or_else(|| anyhow!("audit row {id} lacks after_state.archived_at"))?;
         planned.push(Planned {
             facts,
             archive,

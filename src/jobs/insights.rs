@@ -29,10 +29,10 @@ use crate::llm::{CallMode, Item, LlmArgs, Outcome};
 use crate::logic::insights::{PatternParts, clusters, is_new, pattern_id, pattern_row, refusal};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
-use crate::model::schema::{AUDIT_LOG, MEMORIES, RUNS};
+use crate::model::schema::{AUDIT_LOG, MEMORIES};
 use crate::model::typed::{MemoryRow, memories_from_json};
 use crate::store::audit::AuditRow;
-use crate::store::{Store, sql_list, sql_timestamp};
+use crate::store::{Store, sql_timestamp};
 
 /// Recurring patterns in recent narratives, as `learning_pattern` memories (LLM
 /// `insight.extract`, offline fallback).
@@ -112,23 +112,8 @@ async fn unfinished(store: &Store, now: i64) -> Result<Vec<MemoryRow>> {
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    #[derive(serde::Deserialize)]
-    struct Run {
-        run_id: String,
-    }
     let runs: Vec<String> = rows.iter().map(|r| r.run_id.clone()).collect();
-    let dead: BTreeSet<String> = store
-        .scan_rows::<Run>(
-            RUNS.name,
-            Some(&format!(
-                "run_id IN ({}) AND status IN ('abandoned', 'failed')",
-                sql_list(&runs)
-            )),
-        )
-        .await?
-        .into_iter()
-        .map(|r| r.run_id)
-        .collect();
+    let dead = super::killed_runs(store, &runs).await?;
     let targets: Vec<String> = rows.iter().filter_map(|r| r.target_id.clone()).collect();
     let present = store.ids_present(MEMORIES.name, &targets, None).await?;
     let mut out = Vec::new();

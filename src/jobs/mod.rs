@@ -388,6 +388,31 @@ pub async fn asked_before(
     Ok(rows.into_iter().filter_map(|r| r.target_id).collect())
 }
 
+/// Which of `runs` did not finish (abandoned when killed, or failed): the runs whose logged
+/// decisions a later run completes from the audit log.
+pub async fn killed_runs(
+    store: &crate::store::Store,
+    runs: &[String],
+) -> Result<std::collections::BTreeSet<String>> {
+    #[derive(serde::Deserialize)]
+    struct Run {
+        run_id: String,
+    }
+    if runs.is_empty() {
+        return Ok(Default::default());
+    }
+    let filter = format!(
+        "run_id IN ({}) AND status IN ('abandoned', 'failed')",
+        crate::store::sql_list(runs)
+    );
+    Ok(store
+        .scan_rows::<Run>(RUNS.name, Some(&filter))
+        .await?
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect())
+}
+
 /// The embedding model most of a user's vectors come from (ties by name), and how many rows
 /// another model embedded: similarities are only meaningful between vectors of one model.
 /// `column` is the index of `embedding_model` in `batches`.
