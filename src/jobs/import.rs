@@ -46,6 +46,11 @@ pub struct ImportArgs {
     /// What to do with invalid rows: abort writes nothing, skip writes the valid rows.
     #[arg(long, value_enum, default_value = "abort")]
     pub on_error: OnError,
+    /// Leave rows whose key the table already holds as they are (insert only the others),
+    /// instead of replacing them: to restore what prune exported without rolling back an
+    /// entity that changed since.
+    #[arg(long)]
+    pub keep_existing: bool,
     /// The clock the run computes at (RFC 3339): the `created_at` of rows that give none;
     /// default the current time.
     #[arg(long)]
@@ -356,6 +361,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ImportArgs) -> Result<JobReport> {
         "table": spec.name,
         "format": format,
         "on_error": args.on_error,
+        "keep_existing": args.keep_existing,
     });
     let tally = Arc::new(Mutex::new(Tally {
         scope: ctx.scope.clone(),
@@ -385,7 +391,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ImportArgs) -> Result<JobReport> {
             }
         }
     } else if reader.has_rows() {
-        match ctx.store.write_rows(spec, Box::new(reader)).await {
+        let written_rows = match args.keep_existing {
+            true => ctx.store.insert_missing_rows(spec, Box::new(reader)).await,
+            false => ctx.store.write_rows(spec, Box::new(reader)).await,
+        };
+        match written_rows {
             Ok(stats) => written = Some(stats),
             Err(e) => write_error = Some(e),
         }
@@ -409,6 +419,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ImportArgs) -> Result<JobReport> {
     if let Some(stats) = written {
         report.count("inserted", stats.inserted);
         report.count("updated", stats.updated);
+        if args.keep_existing {
+            report.count(
+                "kept_existing",
+                tally.accepted.saturating_sub(stats.inserted),
+            );
+        }
     } else {
         report.count("inserted", 0);
         report.count("updated", 0);

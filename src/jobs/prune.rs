@@ -1,8 +1,9 @@
 //! `memlife prune`: seed 004's memory pruner. Decayed, unemotional, unused, old memories that
 //! no rule protects are archived (a narrative's episodes and other provenance) or deleted
 //! (everything else); the rules are `logic::prune`'s. Nothing is lost beyond recovery: every
-//! memory to delete is first written, with its links and entity rows, to Parquet files in the
-//! archive folder (`memlife import` brings them back), then logged (a PRUNE audit row per
+//! memory to delete is first written, with its links, entity rows and the entities they name,
+//! to Parquet files in the archive folder (`memlife import` brings them back; entities with
+//! `--keep-existing`), then logged (a PRUNE audit row per
 //! memory, with the row as it was and the export file), and only then deleted.
 //!
 //! Writes, each one Lance commit: the audit rows, the archivals, the deleted memories' links,
@@ -23,7 +24,9 @@ use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::formats::{BatchWriter, Format};
 use crate::logic::prune::{PrunePlan, PruneRow, plan_prune, storage_triggered};
 use crate::model::clock::Clock;
-use crate::model::schema::{ENTITY_SCANS, LINKS, MEMORIES, MEMORY_ENTITIES, REVIEW_QUEUE};
+use crate::model::schema::{
+    ENTITIES, ENTITY_SCANS, LINKS, MEMORIES, MEMORY_ENTITIES, REVIEW_QUEUE,
+};
 use crate::model::typed::MemoryRow;
 use crate::store::audit::AuditRow;
 use crate::store::{Store, sql_list, sql_timestamp};
@@ -117,7 +120,8 @@ async fn export(
     Ok((path, rows))
 }
 
-/// The deleted memories, their links and entity rows, exported; the memories' file.
+/// The deleted memories, their links, entity rows and the entities those name, exported; the
+/// memories' file.
 async fn export_all(store: &Store, dir: &Path, run_id: &str, ids: &[String]) -> Result<PathBuf> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the export folder {}", dir.display()))?;
@@ -136,6 +140,28 @@ async fn export_all(store: &Store, dir: &Path, run_id: &str, ids: &[String]) -> 
     export(store, at, LINKS.name, ids, touching).await?;
     let of_memory = |l: &str| format!("memory_id IN ({l})");
     export(store, at, MEMORY_ENTITIES.name, ids, of_memory).await?;
+    // The entities those rows name: entity-gc may delete one once its last memory is gone,
+    // and a restored entity row needs its entity back (`import --keep-existing` leaves the
+    // ones still there as they are).
+    let mut entities = BTreeSet::new();
+    for chunk in ids.chunks(1000) {
+        let filter = of_memory(&sql_list(chunk));
+        #[derive(serde::Deserialize)]
+        struct Named {
+            entity_id: String,
+        }
+        let rows = store
+            .scan_rows::<Named>(MEMORY_ENTITIES.name, Some(&filter))
+            .await?;
+        entities.extend(rows.into_iter().map(|r| r.entity_id));
+    }
+    let entities: Vec<String> = entities.into_iter().collect();
+    if !entities.is_empty() {
+        export(store, at, ENTITIES.name, &entities, |l| {
+            format!("id IN ({l})")
+        })
+        .await?;
+    }
     Ok(memories)
 }
 

@@ -358,6 +358,24 @@ impl Store {
         })
     }
 
+    /// Inserts, in one commit, the rows whose key the table does not hold; rows it holds stay
+    /// as they are (a restore that must not roll a newer row back).
+    pub async fn insert_missing_rows(
+        &self,
+        spec: &TableSpec,
+        rows: Box<dyn RecordBatchReader + Send>,
+    ) -> Result<WriteStats> {
+        let table = self.table(spec.name).await?;
+        let mut merge = table.merge_insert(spec.key);
+        merge.when_not_matched_insert_all();
+        let result = merge.execute(rows).await?;
+        Ok(WriteStats {
+            inserted: result.num_inserted_rows,
+            updated: 0,
+            version: result.version,
+        })
+    }
+
     /// Appends rows in one commit, without matching keys: for rows whose keys are new by
     /// construction (audit rows keyed by their run).
     pub async fn append(

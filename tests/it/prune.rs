@@ -1,6 +1,7 @@
 //! `memlife prune` on real Lance tables: the keep rules hold end to end, provenance is
 //! archived, everything else decayed is exported to Parquet before it is deleted (with its
-//! links and entity rows), the export brings it back through `memlife import`, `undo` reverts
+//! links, entity rows and entities), the export brings it back through `memlife import` (after
+//! entity-gc deleted what only it named), `undo` reverts
 //! a run, `--dry-run` changes nothing, a folder that cannot be written stops the run before
 //! anything is lost, and the storage trigger holds the job back until the table is large.
 
@@ -157,7 +158,11 @@ fn keep_rules_hold_provenance_is_archived_and_the_rest_is_exported_then_deleted(
         "SELECT after_state FROM audit_log WHERE operation = 'PRUNE' AND classification = 'DELETE'",
     );
     let files = exported(&archive);
-    assert_eq!(files.len(), 3, "memories, links and entity rows: {files:?}");
+    assert_eq!(
+        files.len(),
+        4,
+        "memories, links, entity rows and entities: {files:?}"
+    );
     let memories_file = files
         .iter()
         .find(|f| f.ends_with(".memories.parquet"))
@@ -169,20 +174,49 @@ fn keep_rules_hold_provenance_is_archived_and_the_rest_is_exported_then_deleted(
             .contains(memories_file.as_str())
     );
 
-    // The export brings everything back, embeddings and all.
-    for (table, suffix) in [
-        ("memories", "memories"),
-        ("links", "links"),
-        ("memory_entities", "memory_entities"),
-    ] {
+    // entity-gc archives the entities only the deleted memories named, and deletes them
+    // months later.
+    let entities_before = db.count("entities");
+    for now in ["2026-06-02T00:00:00Z", "2026-09-01T00:00:00Z"] {
+        let gc = db.run(&["entity-gc", "--now", now, "--no-merge"]);
+        assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
+    }
+    let gone = entities_before - db.count("entities");
+    assert!(gone > 0, "the fixture has entities only old1 and old2 name");
+
+    // The export brings everything back, embeddings and all: the entities first, those still
+    // there left as they are.
+    for table in ["entities", "memories", "links", "memory_entities"] {
         let file = files
             .iter()
-            .find(|f| f.ends_with(&format!(".{suffix}.parquet")))
+            .find(|f| f.ends_with(&format!(".{table}.parquet")))
             .unwrap();
         let path = format!("{archive}/{file}");
-        let out = db.run(&["import", "--table", table, &path]);
+        let out = db.run(&[
+            "--json",
+            "import",
+            "--keep-existing",
+            "--table",
+            table,
+            &path,
+        ]);
         assert_eq!(out.status.code(), Some(0), "{table}: {}", stderr(&out));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        if table == "entities" {
+            let back = report["counts"]["inserted"].as_u64().unwrap();
+            assert!(back >= 1 && back <= gone as u64, "{report}");
+        }
     }
+    assert_eq!(
+        db.count(
+            "memory_entities WHERE memory_id IN ('old1', 'old2') \
+             AND entity_id NOT IN (SELECT id FROM entities)"
+        ),
+        0,
+        "every restored entity row names an entity"
+    );
+    let check = db.run(&["check"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
     assert_eq!(ids(&db), before);
     assert_eq!(db.count("memories WHERE embedding IS NULL"), 0);
     assert_eq!(
@@ -192,6 +226,30 @@ fn keep_rules_hold_provenance_is_archived_and_the_rest_is_exported_then_deleted(
     assert_eq!(
         db.scalar("SELECT COUNT(*) AS n FROM memory_entities WHERE memory_id IN ('old1', 'old2')"),
         entity_rows
+    );
+    // --keep-existing leaves a row the table holds as it is: old1, edited since its restore,
+    // keeps its edit when the export is imported again.
+    std::fs::write(
+        db.path("edit.jsonl"),
+        r#"{"id":"old1","user_id":"u","text":"Had lunch with Marco at the station.","kind":"episode","created_at":"2026-01-01T10:00:00Z"}"#,
+    )
+    .unwrap();
+    let edit = db.run(&["import", &db.path("edit.jsonl")]);
+    assert_eq!(edit.status.code(), Some(0), "{}", stderr(&edit));
+    let memories_file = format!("{archive}/{memories_file}");
+    let again = db.run(&["--json", "import", "--keep-existing", &memories_file]);
+    let again: serde_json::Value = serde_json::from_str(&stdout(&again)).unwrap();
+    assert_eq!(
+        (
+            again["counts"]["inserted"].as_u64(),
+            again["counts"]["kept_existing"].as_u64()
+        ),
+        (Some(0), Some(2)),
+        "{again}"
+    );
+    assert_eq!(
+        db.rows("SELECT text FROM memories WHERE id = 'old1'")[0]["text"],
+        "Had lunch with Marco at the station."
     );
 }
 
@@ -268,5 +326,5 @@ fn the_storage_trigger_prunes_only_past_its_bound() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(report["counts"]["deleted"], 2, "{report}");
-    assert_eq!(exported(&archive).len(), 3);
+    assert_eq!(exported(&archive).len(), 4);
 }

@@ -18,6 +18,7 @@ async fn an_in_memory_database_takes_imports_and_sql() {
         table: "memories".to_string(),
         format: None,
         on_error: import::OnError::Abort,
+        keep_existing: false,
         now: None,
         scope: JobScope::default(),
     };
