@@ -195,6 +195,7 @@ impl Applier for SessionsApplier {
         let by_id: BTreeMap<&str, &SessionMemory> =
             memories.iter().map(|m| (m.id.as_str(), m)).collect();
         let mut rows = Vec::new();
+        let mut gone = Vec::new();
         for (item, outcome) in items.iter().zip(outcomes) {
             if written.contains(&item.custom_id) {
                 continue;
@@ -207,7 +208,12 @@ impl Applier for SessionsApplier {
                 .filter_map(|m| by_id.get(m.id.as_str()).copied())
                 .collect();
             let Some(first) = told.first() else {
-                *counts.entry("sessions_gone".into()).or_default() += 1;
+                // Logged, so the batch's results are all on record (`check`): told of nothing.
+                let mut a = AuditRow::new(&record.run_id, "NARRATE", &item.custom_id, now);
+                a.classification = Some("GONE".into());
+                a.source_ids = item.input.memories.iter().map(|m| m.id.clone()).collect();
+                a.reasoning = Some("no memory of the session is in the store any more".into());
+                gone.push(a);
                 continue;
             };
             let session = EndedSession {
@@ -222,6 +228,10 @@ impl Applier for SessionsApplier {
                 *counts.entry("offline_fallbacks".into()).or_default() += 1;
             }
             rows.push(narrative_row(&session, &parts, now));
+        }
+        if !gone.is_empty() {
+            counts.insert("sessions_gone".into(), gone.len() as u64);
+            store.write_audit(&gone).await?;
         }
         if !rows.is_empty() {
             let embedder = (env.embedder)()?;

@@ -215,6 +215,49 @@ fn in_batch_mode_the_poll_writes_the_narratives_once_as_an_online_run_would() {
 }
 
 #[test]
+fn a_session_whose_memories_went_before_the_poll_is_logged_gone_and_check_passes() {
+    let db = TestDb::new();
+    let (first, second): (Vec<&str>, Vec<&str>) =
+        MEMORIES.lines().partition(|l| !l.contains("s-job"));
+    std::fs::write(db.path("m1.jsonl"), first.join("\n")).unwrap();
+    std::fs::write(db.path("m2.jsonl"), second.join("\n")).unwrap();
+    for file in ["m1.jsonl", "m2.jsonl"] {
+        let out = db.run(&["import", &db.path(file)]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let mock = Mock::start(&[]);
+    let config = both_roles_config(&db, &mock);
+    let batch = ["--llm", "providers", "--mode", "batch"];
+    let submitted = sessions(&db, &["--config", &config], AFTER, &batch);
+    assert_eq!(submitted["counts"]["items_submitted"], 2, "{submitted}");
+    // The second session's memories go (their import undone) while the batch waits.
+    let out = db.run(&["undo", "--last", "import"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(db.count("memories WHERE session_id = 's-job'"), 0);
+    let out = db.run(&[
+        "--json",
+        "--config",
+        &config,
+        "batches",
+        "poll",
+        "--embedder",
+        "hash",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let polled: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(polled["counts"]["applied"], 1, "{polled}");
+    let told = narratives(&db);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0]["session_id"], "s-move");
+    assert_eq!(
+        db.count("audit_log WHERE operation = 'NARRATE' AND classification = 'GONE'"),
+        1
+    );
+    let out = db.run(&["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+#[test]
 fn undo_of_a_sessions_run_removes_its_narratives_and_the_next_run_tells_them_again() {
     let db = prepared();
     let report = sessions(&db, &[], AFTER, &[]);
