@@ -22,7 +22,8 @@ use serde_json::Value;
 
 use crate::app::App;
 use crate::exit::ExitStatus;
-use crate::model::schema::{MEMORY_STATES, MEMORY_TIERS};
+use crate::logic::targets::{HistoryRow, history_by_target};
+use crate::model::schema::{BENCH_RUNS, MEMORY_STATES, MEMORY_TIERS};
 use crate::store::Store;
 use crate::store::maintain::TableStorage;
 
@@ -60,6 +61,8 @@ struct Summary {
     last_day: Option<String>,
     /// Days whose tiers and states were read from a kept `memories` version.
     days_from_versions: usize,
+    /// Targets charted from `bench_runs` (`memlife bench targets`).
+    bench_targets: usize,
     bytes: usize,
 }
 
@@ -70,7 +73,8 @@ pub async fn run(app: &App, args: &ReportArgs, out: &mut dyn Write) -> Result<Ex
     let history = daily(&facts, args.days as usize);
     let snapshots = version_counts(store, &runs, &history.days).await?;
     let storage = store.storage_of_all_tables().await?;
-    let page = page(
+    let benches: Vec<HistoryRow> = store.scan_rows(BENCH_RUNS.name, None).await?;
+    let mut page = page(
         store.uri(),
         &history,
         &snapshots,
@@ -78,6 +82,10 @@ pub async fn run(app: &App, args: &ReportArgs, out: &mut dyn Write) -> Result<Ex
         args.runs,
         &storage,
     );
+    if !benches.is_empty() {
+        let end = page.rfind("</body>").unwrap_or(page.len());
+        page.insert_str(end, &bench_section(&benches));
+    }
     std::fs::write(&args.html, &page)
         .with_context(|| format!("report: cannot write {}", args.html.display()))?;
     let summary = Summary {
@@ -87,6 +95,7 @@ pub async fn run(app: &App, args: &ReportArgs, out: &mut dyn Write) -> Result<Ex
         first_day: history.days.first().cloned(),
         last_day: history.days.last().cloned(),
         days_from_versions: snapshots.iter().filter(|s| s.is_some()).count(),
+        bench_targets: history_by_target(&benches).len(),
         bytes: page.len(),
     };
     if app.json {
@@ -493,5 +502,39 @@ fn storage_section(storage: &[TableStorage]) -> String {
         ));
     }
     html.push_str("</table>");
+    html
+}
+
+/// The benchmark targets' figures over the recorded runs (`bench_runs`): a chart per target,
+/// one line per CPU and the bound, and the latest status of each.
+fn bench_section(rows: &[HistoryRow]) -> String {
+    let histories = history_by_target(rows);
+    let mut html = String::from(
+        "<h2>Benchmark targets</h2><p class=\"note\">Figures of <code>memlife bench \
+         targets</code> runs recorded in this store (<code>bench_runs</code>), one line per \
+         CPU (quick-scale runs apart), beside the bound.</p><table><tr><th>target</th>\
+         <th>bound</th><th>latest</th><th>runs</th></tr>",
+    );
+    for h in &histories {
+        html.push_str(&format!(
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td></tr>",
+            escape(&h.target),
+            escape(&h.latest_bound_text),
+            escape(&h.latest_status),
+            h.labels.len()
+        ));
+    }
+    html.push_str("</table>");
+    for h in &histories {
+        let mut series: Vec<Series> = h
+            .series
+            .iter()
+            .map(|(name, values)| Series::new(name.clone(), values.clone()))
+            .collect();
+        if h.bound.iter().any(Option::is_some) {
+            series.push(Series::new("bound", h.bound.clone()));
+        }
+        html.push_str(&line_chart(&h.title, &h.unit, &h.labels, &series));
+    }
     html
 }

@@ -10,13 +10,13 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
 /// 4: table `clusters`. 5: table `entity_scans`; columns `entities.aliases`, `entities.archived_at`.
 /// 6: column `entities.name_embedding`. 7: table `review_queue`. 8: column
-/// `runs.table_versions`. 9: table `anchors`.
+/// `runs.table_versions`. 9: table `anchors`. 10: table `bench_runs`.
 pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (2, "llm_batches table; runs.llm_usage column"),
     (3, "memories.salience_anchor column"),
@@ -29,6 +29,7 @@ pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (7, "review_queue table"),
     (8, "runs.table_versions column"),
     (9, "anchors table"),
+    (10, "bench_runs table"),
 ];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
@@ -611,6 +612,39 @@ pub static ANCHORS: TableSpec = TableSpec {
     ],
 };
 
+/// How each target of `benches/targets.toml` fared in each `memlife bench targets` run
+/// (issue 38; v10): the figure, the bound, the status, and the CPU, SIMD kernel, build profile
+/// and commit it came from, so `memlife sql` and `memlife report --html` follow a target
+/// across runs and machines. Rows are `logic::targets::HistoryRow`.
+pub static BENCH_RUNS: TableSpec = TableSpec {
+    name: "bench_runs",
+    key: &["id"],
+    id_basis: &["run_id", "target"],
+    fields: &[
+        field("id", K::Str, R::NonEmpty, D::DerivedId),
+        field("run_id", K::Str, R::NonEmpty, D::Required),
+        field("target", K::Str, R::NonEmpty, D::Required),
+        field("title", K::Str, R::Free, D::Required),
+        field("command", K::Str, R::Free, D::Required),
+        field("figure", K::Str, R::NonEmpty, D::Required),
+        field("bound_text", K::Str, R::Free, D::Required),
+        field("bound", K::F64, R::Free, D::Null),
+        field("value", K::F64, R::Free, D::Null),
+        field("unit", K::Str, R::Free, D::Str("")),
+        field("status", K::Str, R::OneOf(BENCH_STATUSES), D::Required),
+        field("reason", K::Str, R::Free, D::Null),
+        field("seconds", K::F64, R::NonNegative, D::F64(0.0)),
+        field("quick", K::Bool, R::Free, D::Bool(false)),
+        field("cpu", K::Str, R::Free, D::Required),
+        field("kernel", K::Str, R::Free, D::Required),
+        field("profile", K::Str, R::Free, D::Required),
+        field("commit", K::Str, R::Free, D::Required),
+        field("created_at", K::Timestamp, R::Free, D::Now),
+    ],
+};
+
+pub const BENCH_STATUSES: &[&str] = &["held", "missed", "error", "refused", "skipped"];
+
 /// Every table of the current schema version, in creation order.
 pub static ALL_TABLES: &[&TableSpec] = &[
     &META,
@@ -625,6 +659,7 @@ pub static ALL_TABLES: &[&TableSpec] = &[
     &ENTITY_SCANS,
     &REVIEW_QUEUE,
     &ANCHORS,
+    &BENCH_RUNS,
 ];
 
 /// Tables a user may load with `memlife import --table`.

@@ -13,11 +13,12 @@ pub use crate::logic::rows::{
     AnchorRow, BatchRecord, ClusterRow, EntityRow, EntityScanRow, LinkRow, MemoryEntityRow,
     MemoryRow, ReviewItem,
 };
+pub use crate::logic::targets::HistoryRow;
 use crate::model::encoding::Cell;
 use crate::model::rows::RowBuilder;
 use crate::model::schema::{
-    ANCHORS, CLUSTERS, ENTITIES, ENTITY_SCANS, Kind, LINKS, LLM_BATCHES, MEMORIES, MEMORY_ENTITIES,
-    REVIEW_QUEUE, TableSpec,
+    ANCHORS, BENCH_RUNS, CLUSTERS, ENTITIES, ENTITY_SCANS, Kind, LINKS, LLM_BATCHES, MEMORIES,
+    MEMORY_ENTITIES, REVIEW_QUEUE, TableSpec,
 };
 use serde_arrow::schema::{SchemaLike, TracingOptions};
 
@@ -369,6 +370,36 @@ pub fn anchor_batch(
         |_, r, n| cell(r, n),
         named,
     )
+}
+
+/// `bench_runs` rows as one batch of the table's schema (ids derived from run and target).
+pub fn bench_run_batch(rows: &[HistoryRow]) -> Result<RecordBatch, String> {
+    fn cell<'a>(r: &'a HistoryRow, name: &str) -> Cell<'a> {
+        let number = |v: Option<f64>| v.map_or(Cell::Null, Cell::F64);
+        match name {
+            "run_id" => Cell::Str(&r.run_id),
+            "target" => Cell::Str(&r.target),
+            "title" => Cell::Str(&r.title),
+            "command" => Cell::Str(&r.command),
+            "figure" => Cell::Str(&r.figure),
+            "bound_text" => Cell::Str(&r.bound_text),
+            "bound" => number(r.bound),
+            "value" => number(r.value),
+            "unit" => Cell::Str(&r.unit),
+            "status" => Cell::Str(&r.status),
+            "reason" => text_cell(&r.reason),
+            "seconds" => Cell::F64(r.seconds),
+            "quick" => Cell::Bool(r.quick),
+            "cpu" => Cell::Str(&r.cpu),
+            "kernel" => Cell::Str(&r.kernel),
+            "profile" => Cell::Str(&r.profile),
+            "commit" => Cell::Str(&r.commit),
+            "created_at" => Cell::Timestamp(r.created_at),
+            _ => Cell::Missing,
+        }
+    }
+    let named = |r: &HistoryRow| format!("{} of run {}", r.target, r.run_id);
+    batch_of(&BENCH_RUNS, (0, 0), rows, |_, r, n| cell(r, n), named)
 }
 
 /// `clusters` rows as one batch of the table's schema (an empty `cluster_id` derived).

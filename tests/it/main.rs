@@ -3,6 +3,7 @@
 //! test needs to reach inside (schema versions, saved SQL on fixtures).
 
 mod anchor;
+mod bench_targets;
 mod check;
 mod cli;
 mod cluster;

@@ -34,5 +34,6 @@ pub mod shard;
 pub mod similarity;
 pub mod summaries;
 pub mod synth;
+pub mod targets;
 pub mod temporal;
 pub mod undo;

@@ -10,6 +10,8 @@ pub mod graph;
 pub(crate) mod harness;
 pub mod integrate;
 pub mod recall;
+pub mod store;
+pub mod targets;
 pub mod year;
 
 use std::io::Write;
@@ -56,6 +58,12 @@ pub enum BenchCommand {
     /// A synthetic store lives D days (new facts, recalls, the nightly pipeline at each day's
     /// clock): each job's time and each table's versions, files and bytes over the year.
     Year(year::YearBench),
+    /// Import, daily scores and a SQL group-by over a synthetic store of N memories.
+    Store(store::StoreBench),
+    /// Run the benches and evals of `benches/targets.toml` and say which targets hold:
+    /// one table, exit 1 when a target is missed, 2 when a bench could not run; figures
+    /// recorded in the `bench_runs` table of `--db`.
+    Targets(targets::TargetsBench),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +160,8 @@ pub async fn run(app: &App, args: &BenchArgs, out: &mut dyn Write) -> Result<Exi
         BenchCommand::Recall(bench) => recall::run(bench, out).await?,
         BenchCommand::Integrate(bench) => integrate::run(bench, out)?,
         BenchCommand::Year(bench) => year::run(bench, &app.config().await?.retention, out)?,
+        BenchCommand::Store(bench) => store::run(bench, out)?,
+        BenchCommand::Targets(bench) => return targets::run(app, bench, out).await,
         BenchCommand::Embed(bench) => {
             let embedder = app
                 .embedder(&bench.embedder, bench.dim, bench.batch_size)

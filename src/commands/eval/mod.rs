@@ -471,6 +471,11 @@ struct TaskReport {
 struct EvalReport {
     judge: String,
     embedder: Option<String>,
+    /// Destructive errors over every task and case (the target: none).
+    destructive_errors: usize,
+    /// Cases over every task, and those judged right.
+    cases: usize,
+    correct: usize,
     tasks: Vec<TaskReport>,
 }
 
@@ -698,6 +703,9 @@ async fn judge(app: &App, args: &JudgeEvalArgs, out: &mut dyn Write) -> Result<E
     let report = EvalReport {
         judge: usage.judge.clone(),
         embedder: embedder.as_ref().map(Embedder::model_name),
+        destructive_errors: tasks.iter().map(|t| t.all.destructive_errors).sum(),
+        cases: tasks.iter().map(|t| t.all.pairs).sum(),
+        correct: tasks.iter().map(|t| t.all.correct).sum(),
         tasks,
     };
     if app.json {
