@@ -497,16 +497,18 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
                 last["live_memories"] = json!(live_memories(&db)?);
             }
             let record = state.records.last().expect("just pushed");
-            // The bar steps aside while the line is written (both may be the terminal).
+            // The bar steps aside while the line is written (both may be the terminal). On
+            // stderr: stdout is the report (JSON with --json).
             bar.suspend(|| {
+                let mut err = std::io::stderr();
                 writeln!(
-                    out,
+                    err,
                     "day {day}: {:.0} s elapsed; storage {}; seconds {}",
                     elapsed(),
                     record["storage"]["total"],
                     record["seconds"]
                 )?;
-                out.flush()
+                err.flush()
             })?;
         }
         state.day_done = day;
