@@ -18,6 +18,8 @@ pub const LOCAL_MODEL_NAME: &str = "all-MiniLM-L6-v2";
 
 /// sentence-transformers' `max_seq_length` for this model (its tokenizer file says 128).
 const MAX_TOKENS: usize = 256;
+/// Texts per forward pass (the embed job's default batch).
+const FORWARD_BATCH: usize = 64;
 
 pub struct LocalEmbedder {
     model: BertModel,
@@ -72,8 +74,26 @@ impl LocalEmbedder {
         self.dim
     }
 
-    /// Embeds a batch. Blank texts are refused; texts over 256 tokens are truncated and say so.
+    /// Embeds texts, any number: blank texts are refused; texts over 256 tokens are
+    /// truncated and say so. They go through the model `FORWARD_BATCH` at a time, shortest
+    /// first: one forward pass holds every text of its batch padded to the longest, so a
+    /// caller's whole list at once (a sessions run's 4,000 narratives) held gigabytes of
+    /// attention scores, and mixed lengths wasted the padding.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Embedded>> {
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| texts[i].len());
+        let mut results: Vec<Option<Embedded>> = vec![None; texts.len()];
+        for chunk in order.chunks(FORWARD_BATCH) {
+            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
+            for (&i, e) in chunk.iter().zip(self.embed_batch(&batch)?) {
+                results[i] = Some(e);
+            }
+        }
+        Ok(results.into_iter().flatten().collect())
+    }
+
+    /// One forward pass over `texts`.
+    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Embedded>> {
         // Every non-blank text is overwritten below with its vector.
         let mut results = vec![Embedded::Refused("empty text".to_string()); texts.len()];
         let wanted: Vec<usize> = (0..texts.len())

@@ -123,3 +123,32 @@ fn meaning_decides_closeness() {
         "paraphrases {paraphrase:?} vs unrelated {unrelated:?}"
     );
 }
+
+/// Any number of texts in one call (a sessions run embeds all its narratives at once): each
+/// gets the vector it gets alone, in the caller's order, blank ones refused in place.
+#[test]
+fn a_long_list_is_embedded_in_bounded_batches_in_order() {
+    let model = model();
+    let texts: Vec<String> = (0..150)
+        .map(|i| match i % 3 {
+            0 => format!("Note {i}: bought apples."),
+            1 => format!(
+                "Entry {i}: a longer memory about the trip to the coast, the rain on the second \
+                 day and the museum we visited instead, then dinner by the harbour."
+            ),
+            _ => format!("Item {i} about work."),
+        })
+        .collect();
+    let mut refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    refs[70] = "  ";
+    let all = model.embed(&refs).unwrap();
+    assert_eq!(all.len(), 150);
+    assert!(matches!(all[70], Embedded::Refused(_)));
+    for i in [0, 1, 2, 69, 71, 149] {
+        let alone = vectors(&model, &[refs[i]]);
+        let Embedded::Vector { values, .. } = &all[i] else {
+            panic!("text {i} refused");
+        };
+        assert!(dot(values, &alone[0].0) > 0.9999, "text {i}");
+    }
+}
