@@ -599,8 +599,8 @@ impl RunLog {
             {
                 Ok(changes) => report.notes.extend(changes.iter().map(|c| {
                     format!(
-                        "index {}.{}: {} ({} rows)",
-                        c.table, c.column, c.action, c.rows
+                        "index {}.{}: {} ({} rows, {} ms)",
+                        c.table, c.column, c.action, c.rows, c.ms
                     )
                 })),
                 Err(e) => report

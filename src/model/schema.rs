@@ -670,6 +670,9 @@ pub static IMPORTABLE_TABLES: &[&TableSpec] = &[
     &MEMORY_ENTITIES,
     &RUNS,
     &AUDIT_LOG,
+    // Benchmark histories of several machines merge into one store (`memlife export
+    // --table bench_runs` there, import here).
+    &BENCH_RUNS,
 ];
 
 /// Checks a link type against the known set.

@@ -174,6 +174,8 @@ pub struct ScalarIndexChange {
     /// `created` or `updated` (unindexed rows folded in).
     pub action: &'static str,
     pub rows: usize,
+    /// Time it took (an update's folding of all the table's stale indexes, on each).
+    pub ms: u64,
 }
 
 impl Store {
@@ -214,12 +216,14 @@ impl Store {
                             Kind::Bitmap => Index::Bitmap(Default::default()),
                             Kind::BTree => Index::BTree(Default::default()),
                         };
+                        let started = std::time::Instant::now();
                         table.create_index(&[*column], index).execute().await?;
                         changes.push(ScalarIndexChange {
                             table: name.to_string(),
                             column: column.to_string(),
                             action: "created",
                             rows,
+                            ms: started.elapsed().as_millis() as u64,
                         });
                     }
                     Some(index) => {
@@ -234,6 +238,7 @@ impl Store {
                                 column: column.to_string(),
                                 action: "updated",
                                 rows: unindexed,
+                                ms: 0,
                             });
                         }
                     }
@@ -243,7 +248,13 @@ impl Store {
                 // Only the stale ones, as deltas (`fold_into_indexes`): Lance rewrites every
                 // segment it merges, so folding a day's few new rows into every index of
                 // `memories` kept a copy of each per day in the version window.
+                let started = std::time::Instant::now();
                 self.fold_into_indexes(name, &stale).await?;
+                let ms = started.elapsed().as_millis() as u64;
+                let folded = changes
+                    .iter_mut()
+                    .filter(|c| c.action == "updated" && c.table == name);
+                folded.for_each(|c| c.ms = ms);
             }
         }
         Ok(changes)

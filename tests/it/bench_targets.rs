@@ -230,6 +230,15 @@ fn held_missed_refused_errors_and_skips_set_the_exit_code_and_are_recorded() {
     );
     assert_eq!(text.matches("<!-- end of bench targets -->").count(), 1);
 
+    // Another machine's history merges in: export there, import here.
+    let other = TestDb::new();
+    let history = db.path("history.jsonl");
+    let out = db.run(&["export", "--table", "bench_runs", "-o", &history]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = other.run(&["import", "--table", "bench_runs", &history]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(other.count("bench_runs"), db.count("bench_runs"));
+
     // And the report charts it.
     let html = db.path("report.html");
     let out = db.run(&["--json", "report", "--html", &html]);
@@ -282,7 +291,7 @@ fn the_shipped_targets_read_figures_their_benches_report() {
             "--allow-debug",
             "--no-record",
             "--only",
-            "all-pairs-time,all-pairs-recall,judge-destructive,scores-1m,import-1m,sql-group-by-1m",
+            "all-pairs-time,all-pairs-recall,judge-destructive,scores-1m,import-1m,import-1m-write,sql-group-by-1m",
         ],
     );
     let errors: Vec<_> = report["targets"]
