@@ -152,6 +152,27 @@ impl TestDb {
             .expect("count")
     }
 
+    /// `batches poll` with `config` (hash embedder): its JSON report, the exit checked.
+    pub fn poll_batches(&self, config: &str) -> serde_json::Value {
+        let out = self.run(&[
+            "--json",
+            "--config",
+            config,
+            "batches",
+            "poll",
+            "--embedder",
+            "hash",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        serde_json::from_str(&stdout(&out)).unwrap()
+    }
+
     pub fn path(&self, name: &str) -> String {
         self.dir.path().join(name).display().to_string()
     }

@@ -328,18 +328,6 @@ fn submit_batch(db: &TestDb, config: &str) -> serde_json::Value {
     ]))
 }
 
-fn poll(db: &TestDb, config: &str) -> serde_json::Value {
-    json(db.run(&[
-        "--json",
-        "--config",
-        config,
-        "batches",
-        "poll",
-        "--embedder",
-        "hash",
-    ]))
-}
-
 #[test]
 fn an_llm_extractor_in_batch_mode_is_applied_by_the_poll_exactly_once() {
     use crate::llm::{Mock, both_roles_config};
@@ -348,7 +336,7 @@ fn an_llm_extractor_in_batch_mode_is_applied_by_the_poll_exactly_once() {
     let mock = Mock::start(&[]);
     let config = both_roles_config(&db, &mock);
     let submit = |db: &TestDb| submit_batch(db, &config);
-    let poll = |db: &TestDb| poll(db, &config);
+    let poll = |db: &TestDb| db.poll_batches(&config);
     // Two users: ana's 8 memories in one request, ben's 1 in another, one batch each.
     let report = submit(&db);
     assert_eq!(report["counts"]["requests"], 2, "{report}");
@@ -413,7 +401,7 @@ fn a_memory_changed_before_the_poll_is_left_to_the_next_run() {
     let config = both_roles_config(&db, &mock);
     submit_batch(&db, &config);
     import(&db, true); // a8's text changes while its batch is out
-    let polled = poll(&db, &config);
+    let polled = db.poll_batches(&config);
     assert_eq!(
         polled["counts"]["memories_changed_since_submission"], 1,
         "{polled}"
@@ -430,7 +418,7 @@ fn a_memory_changed_before_the_poll_is_left_to_the_next_run() {
     );
     // The next run submits the changed memory, and its poll reads the new text.
     assert_eq!(submit_batch(&db, &config)["counts"]["memories_read"], 1);
-    poll(&db, &config);
+    db.poll_batches(&config);
     assert_eq!(db.scalar("SELECT COUNT(*) AS n FROM entity_scans"), "9");
     assert_eq!(
         db.scalar("SELECT COUNT(*) AS n FROM entities WHERE name = 'Helix'"),

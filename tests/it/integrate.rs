@@ -733,20 +733,6 @@ fn outcome(db: &TestDb) -> Vec<String> {
     out
 }
 
-fn poll(db: &TestDb, config: &str) -> serde_json::Value {
-    let out = db.run(&[
-        "--json",
-        "--config",
-        config,
-        "batches",
-        "poll",
-        "--embedder",
-        "hash",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).unwrap()
-}
-
 /// NEW plus a fact that repeats an earlier fact of the same file.
 const NEW_AND_REPEAT: &str = r#"{"id":"f5","user_id":"u","text":"User went hiking last weekend","created_at":"2025-03-04T10:00:00Z"}"#;
 
@@ -775,7 +761,7 @@ fn batch_mode_writes_what_an_online_run_writes() {
         "nothing is applied before the poll"
     );
     // One poll applies round 1 and submits the merge as round 2, then applies round 2.
-    let polled = poll(&batch, &config_b);
+    let polled = batch.poll_batches(&config_b);
     for (name, n) in [
         ("duplicates", 1),
         ("superseded", 1),
@@ -794,7 +780,7 @@ fn batch_mode_writes_what_an_online_run_writes() {
     );
     assert_eq!(second["counts"]["already_integrated"], 4, "{second}");
     assert_eq!(second["counts"]["facts_submitted"], 1, "{second}");
-    poll(&batch, &config_b);
+    batch.poll_batches(&config_b);
     let third = integrate(
         &batch,
         &config_b,
@@ -864,7 +850,7 @@ fn a_batch_fact_whose_candidate_changed_before_the_poll_waits_for_the_next_run()
     );
     let online = integrate(&db, &config, &other, "2025-03-10T00:00:00Z", &[]);
     assert_eq!(online["counts"]["superseded"], 1, "{online}");
-    let polled = poll(&db, &config);
+    let polled = db.poll_batches(&config);
     assert_eq!(polled["counts"]["left_for_next_run"], 1, "{polled}");
     assert_eq!(
         db.scalar("SELECT superseded_by FROM memories WHERE id = 'm2'"),
@@ -893,7 +879,7 @@ fn a_batch_fact_whose_candidate_changed_before_the_poll_waits_for_the_next_run()
         1,
         "f2 was judged once before the poll: {submitted:?}"
     );
-    poll(&db, &config);
+    db.poll_batches(&config);
     assert_eq!(
         db.scalar(
             "SELECT COUNT(*) FROM audit_log WHERE operation = 'JUDGE' AND source_ids[2] = 'f2'"

@@ -37,27 +37,6 @@ fn sessions(db: &TestDb, global: &[&str], now: &str, job: &[&str]) -> serde_json
     serde_json::from_str(&stdout(&out)).unwrap()
 }
 
-/// `batches poll`: its report.
-fn poll(db: &TestDb, config: &str) -> serde_json::Value {
-    let out = db.run(&[
-        "--json",
-        "--config",
-        config,
-        "batches",
-        "poll",
-        "--embedder",
-        "hash",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    serde_json::from_str(&stdout(&out)).unwrap()
-}
-
 fn narratives(db: &TestDb) -> Vec<serde_json::Value> {
     db.rows(
         "SELECT id, session_id, text, consolidates_memory_ids, created_at, emotional_salience, \
@@ -178,7 +157,7 @@ fn in_batch_mode_the_poll_writes_the_narratives_once_as_an_online_run_would() {
     assert_eq!(again["counts"]["sessions_in_pending_batches"], 2, "{again}");
     assert_eq!(again["counts"].get("batches_submitted"), None, "{again}");
 
-    let polled = poll(&db, &config);
+    let polled = db.poll_batches(&config);
     assert_eq!(polled["counts"]["applied"], 1, "{polled}");
     let told = narratives(&db);
     assert_eq!(told.len(), 2);
@@ -202,7 +181,7 @@ fn in_batch_mode_the_poll_writes_the_narratives_once_as_an_online_run_would() {
     };
     assert_eq!(text(narratives(&db)), text(narratives(&online)));
     // Applied once: a second poll and a later run add nothing, and check passes.
-    poll(&db, &config);
+    db.poll_batches(&config);
     let later = sessions(&db, &["--config", &config], AFTER, &batch);
     assert_eq!(later["counts"]["sessions_ended"], 0, "{later}");
     assert_eq!(db.count("audit_log WHERE operation = 'NARRATE'"), 2);
@@ -236,7 +215,7 @@ fn a_session_whose_memories_went_before_the_poll_is_logged_gone_and_check_passes
     let out = db.run(&["undo", "--last", "import"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(db.count("memories WHERE session_id = 's-job'"), 0);
-    let polled = poll(&db, &config);
+    let polled = db.poll_batches(&config);
     assert_eq!(polled["counts"]["applied"], 1, "{polled}");
     let told = narratives(&db);
     assert_eq!(told.len(), 1, "{told:?}");
