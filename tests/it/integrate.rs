@@ -407,6 +407,48 @@ fn facts_of_one_file_that_repeat_each_other_end_as_one_memory_with_the_offline_j
 }
 
 #[test]
+fn unrelated_facts_of_one_user_share_a_round_and_a_repeat_still_waits_for_its_original() {
+    let (db, _mock, _config) = setup("");
+    let facts = write(
+        &db,
+        "four.jsonl",
+        r#"{"id":"s1","user_id":"w","text":"Wren keeps a sourdough starter named Bubbles.","created_at":"2025-04-01T00:00:00Z"}
+{"id":"s2","user_id":"w","text":"Her sister moved to Lisbon in March.","created_at":"2025-04-01T01:00:00Z"}
+{"id":"s3","user_id":"w","text":"Cello lessons happen every Sunday morning.","created_at":"2025-04-01T02:00:00Z"}
+{"id":"s4","user_id":"w","text":"Wren keeps a sourdough starter named Bubbles.","created_at":"2025-04-02T00:00:00Z"}
+"#,
+    );
+    let out = db.run(&[
+        "--json",
+        "integrate",
+        &facts,
+        "--embedder",
+        "hash",
+        "--now",
+        "2025-04-03T00:00:00Z",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    // s1, s2 and s3 in the first round; s4 repeats s1, so it is judged in a second round,
+    // against s1 as stored: one round per fact would have taken four.
+    assert_eq!(report["counts"]["rounds"], 2, "{report}");
+    assert_eq!(report["counts"]["added"], 3, "{report}");
+    assert_eq!(report["counts"]["duplicates"], 1, "{report}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE user_id = 'w'"),
+        "3"
+    );
+    // The repeat is judged against s1 (as stored by the first round), not added beside it.
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) AS n FROM audit_log WHERE target_id = 's1' AND run_id IN \
+             (SELECT run_id FROM runs WHERE job = 'integrate')"
+        ),
+        "2"
+    );
+}
+
+#[test]
 fn a_bad_row_is_named_and_nothing_is_integrated() {
     let (db, _mock, config) = setup("");
     let facts = write(

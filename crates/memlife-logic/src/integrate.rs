@@ -587,10 +587,96 @@ pub fn plan(
     }
 }
 
+/// What one of a user's facts can reach when it is judged: the store's memories it could have
+/// as candidates (every one at or above the threshold, not only the top k) and the other facts
+/// of the file it resembles as much (either way: resemblance is symmetric). Input of
+/// [`rounds_by_dependency`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FactReach {
+    /// Positions (in the user's memories) of the memories at or above the threshold.
+    pub memories: Vec<usize>,
+    /// Positions (in the user's facts, file order) of the other facts at or above it.
+    pub facts: Vec<usize>,
+}
+
+/// The round of each of one user's facts (file order). A fact's judgement can only depend on
+/// an earlier fact that it resembles (that one may become its candidate) or that can reach a
+/// memory it can reach too, or a fact earlier than both (that one may change or remove it
+/// first); a fact waits
+/// one round after the latest such fact and shares a round with the others. So every fact is
+/// judged against exactly what the file order leaves it, in as few rounds as the dependencies
+/// allow (one per fact of the longest chain, instead of one per fact).
+pub fn rounds_by_dependency(reach: &[FactReach]) -> Vec<usize> {
+    let shares = |a: &[usize], b: &[usize]| a.iter().any(|x| b.contains(x));
+    let mut rounds: Vec<usize> = Vec::with_capacity(reach.len());
+    for (i, r) in reach.iter().enumerate() {
+        let round = (0..i)
+            .filter(|&j| {
+                let q = &reach[j];
+                r.facts.contains(&j)
+                    || shares(&r.memories, &q.memories)
+                    || r.facts.iter().any(|&g| g < j && q.facts.contains(&g))
+            })
+            .map(|j| rounds[j] + 1)
+            .max()
+            .unwrap_or(0);
+        rounds.push(round);
+    }
+    rounds
+}
+
 #[cfg(test)]
 mod tests {
 
     const DAY: i64 = 86_400_000_000;
+
+    fn reach(memories: &[usize], facts: &[usize]) -> FactReach {
+        FactReach {
+            memories: memories.to_vec(),
+            facts: facts.to_vec(),
+        }
+    }
+
+    #[test]
+    fn facts_that_cannot_touch_each_other_share_a_round() {
+        // Three unrelated facts: one round, not three.
+        let r = [reach(&[0], &[]), reach(&[1], &[]), reach(&[], &[])];
+        assert_eq!(rounds_by_dependency(&r), vec![0, 0, 0]);
+    }
+
+    #[test]
+    fn a_fact_waits_for_every_earlier_fact_it_depends_on() {
+        let r = [
+            // 0 and 2 resemble each other: 2 may find 0 as its candidate.
+            reach(&[], &[2]),
+            // 1 and 3 can reach memory 5: 1 may change it before 3 is judged.
+            reach(&[5], &[]),
+            reach(&[], &[0, 4]),
+            reach(&[5, 6], &[]),
+            // 4 resembles 2 only, which is in round 1: 4 goes after it.
+            reach(&[], &[2]),
+            // 5 and 6 resemble 7, a later fact, and not each other: neither can see 7 when
+            // it is judged, so they share a round, and 7 follows both.
+            reach(&[], &[7]),
+            reach(&[], &[7]),
+            reach(&[], &[5, 6]),
+            // 9 and 10 both resemble 8, an earlier one: whichever runs first may change 8
+            // (supersede it, merge into it) before the other sees it.
+            reach(&[], &[9, 10]),
+            reach(&[], &[8]),
+            reach(&[], &[8]),
+        ];
+        assert_eq!(
+            rounds_by_dependency(&r),
+            vec![0, 0, 1, 1, 2, 0, 0, 1, 0, 1, 2]
+        );
+    }
+
+    #[test]
+    fn a_chain_of_facts_keeps_one_round_each_in_file_order() {
+        let r = [reach(&[3], &[]), reach(&[3], &[]), reach(&[3], &[])];
+        assert_eq!(rounds_by_dependency(&r), vec![0, 1, 2]);
+    }
 
     fn memory(id: &str, text: &str, created_at: i64) -> MemoryRow {
         MemoryRow {
