@@ -707,7 +707,7 @@ struct Rounds<'a> {
     counts: BTreeMap<String, u64>,
     outcomes: Vec<Outcome>,
     /// The last round's plans and their vectors, written while the next round is judged.
-    pending: Option<(Vec<FactPlan>, BTreeMap<String, Vec<f32>>)>,
+    pending: Option<Pending>,
 }
 
 /// The online run's rounds (facts by position in the file, users in order, each user's facts
@@ -748,9 +748,12 @@ fn rounds_of(
     rounds
 }
 
+/// A round's plans and the vectors of the memories they write, waiting to be written.
+type Pending = (Vec<FactPlan>, BTreeMap<String, Vec<f32>>);
+
 /// Writes the plans a round left (audit rows first); nothing when none wait.
 async fn write_pending(
-    pending: Option<(Vec<FactPlan>, BTreeMap<String, Vec<f32>>)>,
+    pending: Option<Pending>,
     ctx: &JobCtx<'_>,
     embedder: &Embedder,
     now: i64,
