@@ -104,6 +104,22 @@ fn write(db: &TestDb, name: &str, text: &str) -> String {
     path
 }
 
+/// `memlife integrate` of `text` (written to `name`) with the offline judge; its report.
+fn integrate_offline(db: &TestDb, name: &str, text: &str, now: &str) -> serde_json::Value {
+    let facts = write(db, name, text);
+    let out = db.run(&[
+        "--json",
+        "integrate",
+        &facts,
+        "--embedder",
+        "hash",
+        "--now",
+        now,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
 #[test]
 fn the_seed_examples_take_their_four_branches_and_a_rerun_changes_nothing() {
     let (db, _mock, config) = setup(&seed_answers());
@@ -380,24 +396,14 @@ fn unreviewed_items_expire_into_kept_facts() {
 #[test]
 fn facts_of_one_file_that_repeat_each_other_end_as_one_memory_with_the_offline_judge() {
     let (db, _mock, _config) = setup("");
-    let facts = write(
+    let report = integrate_offline(
         &db,
         "twice.jsonl",
         r#"{"id":"r1","user_id":"w","text":"Wren keeps a sourdough starter named Bubbles.","created_at":"2025-04-01T00:00:00Z"}
 {"id":"r2","user_id":"w","text":"Wren keeps a sourdough starter named Bubbles.","created_at":"2025-04-02T00:00:00Z"}
 "#,
-    );
-    let out = db.run(&[
-        "--json",
-        "integrate",
-        &facts,
-        "--embedder",
-        "hash",
-        "--now",
         "2025-04-03T00:00:00Z",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    );
     assert_eq!(report["counts"]["added"], 1, "{report}");
     assert_eq!(report["counts"]["duplicates"], 1, "{report}");
     assert_eq!(
@@ -409,7 +415,7 @@ fn facts_of_one_file_that_repeat_each_other_end_as_one_memory_with_the_offline_j
 #[test]
 fn unrelated_facts_of_one_user_share_a_round_and_a_repeat_still_waits_for_its_original() {
     let (db, _mock, _config) = setup("");
-    let facts = write(
+    let report = integrate_offline(
         &db,
         "four.jsonl",
         r#"{"id":"s1","user_id":"w","text":"Wren keeps a sourdough starter named Bubbles.","created_at":"2025-04-01T00:00:00Z"}
@@ -417,18 +423,8 @@ fn unrelated_facts_of_one_user_share_a_round_and_a_repeat_still_waits_for_its_or
 {"id":"s3","user_id":"w","text":"Cello lessons happen every Sunday morning.","created_at":"2025-04-01T02:00:00Z"}
 {"id":"s4","user_id":"w","text":"Wren keeps a sourdough starter named Bubbles.","created_at":"2025-04-02T00:00:00Z"}
 "#,
-    );
-    let out = db.run(&[
-        "--json",
-        "integrate",
-        &facts,
-        "--embedder",
-        "hash",
-        "--now",
         "2025-04-03T00:00:00Z",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    );
     // s1, s2 and s3 in the first round; s4 repeats s1, so it is judged in a second round,
     // against s1 as stored: one round per fact would have taken four.
     assert_eq!(report["counts"]["rounds"], 2, "{report}");
