@@ -1325,3 +1325,39 @@ pub async fn chain_supersessions(
     }
     Ok((chained, notes))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::UserMemories;
+    use crate::llm::tasks::MemoryView;
+
+    fn unit(dim: usize, axis: usize) -> Vec<f32> {
+        (0..dim)
+            .map(|i| if i == axis { 1.0 } else { 0.0 })
+            .collect()
+    }
+
+    #[test]
+    fn a_removed_memory_takes_its_vector_and_the_last_one_keeps_its_own() {
+        let mut m = UserMemories::default();
+        for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
+            m.upsert(MemoryView::of(id, "fact", 0, id), unit(4, i));
+        }
+        m.remove("b");
+        // Each remaining memory is found by its own vector, and "b" by none.
+        for (axis, id) in [(0, "a"), (2, "c"), (3, "d")] {
+            let found = m.candidates(&unit(4, axis), 0.5, 10);
+            assert_eq!(found.len(), 1, "{id}");
+            assert_eq!(m.views[found[0].0].id, id);
+        }
+        assert!(m.candidates(&unit(4, 1), 0.5, 10).is_empty());
+        // An upsert of an existing id replaces its vector rather than adding one.
+        m.upsert(MemoryView::of("d", "fact", 0, "d"), unit(4, 1));
+        assert!(m.candidates(&unit(4, 3), 0.5, 10).is_empty());
+        assert_eq!(m.views[m.candidates(&unit(4, 1), 0.5, 10)[0].0].id, "d");
+        m.remove("a");
+        m.remove("c");
+        m.remove("d");
+        assert!(m.candidates(&unit(4, 0), 0.0, 10).is_empty());
+    }
+}

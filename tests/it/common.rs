@@ -152,25 +152,25 @@ impl TestDb {
             .expect("count")
     }
 
-    /// `batches poll` with `config` (hash embedder): its JSON report, the exit checked.
-    pub fn poll_batches(&self, config: &str) -> serde_json::Value {
-        let out = self.run(&[
-            "--json",
-            "--config",
-            config,
-            "batches",
-            "poll",
-            "--embedder",
-            "hash",
-        ]);
+    /// `memlife --json ARGS`, its exit checked (0); its JSON report (null when it printed none).
+    pub fn run_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.run(&all);
         assert_eq!(
             out.status.code(),
             Some(0),
-            "{}{}",
+            "{args:?}: {}\n{}",
             stdout(&out),
             stderr(&out)
         );
-        serde_json::from_str(&stdout(&out)).unwrap()
+        serde_json::from_str(&stdout(&out)).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// `batches poll` with `config` (hash embedder): its JSON report, the exit checked.
+    pub fn poll_batches(&self, config: &str) -> serde_json::Value {
+        let args = ["--config", config, "batches", "poll", "--embedder", "hash"];
+        self.run_json(&args)
     }
 
     pub fn path(&self, name: &str) -> String {

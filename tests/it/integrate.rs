@@ -107,17 +107,7 @@ fn write(db: &TestDb, name: &str, text: &str) -> String {
 /// `memlife integrate` of `text` (written to `name`) with the offline judge; its report.
 fn integrate_offline(db: &TestDb, name: &str, text: &str, now: &str) -> serde_json::Value {
     let facts = write(db, name, text);
-    let out = db.run(&[
-        "--json",
-        "integrate",
-        &facts,
-        "--embedder",
-        "hash",
-        "--now",
-        now,
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).unwrap()
+    db.run_json(&["integrate", &facts, "--embedder", "hash", "--now", now])
 }
 
 #[test]

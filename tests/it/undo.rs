@@ -16,20 +16,6 @@ const MEMORIES: &str = r#"{"id":"a1","user_id":"u","text":"Noor's sister Lina li
 {"id":"d2","user_id":"u","text":"Noor's dentist appointment was moved to Friday","salience":0.03,"created_at":"2024-02-04T08:00:00Z"}
 "#;
 
-fn ok(db: &TestDb, args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = db.run(&all);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{args:?}: {}\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    serde_json::from_str(&stdout(&out)).unwrap_or(serde_json::Value::Null)
-}
-
 /// Every data table, row by row (all columns, embeddings included), in key order.
 fn tables(db: &TestDb) -> Vec<String> {
     let mut out = Vec::new();
@@ -56,7 +42,7 @@ fn loaded() -> TestDb {
     let db = TestDb::new();
     let file = db.path("memories.jsonl");
     std::fs::write(&file, MEMORIES).unwrap();
-    ok(&db, &["import", &file]);
+    db.run_json(&["import", &file]);
     db
 }
 
@@ -88,14 +74,14 @@ fn undo_puts_back_exactly_what_each_job_changed_and_the_job_runs_again() {
     ];
     for job in &jobs {
         let before = tables(&db);
-        let first = ok(&db, job);
+        let first = db.run_json(job);
         let after = tables(&db);
         assert_ne!(before, after, "{job:?} changed nothing to undo: {first}");
         let name = job
             .iter()
             .find(|a| !a.starts_with("--") && !a.ends_with(".toml"))
             .unwrap();
-        let undone = ok(&db, &["undo", "--last", name]);
+        let undone = db.run_json(&["undo", "--last", name]);
         assert_eq!(undone["status"], "done", "{undone}");
         assert_eq!(
             tables(&db),
@@ -103,11 +89,11 @@ fn undo_puts_back_exactly_what_each_job_changed_and_the_job_runs_again() {
             "undo of {job:?} restores every table exactly"
         );
         // Undone once: a second undo changes nothing.
-        let again = ok(&db, &["undo", "--last", name]);
+        let again = db.run_json(&["undo", "--last", name]);
         assert!(again.to_string().contains("undone already"), "{again}");
         assert_eq!(tables(&db), before);
         // The job runs again and changes what it changed the first time.
-        ok(&db, job);
+        db.run_json(job);
         let redone = tables(&db);
         assert_eq!(
             redone.len(),
@@ -125,10 +111,10 @@ fn undo_puts_back_exactly_what_each_job_changed_and_the_job_runs_again() {
 #[test]
 fn undo_refuses_when_a_later_run_changed_the_same_rows_and_changes_nothing() {
     let db = loaded();
-    ok(&db, &["scores", "--now", "2025-09-01T00:00:00Z"]);
+    db.run_json(&["scores", "--now", "2025-09-01T00:00:00Z"]);
     let first = db.scalar("SELECT run_id FROM runs WHERE job = 'scores'");
     let first = first.trim_matches('"').to_string();
-    ok(&db, &["scores", "--now", "2026-03-01T00:00:00Z"]);
+    db.run_json(&["scores", "--now", "2026-03-01T00:00:00Z"]);
     let before = tables(&db);
     let out = db.run(&["undo", &first]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
@@ -137,8 +123,8 @@ fn undo_refuses_when_a_later_run_changed_the_same_rows_and_changes_nothing() {
     assert!(text.contains("memories row"), "names the rows: {text}");
     assert_eq!(tables(&db), before, "nothing changed");
     // Undoing the later run first, then the earlier one, works.
-    ok(&db, &["undo", "--last", "scores"]);
-    ok(&db, &["undo", &first]);
+    db.run_json(&["undo", "--last", "scores"]);
+    db.run_json(&["undo", &first]);
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM memories WHERE tier = 'archived'"),
         "0"
@@ -156,6 +142,6 @@ fn undo_of_an_import_removes_what_it_added_and_the_file_imports_again() {
         "undo of an import removes what it added"
     );
     let file = db.path("memories.jsonl");
-    ok(&db, &["import", &file]);
+    db.run_json(&["import", &file]);
     assert_eq!(db.count("memories"), 8, "and the file imports again");
 }
