@@ -15,14 +15,20 @@
 //! the group: a rerun does not ask again. Writes, each one Lance commit: the audit rows, the
 //! facts with their vectors, their links and entity rows, the episodes archived. A run killed
 //! after the audit rows is finished by the next run from the log.
+//!
+//! With `--mode batch` the groups go to the Batch API (one batch per user; a group whose
+//! episodes wait in an earlier batch is not submitted again), and `memlife batches poll`
+//! judges the answers and writes the facts through `DistillApplier`, logged first as an
+//! online run logs them, at the clock of the run that submitted them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::embedders::EmbedderArgs;
+use crate::embedders::{Embedder, EmbedderArgs};
+use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::offline::distill as offline_distill;
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
@@ -66,6 +72,10 @@ impl Job for DistillArgs {
     fn clock(&self) -> Option<Clock> {
         self.now
     }
+
+    fn applier() -> Option<Box<dyn Applier>> {
+        Some(Box::new(DistillApplier))
+    }
 }
 
 /// A group's distillation as logged: its facts and the episodes to archive, at a time.
@@ -106,12 +116,7 @@ async fn unfinished(store: &Store, now: i64) -> Result<Vec<Planned>> {
     for row in rows.into_iter().filter(|r| killed.contains(&r.run_id)) {
         let after: serde_json::Value =
             serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))?;
-        let archive: Vec<String> = after["archive"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect();
+        let archive = archive_of(&after);
         logged.push((row.id, after, archive));
     }
     let all: Vec<String> = logged.iter().flat_map(|(_, _, a)| a.clone()).collect();
@@ -123,20 +128,36 @@ async fn unfinished(store: &Store, now: i64) -> Result<Vec<Planned>> {
         if !archive.iter().any(|e| live.contains(e)) {
             continue;
         }
-        let facts: Vec<serde_json::Value> = after["facts"].as_array().cloned().unwrap_or_default();
-        let facts = memories_from_json(&facts, store.embedding_dim(), now)
-            .map_err(|e| anyhow!("audit row {id}: its facts do not read: {e}"))?;
-        let archived_at = after["archived_at"]
-            .as_str()
-            .and_then(parse_timestamp)
-            .ok_or_else(|| anyhow!("audit row {id} lacks after_state.archived_at"))?;
-        planned.push(Planned {
-            facts,
-            archive,
-            archived_at,
-        });
+        planned.push(logged_plan(&id, &after, store.embedding_dim(), now)?);
     }
     Ok(planned)
+}
+
+/// A distillation as its APPLIED audit row `id` logged it (`after`: the facts to write, the
+/// episodes to archive and when).
+fn logged_plan(id: &str, after: &serde_json::Value, dim: usize, now: i64) -> Result<Planned> {
+    let facts: Vec<serde_json::Value> = after["facts"].as_array().cloned().unwrap_or_default();
+    let facts = memories_from_json(&facts, dim, now)
+        .map_err(|e| anyhow!("audit row {id}: its facts do not read: {e}"))?;
+    let archived_at = after["archived_at"]
+        .as_str()
+        .and_then(parse_timestamp)
+        .ok_or_else(|| anyhow!("audit row {id} lacks after_state.archived_at"))?;
+    Ok(Planned {
+        facts,
+        archive: archive_of(after),
+        archived_at,
+    })
+}
+
+/// The episodes an APPLIED audit row's `after_state` archives.
+fn archive_of(after: &serde_json::Value) -> Vec<String> {
+    after["archive"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
 }
 
 /// Each of `ids`'s entity rows, by memory.
@@ -291,15 +312,105 @@ fn facts_from(item: &Item, outcome: &Outcome) -> (Vec<DistilledFact>, f64, Optio
     (facts, reply.confidence, why)
 }
 
+/// A group asked about: its user, its key, its episodes (oldest first).
+struct Group<'a> {
+    user: &'a str,
+    key: &'a str,
+    episodes: &'a [String],
+}
+
+/// One group's answer judged: its DISTILL audit row (APPLIED with the episodes as they were
+/// and the facts as they will be written, or NONE and why) and the distillation to write, if
+/// any fact is trusted. Fallbacks and groups kept as episodes are counted and noted.
+fn judge(
+    run_id: &str,
+    g: &Group<'_>,
+    (item, outcome): (&Item, &Outcome),
+    by_id: &BTreeMap<&str, &EpisodeRow>,
+    now: i64,
+    (notes, counts): (&mut Vec<String>, &mut BTreeMap<String, u64>),
+) -> (AuditRow, Option<Planned>) {
+    let (facts, confidence, why) = facts_from(item, outcome);
+    if let Some(why) = why {
+        *counts.entry("offline_fallbacks".into()).or_default() += 1;
+        notes.push(format!("group {} of {}: offline fact ({why})", g.key, g.user));
+    }
+    let group: Vec<&str> = g.episodes.iter().map(String::as_str).collect();
+    let (kept, refused) = trusted(&facts, &group);
+    let mut row = AuditRow::new(run_id, "DISTILL", g.key, now);
+    row.user_id = Some(g.user.to_string());
+    row.target_id = Some(g.key.to_string());
+    row.source_ids = g.episodes.to_vec();
+    row.confidence = Some(confidence);
+    if kept.is_empty() {
+        *counts.entry("groups_kept_as_episodes".into()).or_default() += 1;
+        let why = if refused.is_empty() {
+            "nothing generalises".to_string()
+        } else {
+            refused.join("; ")
+        };
+        notes.push(format!("group {} of {}: no fact ({why})", g.key, g.user));
+        row.classification = Some("NONE".into());
+        row.reasoning = Some(why);
+        return (row, None);
+    }
+    let facts = fact_rows(g.user, g.key, &kept, by_id, confidence, now);
+    let archive: Vec<String> = covered(&group, &kept)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let before: Vec<serde_json::Value> = group
+        .iter()
+        .filter_map(|id| by_id.get(id))
+        .map(|e| json!({"id": e.id, "text": e.text, "salience": e.salience}))
+        .collect();
+    row.classification = Some("APPLIED".into());
+    row.reasoning = (!refused.is_empty()).then(|| refused.join("; "));
+    row.before_state = Some(json!({"episodes": before}).to_string());
+    row.after_state = Some(
+        json!({
+            "facts": facts.iter().map(MemoryRow::to_json).collect::<Vec<_>>(),
+            "archive": archive,
+            "archived_at": format_timestamp(now),
+        })
+        .to_string(),
+    );
+    let planned = Planned {
+        facts,
+        archive,
+        archived_at: now,
+    };
+    (row, Some(planned))
+}
+
+/// Where `apply` gets its embedder, made only when some fact is new: the job's arguments, or
+/// the poll's.
+enum EmbedderFrom<'a, 'b> {
+    Job(&'a JobCtx<'b>, &'a EmbedderArgs),
+    Poll(&'a (dyn Fn() -> Result<Embedder> + Send + Sync)),
+}
+
+impl EmbedderFrom<'_, '_> {
+    async fn make(&self) -> Result<Embedder> {
+        match self {
+            EmbedderFrom::Job(ctx, args) => {
+                ctx.app
+                    .embedder(args, ctx.store.embedding_dim(), 16)
+                    .await
+            }
+            EmbedderFrom::Poll(make) => make(),
+        }
+    }
+}
+
 /// Writes planned distillations: facts (embedded; those not written yet), their links and
 /// entity rows, then the episodes archived. Returns (facts written, episodes archived).
 async fn apply(
-    ctx: &JobCtx<'_>,
-    args: &DistillArgs,
+    store: &Store,
+    embedder: EmbedderFrom<'_, '_>,
     plans: &[Planned],
     now: i64,
 ) -> Result<(u64, u64)> {
-    let store = &ctx.store;
     let all_facts: Vec<&MemoryRow> = plans.iter().flat_map(|p| &p.facts).collect();
     let ids: Vec<String> = all_facts.iter().map(|f| f.id.clone()).collect();
     let present = store.ids_present(MEMORIES.name, &ids, None).await?;
@@ -309,10 +420,7 @@ async fn apply(
         .filter(|f| !present.contains(&f.id))
         .collect();
     if !new.is_empty() {
-        let embedder = ctx
-            .app
-            .embedder(&args.embedder, store.embedding_dim(), 16)
-            .await?;
+        let embedder = embedder.make().await?;
         super::embed_and_write(store, &embedder, &new, now).await?;
     }
     crate::crash::point("distill.after-facts");
@@ -377,6 +485,157 @@ async fn apply(
     Ok((new.len() as u64, archived))
 }
 
+/// Batch mode: distillations a killed run logged are finished, and the groups not waiting in
+/// an earlier batch are submitted, one batch per user; `batches poll` writes their facts
+/// (`DistillApplier`).
+async fn submit(
+    ctx: &JobCtx<'_>,
+    args: &DistillArgs,
+    log: &RunLog,
+    llm: &crate::llm::Llm,
+    (asked, resumed): (&[Asked], &[Planned]),
+    report: &mut JobReport,
+    counts: &mut BTreeMap<String, u64>,
+) -> Result<()> {
+    let pending =
+        crate::llm::batch::memories_in_pending(&ctx.store, JobName::Distill.as_str()).await?;
+    let (waiting, ready): (Vec<&Asked>, Vec<&Asked>) = asked
+        .iter()
+        .partition(|a| a.episodes.iter().any(|e| pending.contains(e)));
+    if !waiting.is_empty() {
+        counts.insert("groups_in_pending_batches".into(), waiting.len() as u64);
+    }
+    counts.insert("groups_asked".into(), ready.len() as u64);
+    if ctx.dry_run {
+        return Ok(());
+    }
+    if !resumed.is_empty() {
+        let from = EmbedderFrom::Job(ctx, &args.embedder);
+        let now = ctx.now.timestamp_micros();
+        let (facts, archived) = apply(&ctx.store, from, resumed, now).await?;
+        counts.insert("facts_created".into(), facts);
+        counts.insert("episodes_archived".into(), archived);
+    }
+    let items = ready.iter().map(|a| (a.user.clone(), a.item.clone()));
+    log.submit_batches_by_user(
+        ctx,
+        llm,
+        (Task::SemanticDistill, items, "groups"),
+        counts,
+        &mut report.notes,
+    )
+    .await
+}
+
+/// Applies `distill` batches for `batches poll`: each group's answer judged as an online run
+/// judges it, against the group's episodes still in the store, logged (DISTILL) before its
+/// facts, links and entity rows are written and its episodes archived, at the clock of the
+/// run that submitted it. Applying the same batch again writes nothing twice: the facts' ids
+/// derive from the group, links and entity rows are upserts, and only live episodes are
+/// archived.
+pub struct DistillApplier;
+
+#[async_trait::async_trait]
+impl Applier for DistillApplier {
+    async fn apply(
+        &self,
+        env: &ApplyEnv<'_>,
+        record: &BatchRecord,
+        items: &[Item],
+        outcomes: &[Outcome],
+    ) -> Result<BTreeMap<String, u64>> {
+        let store = env.store;
+        let now = super::batch_clock(record, items)?;
+        // An earlier attempt at this batch logged some groups: those are finished as logged,
+        // not judged again against episodes it may have archived already.
+        let keys = self.result_keys(record, items);
+        #[derive(serde::Deserialize)]
+        struct Logged {
+            id: String,
+            classification: Option<String>,
+            after_state: Option<String>,
+        }
+        let mut logged: BTreeMap<String, Logged> = BTreeMap::new();
+        for chunk in keys.chunks(1000) {
+            let filter = format!("id IN ({})", sql_list(chunk));
+            for row in store.scan_rows::<Logged>(AUDIT_LOG.name, Some(&filter)).await? {
+                logged.insert(row.id.clone(), row);
+            }
+        }
+        let ids: Vec<String> = items
+            .iter()
+            .zip(&keys)
+            .filter(|(_, key)| !logged.contains_key(*key))
+            .flat_map(|(i, _)| i.input.memories.iter().map(|m| m.id.clone()))
+            .collect();
+        let mut episodes: Vec<EpisodeRow> = Vec::new();
+        for chunk in ids.chunks(1000) {
+            let filter = format!(
+                "id IN ({}) AND archived_at IS NULL AND superseded_by IS NULL",
+                sql_list(chunk)
+            );
+            episodes.extend(store.scan_rows::<EpisodeRow>(MEMORIES.name, Some(&filter)).await?);
+        }
+        let by_id: BTreeMap<&str, &EpisodeRow> =
+            episodes.iter().map(|e| (e.id.as_str(), e)).collect();
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut notes = Vec::new();
+        let mut audit = Vec::new();
+        let mut plans = Vec::new();
+        for ((item, outcome), key) in items.iter().zip(outcomes).zip(&keys) {
+            if let Some(row) = logged.get(key) {
+                if row.classification.as_deref() == Some("APPLIED") {
+                    let after: serde_json::Value =
+                        serde_json::from_str(row.after_state.as_deref().unwrap_or("{}"))?;
+                    plans.push(logged_plan(key, &after, store.embedding_dim(), now)?);
+                }
+                continue;
+            }
+            // The group's episodes still live and current, oldest first as submitted: one
+            // archived or superseded since the submission is left out of the group.
+            let members: Vec<String> = item
+                .input
+                .memories
+                .iter()
+                .filter(|m| by_id.contains_key(m.id.as_str()))
+                .map(|m| m.id.clone())
+                .collect();
+            let user = record.user_id.as_deref().unwrap_or_default();
+            let group = Group {
+                user,
+                key: &item.custom_id,
+                episodes: &members,
+            };
+            let (row, planned) = judge(
+                &record.run_id,
+                &group,
+                (item, outcome),
+                &by_id,
+                now,
+                (&mut notes, &mut counts),
+            );
+            audit.push(row);
+            plans.extend(planned);
+        }
+        store.write_audit(&audit).await?;
+        crate::crash::point("distill.after-audit");
+        counts.insert("groups_distilled".into(), plans.len() as u64);
+        if !plans.is_empty() {
+            let (facts, archived) = apply(store, EmbedderFrom::Poll(env.embedder), &plans, now).await?;
+            counts.insert("facts_created".into(), facts);
+            counts.insert("episodes_archived".into(), archived);
+        }
+        Ok(counts)
+    }
+
+    fn result_keys(&self, record: &BatchRecord, items: &[Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|item| AuditRow::new(&record.run_id, "DISTILL", &item.custom_id, 0).id)
+            .collect()
+    }
+}
+
 pub async fn run(ctx: &JobCtx<'_>, args: &DistillArgs) -> Result<JobReport> {
     let config = ctx.app.config().await?;
     let mut p = config.distill.clone();
@@ -393,14 +652,17 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DistillArgs) -> Result<JobReport> {
     let mut report = JobReport::new(JobName::Distill.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let llm = ctx.app.llm(&args.llm).await?;
-    if llm.mode == CallMode::Batch {
-        bail!("distill runs online only (--mode online): a week's groups are few");
-    }
     let mut plans = unfinished(&ctx.store, now).await?;
     if !plans.is_empty() {
         counts.insert("resumed".into(), plans.len() as u64);
     }
     let (asked, episodes) = plan(ctx, &p, &mut report, &mut counts).await?;
+    if llm.mode == CallMode::Batch {
+        submit(ctx, args, &log, &llm, (&asked, &plans), &mut report, &mut counts).await?;
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
     counts.insert("groups_asked".into(), asked.len() as u64);
     let items: Vec<Item> = asked.iter().map(|a| a.item.clone()).collect();
     let outcomes = if items.is_empty() {
@@ -414,67 +676,24 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DistillArgs) -> Result<JobReport> {
     let by_id: BTreeMap<&str, &EpisodeRow> =
         episodes.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut audit = Vec::new();
-    let mut fallbacks = 0;
+    counts.insert("offline_fallbacks".into(), 0);
     for (a, outcome) in asked.iter().zip(&outcomes) {
-        let (facts, confidence, why) = facts_from(&a.item, outcome);
-        if let Some(why) = why {
-            fallbacks += 1;
-            report.notes.push(format!(
-                "group {} of {}: offline fact ({why})",
-                a.key, a.user
-            ));
-        }
-        let group: Vec<&str> = a.episodes.iter().map(String::as_str).collect();
-        let (kept, refused) = trusted(&facts, &group);
-        let mut row = AuditRow::new(log.run_id(), "DISTILL", &a.key, now);
-        row.user_id = Some(a.user.clone());
-        row.target_id = Some(a.key.clone());
-        row.source_ids = a.episodes.clone();
-        row.confidence = Some(confidence);
-        if kept.is_empty() {
-            *counts.entry("groups_kept_as_episodes".into()).or_default() += 1;
-            let why = if refused.is_empty() {
-                "nothing generalises".to_string()
-            } else {
-                refused.join("; ")
-            };
-            report
-                .notes
-                .push(format!("group {} of {}: no fact ({why})", a.key, a.user));
-            row.classification = Some("NONE".into());
-            row.reasoning = Some(why);
-            audit.push(row);
-            continue;
-        }
-        let facts = fact_rows(&a.user, &a.key, &kept, &by_id, confidence, now);
-        let archive: Vec<String> = covered(&group, &kept)
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        let before: Vec<serde_json::Value> = group
-            .iter()
-            .filter_map(|id| by_id.get(id))
-            .map(|e| json!({"id": e.id, "text": e.text, "salience": e.salience}))
-            .collect();
-        row.classification = Some("APPLIED".into());
-        row.reasoning = (!refused.is_empty()).then(|| refused.join("; "));
-        row.before_state = Some(json!({"episodes": before}).to_string());
-        row.after_state = Some(
-            json!({
-                "facts": facts.iter().map(MemoryRow::to_json).collect::<Vec<_>>(),
-                "archive": archive,
-                "archived_at": format_timestamp(now),
-            })
-            .to_string(),
+        let group = Group {
+            user: &a.user,
+            key: &a.key,
+            episodes: &a.episodes,
+        };
+        let (row, planned) = judge(
+            log.run_id(),
+            &group,
+            (&a.item, outcome),
+            &by_id,
+            now,
+            (&mut report.notes, &mut counts),
         );
         audit.push(row);
-        plans.push(Planned {
-            facts,
-            archive,
-            archived_at: now,
-        });
+        plans.extend(planned);
     }
-    counts.insert("offline_fallbacks".into(), fallbacks);
     let fresh = plans.len() - counts.get("resumed").copied().unwrap_or(0) as usize;
     counts.insert("groups_distilled".into(), fresh as u64);
     if ctx.dry_run {
@@ -493,7 +712,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DistillArgs) -> Result<JobReport> {
         ctx.store.write_audit(&audit).await?;
         crate::crash::point("distill.after-audit");
         if !plans.is_empty() {
-            let (facts, archived) = apply(ctx, args, &plans, now).await?;
+            let from = EmbedderFrom::Job(ctx, &args.embedder);
+            let (facts, archived) = apply(&ctx.store, from, &plans, now).await?;
             counts.insert("facts_created".into(), facts);
             counts.insert("episodes_archived".into(), archived);
         }

@@ -15,14 +15,20 @@
 //! derived id: a rerun does not ask again. Writes, each one Lance commit: the audit rows, then
 //! the patterns with their vectors. A run killed between the two leaves PATTERN rows whose
 //! memory is missing; the next run writes those memories from the log.
+//!
+//! With `--mode batch` the clusters go to the Batch API (one batch per user; a cluster whose
+//! narratives wait in an earlier batch is not submitted again), and `memlife batches poll`
+//! judges the answers and writes the patterns through `InsightsApplier`, logged first as an
+//! online run logs them, at the clock of the run that submitted them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use serde_json::json;
 
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::EmbedderArgs;
+use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::offline::insight as offline_insight;
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
@@ -32,7 +38,7 @@ use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, MEMORIES};
 use crate::model::typed::{MemoryRow, memories_from_json};
 use crate::store::audit::AuditRow;
-use crate::store::{Store, sql_timestamp};
+use crate::store::{Store, sql_list, sql_timestamp};
 
 /// Recurring patterns in recent narratives, as `learning_pattern` memories (LLM
 /// `insight.extract`, offline fallback).
@@ -63,6 +69,10 @@ impl Job for InsightsArgs {
 
     fn clock(&self) -> Option<Clock> {
         self.now
+    }
+
+    fn applier() -> Option<Box<dyn Applier>> {
+        Some(Box::new(InsightsApplier))
     }
 }
 
@@ -267,6 +277,208 @@ fn parts_of(r: &crate::llm::tasks::PatternReply) -> PatternParts {
     }
 }
 
+/// A cluster asked about: its user, the pattern's derived id, its narratives (oldest first).
+struct Cluster<'a> {
+    user: &'a str,
+    id: &'a str,
+    narratives: &'a [String],
+}
+
+/// One cluster's answer judged: its INSIGHT audit row (PATTERN with the memory as it will be
+/// written, or NONE and why) and the pattern to write, if any. Fallbacks and refusals are
+/// counted and noted.
+fn judge(
+    run_id: &str,
+    c: &Cluster<'_>,
+    (item, outcome): (&Item, &Outcome),
+    emotional: &BTreeMap<String, f64>,
+    now: i64,
+    (notes, counts): (&mut Vec<String>, &mut BTreeMap<String, u64>),
+) -> (AuditRow, Option<MemoryRow>) {
+    let (parts, why) = parts_from(item, outcome);
+    if let Some(why) = why {
+        *counts.entry("offline_fallbacks".into()).or_default() += 1;
+        notes.push(format!(
+            "cluster {} of {}: offline pattern ({why})",
+            c.id, c.user
+        ));
+    }
+    let cluster: Vec<&str> = c.narratives.iter().map(String::as_str).collect();
+    let mut row = AuditRow::new(run_id, "INSIGHT", c.id, now);
+    row.user_id = Some(c.user.to_string());
+    row.target_id = Some(c.id.to_string());
+    row.source_ids = c.narratives.to_vec();
+    row.confidence = Some(parts.confidence);
+    match refusal(&parts, &cluster) {
+        Some(why) => {
+            *counts.entry("no_pattern".into()).or_default() += 1;
+            notes.push(format!(
+                "cluster {} of {}: no pattern written ({why})",
+                c.id, c.user
+            ));
+            row.classification = Some("NONE".into());
+            row.reasoning = Some(why);
+            (row, None)
+        }
+        None => {
+            let memory = pattern_row(c.user, c.id, &parts, &cluster, emotional, now);
+            row.classification = Some("PATTERN".into());
+            row.after_state = Some(json!({"memory": memory.to_json()}).to_string());
+            (row, Some(memory))
+        }
+    }
+}
+
+/// Patterns embedded and written, at the run's clock.
+async fn write_patterns(ctx: &JobCtx<'_>, args: &InsightsArgs, rows: Vec<&MemoryRow>) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let embedder = ctx
+        .app
+        .embedder(&args.embedder, ctx.store.embedding_dim(), 16)
+        .await?;
+    super::embed_and_write(&ctx.store, &embedder, &rows, ctx.now.timestamp_micros()).await
+}
+
+/// Batch mode: patterns a killed run logged are written, and the clusters not waiting in an
+/// earlier batch are submitted, one batch per user; `batches poll` writes their patterns
+/// (`InsightsApplier`).
+async fn submit(
+    ctx: &JobCtx<'_>,
+    args: &InsightsArgs,
+    log: &RunLog,
+    llm: &crate::llm::Llm,
+    (asked, resumed): (&[Asked], &[MemoryRow]),
+    report: &mut JobReport,
+    counts: &mut BTreeMap<String, u64>,
+) -> Result<()> {
+    let pending =
+        crate::llm::batch::memories_in_pending(&ctx.store, JobName::Insights.as_str()).await?;
+    let (waiting, ready): (Vec<&Asked>, Vec<&Asked>) = asked
+        .iter()
+        .partition(|a| a.narratives.iter().any(|n| pending.contains(n)));
+    if !waiting.is_empty() {
+        counts.insert("clusters_in_pending_batches".into(), waiting.len() as u64);
+    }
+    counts.insert("clusters_asked".into(), ready.len() as u64);
+    if ctx.dry_run {
+        return Ok(());
+    }
+    if !resumed.is_empty() {
+        counts.insert("resumed".into(), resumed.len() as u64);
+        write_patterns(ctx, args, resumed.iter().collect()).await?;
+    }
+    let items = ready.iter().map(|a| (a.user.clone(), a.item.clone()));
+    log.submit_batches_by_user(
+        ctx,
+        llm,
+        (Task::InsightExtract, items, "clusters"),
+        counts,
+        &mut report.notes,
+    )
+    .await
+}
+
+/// Applies `insights` batches for `batches poll`: each cluster's answer judged as an online
+/// run judges it, against the narratives still in the store, and logged (INSIGHT) before its
+/// pattern is written, at the clock of the run that submitted it. A pattern already written
+/// (an earlier attempt at the same batch) is not written again.
+pub struct InsightsApplier;
+
+/// What the applier reads of a cluster's narratives now.
+#[derive(serde::Deserialize)]
+struct NarrativeNow {
+    id: String,
+    user_id: String,
+    emotional_salience: f64,
+}
+
+#[async_trait::async_trait]
+impl Applier for InsightsApplier {
+    async fn apply(
+        &self,
+        env: &ApplyEnv<'_>,
+        record: &BatchRecord,
+        items: &[Item],
+        outcomes: &[Outcome],
+    ) -> Result<BTreeMap<String, u64>> {
+        let store = env.store;
+        let now = super::batch_clock(record, items)?;
+        let ids: Vec<String> = items
+            .iter()
+            .flat_map(|i| i.input.memories.iter().map(|m| m.id.clone()))
+            .collect();
+        let mut present: Vec<NarrativeNow> = Vec::new();
+        for chunk in ids.chunks(1000) {
+            let filter = format!("id IN ({})", sql_list(chunk));
+            present.extend(store.scan_rows::<NarrativeNow>(MEMORIES.name, Some(&filter)).await?);
+        }
+        let emotional: BTreeMap<String, f64> = present
+            .iter()
+            .map(|n| (n.id.clone(), n.emotional_salience))
+            .collect();
+        let users: BTreeMap<&str, &str> = present
+            .iter()
+            .map(|n| (n.id.as_str(), n.user_id.as_str()))
+            .collect();
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut notes = Vec::new();
+        let mut audit = Vec::new();
+        let mut rows = Vec::new();
+        for (item, outcome) in items.iter().zip(outcomes) {
+            // The cluster's narratives still in the store, oldest first as submitted.
+            let narratives: Vec<String> = item
+                .input
+                .memories
+                .iter()
+                .filter(|m| emotional.contains_key(&m.id))
+                .map(|m| m.id.clone())
+                .collect();
+            let user = record
+                .user_id
+                .as_deref()
+                .or_else(|| narratives.first().and_then(|n| users.get(n.as_str()).copied()))
+                .unwrap_or_default();
+            let cluster = Cluster {
+                user,
+                id: &item.custom_id,
+                narratives: &narratives,
+            };
+            let (row, memory) = judge(
+                &record.run_id,
+                &cluster,
+                (item, outcome),
+                &emotional,
+                now,
+                (&mut notes, &mut counts),
+            );
+            audit.push(row);
+            rows.extend(memory);
+        }
+        let targets: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        let written = store.ids_present(MEMORIES.name, &targets, None).await?;
+        counts.insert("patterns_written_before".into(), written.len() as u64);
+        store.write_audit(&audit).await?;
+        crate::crash::point("insights.after-audit");
+        let new: Vec<MemoryRow> = rows.into_iter().filter(|r| !written.contains(&r.id)).collect();
+        if !new.is_empty() {
+            let embedder = (env.embedder)()?;
+            let refs: Vec<&MemoryRow> = new.iter().collect();
+            super::embed_and_write(store, &embedder, &refs, now).await?;
+        }
+        counts.insert("patterns".into(), new.len() as u64);
+        Ok(counts)
+    }
+
+    fn result_keys(&self, record: &BatchRecord, items: &[Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|item| AuditRow::new(&record.run_id, "INSIGHT", &item.custom_id, 0).id)
+            .collect()
+    }
+}
+
 pub async fn run(ctx: &JobCtx<'_>, args: &InsightsArgs) -> Result<JobReport> {
     let config = ctx.app.config().await?;
     let mut p = config.insights.clone();
@@ -283,11 +495,14 @@ pub async fn run(ctx: &JobCtx<'_>, args: &InsightsArgs) -> Result<JobReport> {
     let mut report = JobReport::new(JobName::Insights.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let llm = ctx.app.llm(&args.llm).await?;
-    if llm.mode == CallMode::Batch {
-        bail!("insights runs online only (--mode online): a night's clusters are few");
-    }
     let resumed = unfinished(&ctx.store, now).await?;
     let (asked, emotional) = plan(ctx, &p, &mut report, &mut counts).await?;
+    if llm.mode == CallMode::Batch {
+        submit(ctx, args, &log, &llm, (&asked, &resumed), &mut report, &mut counts).await?;
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    }
     counts.insert("clusters_asked".into(), asked.len() as u64);
     let items: Vec<Item> = asked.iter().map(|a| a.item.clone()).collect();
     let outcomes = if items.is_empty() {
@@ -300,42 +515,24 @@ pub async fn run(ctx: &JobCtx<'_>, args: &InsightsArgs) -> Result<JobReport> {
     }
     let mut audit = Vec::new();
     let mut rows = Vec::new();
-    let mut fallbacks = 0;
+    counts.insert("offline_fallbacks".into(), 0);
     for (a, outcome) in asked.iter().zip(&outcomes) {
-        let (parts, why) = parts_from(&a.item, outcome);
-        if let Some(why) = why {
-            fallbacks += 1;
-            report.notes.push(format!(
-                "cluster {} of {}: offline pattern ({why})",
-                a.id, a.user
-            ));
-        }
-        let cluster: Vec<&str> = a.narratives.iter().map(String::as_str).collect();
-        let mut row = AuditRow::new(log.run_id(), "INSIGHT", &a.id, now);
-        row.user_id = Some(a.user.clone());
-        row.target_id = Some(a.id.clone());
-        row.source_ids = a.narratives.clone();
-        row.confidence = Some(parts.confidence);
-        match refusal(&parts, &cluster) {
-            Some(why) => {
-                *counts.entry("no_pattern".into()).or_default() += 1;
-                report.notes.push(format!(
-                    "cluster {} of {}: no pattern written ({why})",
-                    a.id, a.user
-                ));
-                row.classification = Some("NONE".into());
-                row.reasoning = Some(why);
-            }
-            None => {
-                let memory = pattern_row(&a.user, &a.id, &parts, &cluster, &emotional, now);
-                row.classification = Some("PATTERN".into());
-                row.after_state = Some(json!({"memory": memory.to_json()}).to_string());
-                rows.push(memory);
-            }
-        }
+        let cluster = Cluster {
+            user: &a.user,
+            id: &a.id,
+            narratives: &a.narratives,
+        };
+        let (row, memory) = judge(
+            log.run_id(),
+            &cluster,
+            (&a.item, outcome),
+            &emotional,
+            now,
+            (&mut report.notes, &mut counts),
+        );
         audit.push(row);
+        rows.extend(memory);
     }
-    counts.insert("offline_fallbacks".into(), fallbacks);
     counts.insert("patterns".into(), rows.len() as u64);
     if !resumed.is_empty() {
         counts.insert("resumed".into(), resumed.len() as u64);
@@ -353,15 +550,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &InsightsArgs) -> Result<JobReport> {
     } else {
         ctx.store.write_audit(&audit).await?;
         crate::crash::point("insights.after-audit");
-        rows.extend(resumed);
-        if !rows.is_empty() {
-            let embedder = ctx
-                .app
-                .embedder(&args.embedder, ctx.store.embedding_dim(), 16)
-                .await?;
-            let rows: Vec<&MemoryRow> = rows.iter().collect();
-            super::embed_and_write(&ctx.store, &embedder, &rows, now).await?;
-        }
+        write_patterns(ctx, args, rows.iter().chain(&resumed).collect()).await?;
     }
     report.counts = counts;
     log.finish(ctx, &mut report).await?;

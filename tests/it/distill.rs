@@ -180,3 +180,63 @@ fn a_provider_distills_over_http_and_an_episode_no_fact_rests_on_stays_live() {
         "{report}"
     );
 }
+
+#[test]
+fn in_batch_mode_the_poll_distills_once_and_a_waiting_group_is_not_sent_again() {
+    let db = TestDb::new();
+    let texts = [
+        "Ana took the train to Ghent for work.",
+        "Ana took the train to Ghent for work and the bike carriage was full.",
+        "Ana took the early train to Ghent for work again.",
+    ];
+    let answers = db.path("answers.jsonl");
+    let reply = serde_json::json!({"task": "semantic.distill", "texts": texts, "reply": {
+        "facts": [{"text": "Ana commutes to Ghent by train for work.", "source_ids": ["e1", "e3"]}],
+        "confidence": 0.8}});
+    std::fs::write(&answers, reply.to_string() + "\n").unwrap();
+    let mock = Mock::start(&["--answers", &answers]);
+    let config = both_roles_config(&db, &mock);
+    let global = ["--config", config.as_str()];
+    prepared(&db, &global);
+    let batch = ["--llm", "providers", "--mode", "batch"];
+    let submitted = distill(&db, &global, &batch);
+    assert_eq!(submitted["counts"]["batches_submitted"], 1, "{submitted}");
+    assert_eq!(submitted["counts"]["items_submitted"], 1, "{submitted}");
+    assert!(
+        archived(&db).is_empty() && facts(&db).is_empty(),
+        "nothing is written before the poll"
+    );
+    // A group waiting in a batch is not submitted again.
+    let again = distill(&db, &global, &batch);
+    assert_eq!(again["counts"]["groups_in_pending_batches"], 1, "{again}");
+    assert_eq!(again["counts"].get("batches_submitted"), None, "{again}");
+
+    let polled = db.poll_batches(&config);
+    assert_eq!(polled["counts"]["applied"], 1, "{polled}");
+    let found = facts(&db);
+    assert_eq!(found.len(), 1, "{polled}");
+    assert_eq!(found[0]["text"], "Ana commutes to Ghent by train for work.");
+    assert_eq!(found[0]["embedded"], true);
+    assert_eq!(archived(&db), ["e1", "e3"], "e2 stays an episode");
+    let id = found[0]["id"].as_str().unwrap();
+    assert_eq!(
+        db.count(&format!(
+            "links WHERE source_id = '{id}' AND link_type = 'consolidates'"
+        )),
+        2
+    );
+    // Applied once: a second poll and a later run add nothing, and check passes.
+    db.poll_batches(&config);
+    let later = distill(&db, &global, &batch);
+    assert_eq!(later["counts"].get("batches_submitted"), None, "{later}");
+    assert_eq!(facts(&db).len(), 1);
+    assert_eq!(db.count("audit_log WHERE operation = 'DISTILL'"), 1);
+    let out = db.run(&["--config", &config, "check"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}

@@ -212,3 +212,51 @@ fn a_provider_names_the_pattern_over_http_and_a_pattern_on_one_narrative_is_not_
         }
     }
 }
+
+#[test]
+fn in_batch_mode_the_poll_writes_the_pattern_once_and_a_waiting_cluster_is_not_sent_again() {
+    let holder = TestDb::new();
+    let mock = Mock::start(&[]);
+    let config = both_roles_config(&holder, &mock);
+    let (db, _) = prepared(Some(&config));
+    let batch = ["--llm", "providers", "--mode", "batch"];
+    let submitted = insights(&db, &config, NOW, &batch);
+    assert_eq!(submitted["counts"]["batches_submitted"], 1, "{submitted}");
+    assert_eq!(submitted["counts"]["items_submitted"], 1, "{submitted}");
+    assert!(patterns(&db).is_empty(), "nothing is written before the poll");
+    // A cluster waiting in a batch is not submitted again.
+    let again = insights(&db, &config, NOW, &batch);
+    assert_eq!(again["counts"]["clusters_in_pending_batches"], 1, "{again}");
+    assert_eq!(again["counts"].get("batches_submitted"), None, "{again}");
+
+    let polled = db.poll_batches(&config);
+    assert_eq!(polled["counts"]["applied"], 1, "{polled}");
+    let found = patterns(&db);
+    assert_eq!(found.len(), 1, "{polled}");
+    assert_eq!(evidence_sessions(&db, &found[0]), ["s1", "s2", "s3"]);
+    assert_eq!(found[0]["embedded"], true);
+    // The same pattern as an online run against the same provider.
+    let online_holder = TestDb::new();
+    let online_config = both_roles_config(&online_holder, &mock);
+    let (online, _) = prepared(Some(&online_config));
+    insights(&online, &online_config, NOW, &["--llm", "providers"]);
+    let text = |rows: Vec<serde_json::Value>| -> Vec<serde_json::Value> {
+        rows.iter().map(|r| r["text"].clone()).collect()
+    };
+    assert_eq!(text(patterns(&db)), text(patterns(&online)));
+    // Applied once: a second poll and a later run add nothing, and check passes.
+    db.poll_batches(&config);
+    let later = insights(&db, &config, NOW, &batch);
+    assert_eq!(later["counts"]["clusters_seen_before"], 1, "{later}");
+    assert_eq!(later["counts"].get("batches_submitted"), None, "{later}");
+    assert_eq!(patterns(&db).len(), 1);
+    assert_eq!(db.count("audit_log WHERE operation = 'INSIGHT'"), 1);
+    let out = db.run(&["--config", &config, "check"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
