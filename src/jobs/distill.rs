@@ -333,7 +333,10 @@ fn judge(
     let (facts, confidence, why) = facts_from(item, outcome);
     if let Some(why) = why {
         *counts.entry("offline_fallbacks".into()).or_default() += 1;
-        notes.push(format!("group {} of {}: offline fact ({why})", g.key, g.user));
+        notes.push(format!(
+            "group {} of {}: offline fact ({why})",
+            g.key, g.user
+        ));
     }
     let group: Vec<&str> = g.episodes.iter().map(String::as_str).collect();
     let (kept, refused) = trusted(&facts, &group);
@@ -394,9 +397,7 @@ impl EmbedderFrom<'_, '_> {
     async fn make(&self) -> Result<Embedder> {
         match self {
             EmbedderFrom::Job(ctx, args) => {
-                ctx.app
-                    .embedder(args, ctx.store.embedding_dim(), 16)
-                    .await
+                ctx.app.embedder(args, ctx.store.embedding_dim(), 16).await
             }
             EmbedderFrom::Poll(make) => make(),
         }
@@ -497,34 +498,28 @@ async fn submit(
     report: &mut JobReport,
     counts: &mut BTreeMap<String, u64>,
 ) -> Result<()> {
-    let pending =
-        crate::llm::batch::memories_in_pending(&ctx.store, JobName::Distill.as_str()).await?;
-    let (waiting, ready): (Vec<&Asked>, Vec<&Asked>) = asked
-        .iter()
-        .partition(|a| a.episodes.iter().any(|e| pending.contains(e)));
-    if !waiting.is_empty() {
-        counts.insert("groups_in_pending_batches".into(), waiting.len() as u64);
-    }
-    counts.insert("groups_asked".into(), ready.len() as u64);
-    if ctx.dry_run {
-        return Ok(());
-    }
-    if !resumed.is_empty() {
+    if !resumed.is_empty() && !ctx.dry_run {
         let from = EmbedderFrom::Job(ctx, &args.embedder);
         let now = ctx.now.timestamp_micros();
         let (facts, archived) = apply(&ctx.store, from, resumed, now).await?;
         counts.insert("facts_created".into(), facts);
         counts.insert("episodes_archived".into(), archived);
     }
-    let items = ready.iter().map(|a| (a.user.clone(), a.item.clone()));
-    log.submit_batches_by_user(
-        ctx,
-        llm,
-        (Task::SemanticDistill, items, "groups"),
-        counts,
-        &mut report.notes,
-    )
-    .await
+    let requests = asked
+        .iter()
+        .map(|a| (a.user.clone(), a.item.clone()))
+        .collect();
+    let task = (
+        Task::SemanticDistill,
+        requests,
+        "groups",
+        "groups_in_pending_batches",
+    );
+    let asked = log
+        .submit_unless_pending(ctx, llm, task, counts, &mut report.notes)
+        .await?;
+    counts.insert("groups_asked".into(), asked as u64);
+    Ok(())
 }
 
 /// Applies `distill` batches for `batches poll`: each group's answer judged as an online run
@@ -558,7 +553,10 @@ impl Applier for DistillApplier {
         let mut logged: BTreeMap<String, Logged> = BTreeMap::new();
         for chunk in keys.chunks(1000) {
             let filter = format!("id IN ({})", sql_list(chunk));
-            for row in store.scan_rows::<Logged>(AUDIT_LOG.name, Some(&filter)).await? {
+            for row in store
+                .scan_rows::<Logged>(AUDIT_LOG.name, Some(&filter))
+                .await?
+            {
                 logged.insert(row.id.clone(), row);
             }
         }
@@ -574,7 +572,11 @@ impl Applier for DistillApplier {
                 "id IN ({}) AND archived_at IS NULL AND superseded_by IS NULL",
                 sql_list(chunk)
             );
-            episodes.extend(store.scan_rows::<EpisodeRow>(MEMORIES.name, Some(&filter)).await?);
+            episodes.extend(
+                store
+                    .scan_rows::<EpisodeRow>(MEMORIES.name, Some(&filter))
+                    .await?,
+            );
         }
         let by_id: BTreeMap<&str, &EpisodeRow> =
             episodes.iter().map(|e| (e.id.as_str(), e)).collect();
@@ -621,7 +623,8 @@ impl Applier for DistillApplier {
         crate::crash::point("distill.after-audit");
         counts.insert("groups_distilled".into(), plans.len() as u64);
         if !plans.is_empty() {
-            let (facts, archived) = apply(store, EmbedderFrom::Poll(env.embedder), &plans, now).await?;
+            let (facts, archived) =
+                apply(store, EmbedderFrom::Poll(env.embedder), &plans, now).await?;
             counts.insert("facts_created".into(), facts);
             counts.insert("episodes_archived".into(), archived);
         }
@@ -658,7 +661,16 @@ pub async fn run(ctx: &JobCtx<'_>, args: &DistillArgs) -> Result<JobReport> {
     }
     let (asked, episodes) = plan(ctx, &p, &mut report, &mut counts).await?;
     if llm.mode == CallMode::Batch {
-        submit(ctx, args, &log, &llm, (&asked, &plans), &mut report, &mut counts).await?;
+        submit(
+            ctx,
+            args,
+            &log,
+            &llm,
+            (&asked, &plans),
+            &mut report,
+            &mut counts,
+        )
+        .await?;
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
         return Ok(report);

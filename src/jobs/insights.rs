@@ -330,7 +330,11 @@ fn judge(
 }
 
 /// Patterns embedded and written, at the run's clock.
-async fn write_patterns(ctx: &JobCtx<'_>, args: &InsightsArgs, rows: Vec<&MemoryRow>) -> Result<()> {
+async fn write_patterns(
+    ctx: &JobCtx<'_>,
+    args: &InsightsArgs,
+    rows: Vec<&MemoryRow>,
+) -> Result<()> {
     if rows.is_empty() {
         return Ok(());
     }
@@ -353,31 +357,25 @@ async fn submit(
     report: &mut JobReport,
     counts: &mut BTreeMap<String, u64>,
 ) -> Result<()> {
-    let pending =
-        crate::llm::batch::memories_in_pending(&ctx.store, JobName::Insights.as_str()).await?;
-    let (waiting, ready): (Vec<&Asked>, Vec<&Asked>) = asked
-        .iter()
-        .partition(|a| a.narratives.iter().any(|n| pending.contains(n)));
-    if !waiting.is_empty() {
-        counts.insert("clusters_in_pending_batches".into(), waiting.len() as u64);
-    }
-    counts.insert("clusters_asked".into(), ready.len() as u64);
-    if ctx.dry_run {
-        return Ok(());
-    }
-    if !resumed.is_empty() {
+    if !resumed.is_empty() && !ctx.dry_run {
         counts.insert("resumed".into(), resumed.len() as u64);
         write_patterns(ctx, args, resumed.iter().collect()).await?;
     }
-    let items = ready.iter().map(|a| (a.user.clone(), a.item.clone()));
-    log.submit_batches_by_user(
-        ctx,
-        llm,
-        (Task::InsightExtract, items, "clusters"),
-        counts,
-        &mut report.notes,
-    )
-    .await
+    let requests = asked
+        .iter()
+        .map(|a| (a.user.clone(), a.item.clone()))
+        .collect();
+    let task = (
+        Task::InsightExtract,
+        requests,
+        "clusters",
+        "clusters_in_pending_batches",
+    );
+    let asked = log
+        .submit_unless_pending(ctx, llm, task, counts, &mut report.notes)
+        .await?;
+    counts.insert("clusters_asked".into(), asked as u64);
+    Ok(())
 }
 
 /// Applies `insights` batches for `batches poll`: each cluster's answer judged as an online
@@ -412,7 +410,11 @@ impl Applier for InsightsApplier {
         let mut present: Vec<NarrativeNow> = Vec::new();
         for chunk in ids.chunks(1000) {
             let filter = format!("id IN ({})", sql_list(chunk));
-            present.extend(store.scan_rows::<NarrativeNow>(MEMORIES.name, Some(&filter)).await?);
+            present.extend(
+                store
+                    .scan_rows::<NarrativeNow>(MEMORIES.name, Some(&filter))
+                    .await?,
+            );
         }
         let emotional: BTreeMap<String, f64> = present
             .iter()
@@ -438,7 +440,11 @@ impl Applier for InsightsApplier {
             let user = record
                 .user_id
                 .as_deref()
-                .or_else(|| narratives.first().and_then(|n| users.get(n.as_str()).copied()))
+                .or_else(|| {
+                    narratives
+                        .first()
+                        .and_then(|n| users.get(n.as_str()).copied())
+                })
                 .unwrap_or_default();
             let cluster = Cluster {
                 user,
@@ -461,7 +467,10 @@ impl Applier for InsightsApplier {
         counts.insert("patterns_written_before".into(), written.len() as u64);
         store.write_audit(&audit).await?;
         crate::crash::point("insights.after-audit");
-        let new: Vec<MemoryRow> = rows.into_iter().filter(|r| !written.contains(&r.id)).collect();
+        let new: Vec<MemoryRow> = rows
+            .into_iter()
+            .filter(|r| !written.contains(&r.id))
+            .collect();
         if !new.is_empty() {
             let embedder = (env.embedder)()?;
             let refs: Vec<&MemoryRow> = new.iter().collect();
@@ -498,7 +507,16 @@ pub async fn run(ctx: &JobCtx<'_>, args: &InsightsArgs) -> Result<JobReport> {
     let resumed = unfinished(&ctx.store, now).await?;
     let (asked, emotional) = plan(ctx, &p, &mut report, &mut counts).await?;
     if llm.mode == CallMode::Batch {
-        submit(ctx, args, &log, &llm, (&asked, &resumed), &mut report, &mut counts).await?;
+        submit(
+            ctx,
+            args,
+            &log,
+            &llm,
+            (&asked, &resumed),
+            &mut report,
+            &mut counts,
+        )
+        .await?;
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
         return Ok(report);

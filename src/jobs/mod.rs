@@ -583,6 +583,39 @@ impl RunLog {
         Ok(())
     }
 
+    /// Batch mode for jobs whose requests are about memories (sessions, insights, distill):
+    /// the `(user, request)` pairs none of whose memories wait in a batch of this job not
+    /// applied yet are submitted, one batch set per user; the others are counted as
+    /// `waiting` (a count name), so nothing is asked twice. A dry run submits nothing.
+    /// Returns how many requests were (or, dry, would be) submitted.
+    pub async fn submit_unless_pending(
+        &self,
+        ctx: &JobCtx<'_>,
+        llm: &crate::llm::Llm,
+        (task, requests, what, waiting): (
+            crate::llm::tasks::Task,
+            Vec<(String, crate::llm::Item)>,
+            &str,
+            &str,
+        ),
+        counts: &mut BTreeMap<String, u64>,
+        notes: &mut Vec<String>,
+    ) -> Result<usize> {
+        let pending = crate::llm::batch::memories_in_pending(&ctx.store, &self.job).await?;
+        let (held, ready): (Vec<_>, Vec<_>) = requests
+            .into_iter()
+            .partition(|(_, item)| item.input.memories.iter().any(|m| pending.contains(&m.id)));
+        if !held.is_empty() {
+            counts.insert(waiting.into(), held.len() as u64);
+        }
+        let submitted = ready.len();
+        if !ctx.dry_run && !ready.is_empty() {
+            self.submit_batches_by_user(ctx, llm, (task, ready, what), counts, notes)
+                .await?;
+        }
+        Ok(submitted)
+    }
+
     /// Settles the report's status and duration and records them.
     pub async fn finish(self, ctx: &JobCtx<'_>, report: &mut JobReport) -> Result<()> {
         report.duration_ms = self.started.elapsed().as_millis() as u64;

@@ -284,28 +284,23 @@ pub async fn run(ctx: &JobCtx<'_>, args: &SessionsArgs) -> Result<JobReport> {
     let llm = ctx.app.llm(&args.llm).await?;
     let now_text = format_timestamp(now);
     if llm.mode == CallMode::Batch {
-        // Sessions whose memories wait in a submitted batch are not submitted again.
-        let pending =
-            crate::llm::batch::memories_in_pending(&ctx.store, JobName::Sessions.as_str()).await?;
-        let (waiting, ready): (Vec<_>, Vec<_>) = ended
+        let requests = ended
             .iter()
-            .partition(|s| s.memories.iter().any(|m| pending.contains(&m.id)));
-        if !waiting.is_empty() {
-            counts.insert("sessions_in_pending_batches".into(), waiting.len() as u64);
-        }
-        if !ctx.dry_run && !ready.is_empty() {
-            let items = ready
-                .iter()
-                .map(|s| (s.user.to_string(), item_of(s, &now_text)));
-            log.submit_batches_by_user(
-                ctx,
-                &llm,
-                (Task::SessionNarrate, items, "sessions"),
-                &mut counts,
-                &mut report.notes,
-            )
-            .await?;
-        }
+            .map(|s| (s.user.to_string(), item_of(s, &now_text)))
+            .collect();
+        log.submit_unless_pending(
+            ctx,
+            &llm,
+            (
+                Task::SessionNarrate,
+                requests,
+                "sessions",
+                "sessions_in_pending_batches",
+            ),
+            &mut counts,
+            &mut report.notes,
+        )
+        .await?;
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
         return Ok(report);

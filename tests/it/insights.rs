@@ -223,7 +223,10 @@ fn in_batch_mode_the_poll_writes_the_pattern_once_and_a_waiting_cluster_is_not_s
     let submitted = insights(&db, &config, NOW, &batch);
     assert_eq!(submitted["counts"]["batches_submitted"], 1, "{submitted}");
     assert_eq!(submitted["counts"]["items_submitted"], 1, "{submitted}");
-    assert!(patterns(&db).is_empty(), "nothing is written before the poll");
+    assert!(
+        patterns(&db).is_empty(),
+        "nothing is written before the poll"
+    );
     // A cluster waiting in a batch is not submitted again.
     let again = insights(&db, &config, NOW, &batch);
     assert_eq!(again["counts"]["clusters_in_pending_batches"], 1, "{again}");
