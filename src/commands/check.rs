@@ -154,14 +154,15 @@ fn reference_queries() -> Vec<(String, String)> {
              HAVING m.archived_at IS NULL OR COUNT(h.id) <> 1",
         ),
         (
-            "consolidation: no link points at a consolidated member but its consolidates link",
+            "consolidation: no link points at a consolidated member but its consolidates link (its own, to what it consolidated, stay)",
             "SELECT l.source_id, l.target_id, l.link_type FROM links l \
              JOIN (SELECT target_id AS holder, unnest(source_ids) AS member FROM audit_log \
                    WHERE operation = 'CONSOLIDATE' AND classification = 'APPROVED' \
                      AND {NOT_UNDONE}) c \
                ON l.target_id = c.member OR l.source_id = c.member \
              WHERE NOT (l.link_type = 'consolidates' AND l.source_id = c.holder \
-                        AND l.target_id = c.member)",
+                        AND l.target_id = c.member) \
+               AND NOT (l.link_type = 'consolidates' AND l.source_id = c.member)",
         ),
     ];
     queries.extend(

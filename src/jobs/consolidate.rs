@@ -303,6 +303,7 @@ async fn create_memories(
 
 /// Every link touching a member moves to its consolidated memory (the strongest of links that
 /// become one), beside a `consolidates` link from it to each member; the old links go after.
+/// A member's own `consolidates` links (it consolidated others before) stay with it.
 /// Returns the links moved.
 async fn move_links(
     store: &Store,
@@ -313,8 +314,11 @@ async fn move_links(
     let new_ids: Vec<String> = plans.iter().map(|(p, ..)| p.new_id.clone()).collect();
     let all_members: Vec<String> = holder.keys().map(|m| m.to_string()).collect();
     let list = sql_list(&all_members);
+    // A member that is itself a consolidation keeps its own `consolidates` links: they say
+    // what it was made of, and stay with it (archived, it still holds its members).
     let touching = format!(
-        "(source_id IN ({list}) OR target_id IN ({list})) AND NOT (link_type = 'consolidates' AND source_id IN ({}))",
+        "(source_id IN ({list}) OR target_id IN ({list})) \
+         AND NOT (link_type = 'consolidates' AND source_id IN ({}, {list}))",
         sql_list(&new_ids)
     );
     let old_links: Vec<LinkRow> = store.scan_rows("links", Some(&touching)).await?;

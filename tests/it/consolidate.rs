@@ -155,6 +155,68 @@ fn an_approved_cluster_becomes_one_memory_that_takes_over_its_links() {
 }
 
 #[test]
+fn a_consolidation_consolidated_again_keeps_its_own_provenance_links() {
+    let db = loaded();
+    let first = consolidate(&db, &[]);
+    assert_eq!(first["counts"]["consolidated"], 1, "{first:#}");
+    let x = db.rows("SELECT id FROM memories WHERE source = 'consolidate'")[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A later memory telling the same, then clustering and consolidation again: the first
+    // consolidation is a member of the second.
+    let file = db.path("later.jsonl");
+    std::fs::write(
+        &file,
+        r#"{"id":"s4","user_id":"u1","text":"Noor's sister Lina lives in Utrecht with her two cats and works as a nurse.","importance":0.5,"created_at":"2025-03-01T08:00:00Z"}
+"#,
+    )
+    .unwrap();
+    for args in [
+        &["import", file.as_str()][..],
+        &["embed", "--embedder", "hash"][..],
+        &["cluster", "--threshold", "0.5"][..],
+    ] {
+        let out = db.run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    let second = consolidate(&db, &[]);
+    assert_eq!(second["counts"]["consolidated"], 1, "{second:#}");
+    let y = db.rows(&format!(
+        "SELECT id, consolidates_memory_ids FROM memories WHERE source = 'consolidate' AND id <> '{x}'"
+    ));
+    assert_eq!(y.len(), 1, "{y:?}");
+    let held = y[0]["consolidates_memory_ids"].to_string();
+    assert!(held.contains(&x) && held.contains("s4"), "{held}");
+    // The first consolidation still says what it was made of; the second does not take over
+    // those links.
+    for member in ["s1", "s2", "s3"] {
+        assert_eq!(
+            db.count(&format!(
+                "links WHERE link_type = 'consolidates' AND target_id = '{member}' AND source_id = '{x}'"
+            )),
+            1,
+            "{member}"
+        );
+        assert_eq!(
+            db.count(&format!(
+                "links WHERE link_type = 'consolidates' AND target_id = '{member}'"
+            )),
+            1,
+            "{member}"
+        );
+    }
+    let out = db.run(&["check"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+#[test]
 fn a_run_killed_mid_apply_is_finished_by_the_next_and_check_says_so_meanwhile() {
     let db = loaded();
     let mut command = memlife_command();
