@@ -550,34 +550,21 @@ impl Applier for DistillApplier {
             classification: Option<String>,
             after_state: Option<String>,
         }
-        let mut logged: BTreeMap<String, Logged> = BTreeMap::new();
-        for chunk in keys.chunks(1000) {
-            let filter = format!("id IN ({})", sql_list(chunk));
-            for row in store
-                .scan_rows::<Logged>(AUDIT_LOG.name, Some(&filter))
-                .await?
-            {
-                logged.insert(row.id.clone(), row);
-            }
-        }
+        let logged: BTreeMap<String, Logged> = store
+            .rows_with_ids::<Logged>(AUDIT_LOG.name, &keys, None)
+            .await?
+            .into_iter()
+            .map(|row| (row.id.clone(), row))
+            .collect();
         let ids: Vec<String> = items
             .iter()
             .zip(&keys)
             .filter(|(_, key)| !logged.contains_key(*key))
             .flat_map(|(i, _)| i.input.memories.iter().map(|m| m.id.clone()))
             .collect();
-        let mut episodes: Vec<EpisodeRow> = Vec::new();
-        for chunk in ids.chunks(1000) {
-            let filter = format!(
-                "id IN ({}) AND archived_at IS NULL AND superseded_by IS NULL",
-                sql_list(chunk)
-            );
-            episodes.extend(
-                store
-                    .scan_rows::<EpisodeRow>(MEMORIES.name, Some(&filter))
-                    .await?,
-            );
-        }
+        let live = "archived_at IS NULL AND superseded_by IS NULL";
+        let episodes: Vec<EpisodeRow> =
+            store.rows_with_ids(MEMORIES.name, &ids, Some(live)).await?;
         let by_id: BTreeMap<&str, &EpisodeRow> =
             episodes.iter().map(|e| (e.id.as_str(), e)).collect();
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();

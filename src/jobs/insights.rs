@@ -38,7 +38,7 @@ use crate::model::encoding::format_timestamp;
 use crate::model::schema::{AUDIT_LOG, MEMORIES};
 use crate::model::typed::{MemoryRow, memories_from_json};
 use crate::store::audit::AuditRow;
-use crate::store::{Store, sql_list, sql_timestamp};
+use crate::store::{Store, sql_timestamp};
 
 /// Recurring patterns in recent narratives, as `learning_pattern` memories (LLM
 /// `insight.extract`, offline fallback).
@@ -388,7 +388,6 @@ pub struct InsightsApplier;
 #[derive(serde::Deserialize)]
 struct NarrativeNow {
     id: String,
-    user_id: String,
     emotional_salience: f64,
 }
 
@@ -407,22 +406,10 @@ impl Applier for InsightsApplier {
             .iter()
             .flat_map(|i| i.input.memories.iter().map(|m| m.id.clone()))
             .collect();
-        let mut present: Vec<NarrativeNow> = Vec::new();
-        for chunk in ids.chunks(1000) {
-            let filter = format!("id IN ({})", sql_list(chunk));
-            present.extend(
-                store
-                    .scan_rows::<NarrativeNow>(MEMORIES.name, Some(&filter))
-                    .await?,
-            );
-        }
+        let present: Vec<NarrativeNow> = store.rows_with_ids(MEMORIES.name, &ids, None).await?;
         let emotional: BTreeMap<String, f64> = present
             .iter()
             .map(|n| (n.id.clone(), n.emotional_salience))
-            .collect();
-        let users: BTreeMap<&str, &str> = present
-            .iter()
-            .map(|n| (n.id.as_str(), n.user_id.as_str()))
             .collect();
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         let mut notes = Vec::new();
@@ -437,15 +424,8 @@ impl Applier for InsightsApplier {
                 .filter(|m| emotional.contains_key(&m.id))
                 .map(|m| m.id.clone())
                 .collect();
-            let user = record
-                .user_id
-                .as_deref()
-                .or_else(|| {
-                    narratives
-                        .first()
-                        .and_then(|n| users.get(n.as_str()).copied())
-                })
-                .unwrap_or_default();
+            // Batches are submitted one per user (`submit_unless_pending`).
+            let user = record.user_id.as_deref().unwrap_or_default();
             let cluster = Cluster {
                 user,
                 id: &item.custom_id,
