@@ -12,9 +12,18 @@
 //! they go. A run killed half-way leaves each table at one of its steps; the next run does
 //! the rest. The run itself is not undoable: it changes how rows are stored, not the rows.
 //!
-//! `--light` (what `nightly` runs on the days a full optimize is not due) only merges the
-//! small fragments the day's commits appended: one commit per table at most, no index
-//! update, no version removed.
+//! `--light` (what `nightly` runs on the days a full optimize is not due) merges the small
+//! fragments the day's commits appended and removes no version; of the indexes it updates
+//! only those of the tables recall searches, which take the day's rows every night.
+//!
+//! The tables recall searches (the ones with a full-text index) keep that index in one
+//! segment: a search loads and scores each segment apart. On day 118 of `bench year`,
+//! its four segments and the week's unindexed rows made a recall 1.23x the same store's
+//! day 1 (58 against 47 ms); with every index of `memories` caught up and in one segment it
+//! was 1.04x (BENCHMARKS.md, issue 35, session 35). Their scalar indexes take a delta each
+//! night and are merged into one at each full run, so the week's fragments, indexed night
+//! by night by different segments, merge again. Other tables take deltas, merged only at
+//! `MAX_INDEX_SEGMENTS`: a merge rewrites an index, and the window keeps each rewrite.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +37,7 @@ use crate::model::schema::ALL_TABLES;
 use crate::model::typed::RunStart;
 use crate::store::audit::AuditRow;
 use crate::store::maintain::{CompactionPolicy, TableStorage};
+use lancedb::index::IndexType;
 
 /// Compacts small fragments, updates indexes and removes versions older than the retention
 /// window, table by table.
@@ -43,10 +53,11 @@ pub struct OptimizeArgs {
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
     pub now: Option<Clock>,
-    /// Only merge the small fragments (under 256 rows) the day's commits left: no index
-    /// update, no rewrite of a large fragment, no version removed. `nightly` runs this on
-    /// the days a full optimize is not due, so reads do not open a dozen more fragments
-    /// for every day since the last one.
+    /// Only merge the small fragments (under 256 rows) the day's commits left and bring the
+    /// indexes of the tables recall searches up to date: no rewrite of a large fragment, no
+    /// version removed. `nightly` runs this on the days a full optimize is not due, so reads
+    /// do not open a dozen more fragments, or scan the rows no index holds, for every day
+    /// since the last one.
     #[arg(long, conflicts_with = "keep_versions_days")]
     pub light: bool,
     #[command(flatten)]
@@ -88,6 +99,13 @@ pub fn human_bytes(bytes: u64) -> String {
 }
 
 fn describe(before: &TableStorage, after: &TableStorage) -> String {
+    if after.versions == 0 {
+        // A light run's: the current version only (`Store::current_storage`).
+        return format!(
+            "{}: {} -> {} fragments, {} -> {} open files",
+            before.table, before.fragments, after.fragments, before.open_files, after.open_files
+        );
+    }
     format!(
         "{}: {} -> {} fragments, {} -> {} versions, {} -> {}",
         before.table,
@@ -159,19 +177,31 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     };
     // What each table holds, and its versions older than the window.
     let mut plan = Vec::new();
+    // (A light run removes no version: it reads the current versions alone, a cost that does
+    // not grow with the versions the window keeps.)
+    let storage_of = |table: &'static str| async move {
+        if args.light {
+            ctx.store.current_storage(table).await
+        } else {
+            ctx.store.table_storage(table).await
+        }
+    };
     for table in &tables {
-        let before = ctx.store.table_storage(table).await?;
-        let old: Vec<u64> = ctx
-            .store
-            .version_times(table)
-            .await?
-            .into_iter()
-            .filter(|(v, at)| !args.light && *at < written_before && *v != before.version)
-            .map(|(v, _)| v)
-            .collect();
+        let before = storage_of(table).await?;
+        let old: Vec<u64> = if args.light {
+            Vec::new()
+        } else {
+            let times = ctx.store.version_times(table).await?.into_iter();
+            times
+                .filter(|(v, at)| *at < written_before && *v != before.version)
+                .map(|(v, _)| v)
+                .collect()
+        };
         add(&mut counts, "fragments_before", before.fragments as u64);
-        add(&mut counts, "versions_before", before.versions as u64);
-        add(&mut counts, "bytes_before", before.bytes);
+        if !args.light {
+            add(&mut counts, "versions_before", before.versions as u64);
+            add(&mut counts, "bytes_before", before.bytes);
+        }
         plan.push((*table, before, old));
     }
     if ctx.dry_run {
@@ -198,18 +228,21 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             // week's new fragments, not yet indexed, would otherwise stay apart from the
             // indexed ones for good (one more fragment a week). Compaction remaps the indexes
             // onto what it writes; a second update covers anything it could not remap.
-            // (A light run merges only unindexed small fragments: no index to update.)
-            let indexes = if args.light {
-                0
+            // (A light run leaves the other tables' indexes to the full one.)
+            let searched = searched(table);
+            let one_segment = |kind: &IndexType| one_segment(searched, args.light, kind);
+            let update = searched || !args.light;
+            let indexes = if update {
+                ctx.store.update_indexes(table, one_segment).await?
             } else {
-                ctx.store.update_indexes(table).await?
+                0
             };
             let (removed, added) = ctx.store.compact_table(table, &policy).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             crate::crash::point("optimize.after-compact");
-            if added > 0 && !args.light {
-                ctx.store.update_indexes(table).await?;
+            if added > 0 && update {
+                ctx.store.update_indexes(table, one_segment).await?;
             }
             add(&mut counts, "indexes_updated", indexes as u64);
             if !old.is_empty() {
@@ -222,10 +255,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
                 add(&mut counts, "files_removed", files);
                 add(&mut counts, "bytes_removed", bytes);
             }
-            let after = ctx.store.table_storage(table).await?;
+            let after = storage_of(table).await?;
             add(&mut counts, "fragments_after", after.fragments as u64);
-            add(&mut counts, "versions_after", after.versions as u64);
-            add(&mut counts, "bytes_after", after.bytes);
+            if !args.light {
+                add(&mut counts, "versions_after", after.versions as u64);
+                add(&mut counts, "bytes_after", after.bytes);
+            }
             if after != *before {
                 report.notes.push(describe(before, &after));
             }
@@ -235,6 +270,25 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     report.counts = counts;
     log.finish(ctx, &mut report).await?;
     Ok(report)
+}
+
+/// The tables recall searches: those with a full-text index (`store::index::TEXT_INDEXES`).
+fn searched(table: &str) -> bool {
+    crate::store::index::TEXT_INDEXES
+        .iter()
+        .any(|(t, _)| *t == table)
+}
+
+/// Whether an index of a table is folded into one segment (see the module's notes): on the
+/// tables recall searches, the full-text index on every run, the scalar ones on a full run.
+/// Vector indexes keep the delta rule: merging one rewrites its partitions whole.
+fn one_segment(searched: bool, light: bool, kind: &IndexType) -> bool {
+    searched
+        && match kind {
+            IndexType::FTS => true,
+            IndexType::BTree | IndexType::Bitmap | IndexType::LabelList => !light,
+            _ => false,
+        }
 }
 
 /// The PRUNE_VERSIONS audit rows of a run: one per table with versions to remove, naming them

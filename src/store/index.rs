@@ -249,6 +249,7 @@ impl Store {
                 // segment it merges, so folding a day's few new rows into every index of
                 // `memories` kept a copy of each per day in the version window.
                 let started = std::time::Instant::now();
+                let stale: Vec<(String, bool)> = stale.into_iter().map(|n| (n, false)).collect();
                 self.fold_into_indexes(name, &stale).await?;
                 let ms = started.elapsed().as_millis() as u64;
                 let folded = changes

@@ -13,11 +13,19 @@ use super::{Result, Store};
 /// adds at most one; a query reads each segment, so a few are cheap, dozens are not.
 pub const MAX_INDEX_SEGMENTS: u32 = 8;
 
+/// Segments a merge takes in: every one an index may have (at most `MAX_INDEX_SEGMENTS`,
+/// more only in a store whose deltas an older memlife left).
+const MERGE_ALL: usize = 64;
+
 /// What folding `unindexed` rows into an index of `segments` segments takes: nothing (`None`:
-/// no new rows), a new delta segment (`Some(0)`: Lance's append) or a merge of every segment
-/// with the new rows (`Some(segments)`) once the delta would reach `MAX_INDEX_SEGMENTS`.
-pub fn segments_to_merge(segments: u32, unindexed: usize) -> Option<usize> {
-    if unindexed == 0 {
+/// no new rows and nothing to merge), a new delta segment (`Some(0)`: Lance's append) or a
+/// merge of every segment with the new rows (`Some(segments)`). An index kept in one segment
+/// (`one_segment`) is merged whenever it has new rows or more than one segment; any other
+/// takes deltas until the next would reach `MAX_INDEX_SEGMENTS`.
+pub fn segments_to_merge(segments: u32, unindexed: usize, one_segment: bool) -> Option<usize> {
+    if one_segment && (unindexed > 0 || segments > 1) {
+        Some(segments.max(1) as usize)
+    } else if unindexed == 0 {
         None
     } else if segments + 1 >= MAX_INDEX_SEGMENTS {
         Some(segments as usize)
@@ -161,9 +169,25 @@ impl Store {
 
     /// Versions, fragments, files and bytes of one table.
     pub async fn table_storage(&self, name: &str) -> Result<TableStorage> {
+        self.storage_of(name, true).await
+    }
+
+    /// `table_storage` of the current version alone: without the versions (each a manifest
+    /// to read) and the files on disk (a walk of every version's files), whose cost grows
+    /// with the store's age. `versions` is 0, `oldest_version_at` and `data_files` `None`,
+    /// `bytes` the current version's. What a light `optimize` reads before and after.
+    pub async fn current_storage(&self, name: &str) -> Result<TableStorage> {
+        self.storage_of(name, false).await
+    }
+
+    async fn storage_of(&self, name: &str, history: bool) -> Result<TableStorage> {
         let table = self.table(name).await?;
         let stats = table.stats().await?;
-        let versions = table.list_versions().await?;
+        let versions = if history {
+            table.list_versions().await?
+        } else {
+            Vec::new()
+        };
         let oldest = versions.iter().map(|v| v.timestamp).min();
         let mut indexes = Vec::new();
         for index in table.list_indices().await? {
@@ -189,10 +213,13 @@ impl Store {
                 .sum(),
             None => 0,
         };
-        let on_disk = self.table_dir(name).filter(|d| d.exists()).map(|d| {
-            let (_, bytes, data_files) = walk(&d);
-            (bytes, data_files)
-        });
+        let on_disk = self
+            .table_dir(name)
+            .filter(|d| history && d.exists())
+            .map(|d| {
+                let (_, bytes, data_files) = walk(&d);
+                (bytes, data_files)
+            });
         Ok(TableStorage {
             table: name.to_string(),
             version: table.version().await?,
@@ -260,36 +287,47 @@ impl Store {
             .map_or((0, 0), |c| (c.fragments_removed, c.fragments_added)))
     }
 
-    /// Folds rows written since each index last took rows in into it (no retraining);
-    /// returns how many indexes the table has. See `fold_into_indexes`.
-    pub async fn update_indexes(&self, name: &str) -> Result<usize> {
+    /// Folds rows written since each index last took rows in into it (no retraining); the
+    /// indexes `one_segment` picks (by their type) end in one segment. Returns how many
+    /// indexes the table has. See `fold_into_indexes`.
+    pub async fn update_indexes(
+        &self,
+        name: &str,
+        one_segment: impl Fn(&lancedb::index::IndexType) -> bool,
+    ) -> Result<usize> {
         let table = self.table(name).await?;
-        let names: Vec<String> = table
+        let names: Vec<(String, bool)> = table
             .list_indices()
             .await?
             .into_iter()
-            .map(|i| i.name)
+            .map(|i| {
+                let one = one_segment(&i.index_type);
+                (i.name, one)
+            })
             .collect();
         let count = names.len();
         self.fold_into_indexes(name, &names).await?;
         Ok(count)
     }
 
-    /// Folds the unindexed rows of a table into the named indexes, at most two commits (one
-    /// for the indexes that take a delta, one for those merged): an index with no unindexed
-    /// rows is left alone; otherwise the new rows become a small delta segment, and once an
-    /// index has `MAX_INDEX_SEGMENTS` segments they are merged into one. Lance rewrites every
-    /// segment it merges, and each rewrite stays on disk while the version window holds it:
-    /// folding a week's rows into a single segment copied each index whole every week (39 of
-    /// the 155 MB of the year bench's store on day 365 were such copies).
-    pub async fn fold_into_indexes(&self, name: &str, names: &[String]) -> Result<()> {
+    /// Folds the unindexed rows of a table into the named indexes (each named with whether
+    /// it is kept in one segment), at most two commits (one for the indexes that take a
+    /// delta, one for those merged): an index with no unindexed rows is left alone (merged,
+    /// if kept in one segment and it has several); otherwise the new rows become a small
+    /// delta segment, and once an index has `MAX_INDEX_SEGMENTS` segments they are merged
+    /// into one. Lance rewrites every segment it merges, and each rewrite stays on disk while
+    /// the version window holds it: folding a week's rows into a single segment copied each
+    /// index whole every week (39 of the 155 MB of the year bench's store on day 365 were
+    /// such copies), so only the few indexes a search reads segment by segment are kept in one.
+    pub async fn fold_into_indexes(&self, name: &str, names: &[(String, bool)]) -> Result<()> {
         let table = self.table(name).await?;
         let (mut append, mut merge) = (Vec::new(), Vec::new());
-        for index in names {
+        for (index, one_segment) in names {
             let Some(stats) = table.index_stats(index).await? else {
                 continue;
             };
-            match segments_to_merge(stats.num_indices.unwrap_or(1), stats.num_unindexed_rows) {
+            let segments = stats.num_indices.unwrap_or(1);
+            match segments_to_merge(segments, stats.num_unindexed_rows, *one_segment) {
                 None => {}
                 Some(0) => append.push(index.clone()),
                 Some(_) => merge.push(index.clone()),
@@ -301,8 +339,9 @@ impl Store {
             table.optimize(OptimizeAction::Index(options)).await?;
         }
         if !merge.is_empty() {
-            // Every segment and the new rows into one.
-            let options = OptimizeOptions::merge(MAX_INDEX_SEGMENTS as usize).index_names(merge);
+            // Every segment and the new rows into one (Lance merges the newest N segments;
+            // no index here has more than this many).
+            let options = OptimizeOptions::merge(MERGE_ALL).index_names(merge);
             table.optimize(OptimizeAction::Index(options)).await?;
         }
         Ok(())
@@ -339,14 +378,26 @@ mod tests {
     #[test]
     fn new_rows_become_a_delta_until_the_segments_are_merged() {
         // Nothing new: the index is not rewritten at all.
-        assert_eq!(segments_to_merge(1, 0), None);
-        assert_eq!(segments_to_merge(5, 0), None);
+        assert_eq!(segments_to_merge(1, 0, false), None);
+        assert_eq!(segments_to_merge(5, 0, false), None);
         // New rows: a delta beside the segments there are.
-        assert_eq!(segments_to_merge(1, 10), Some(0));
-        assert_eq!(segments_to_merge(MAX_INDEX_SEGMENTS - 2, 10), Some(0));
+        assert_eq!(segments_to_merge(1, 10, false), Some(0));
+        assert_eq!(
+            segments_to_merge(MAX_INDEX_SEGMENTS - 2, 10, false),
+            Some(0)
+        );
         // The delta that would make the eighth segment merges them all instead.
         let n = MAX_INDEX_SEGMENTS - 1;
-        assert_eq!(segments_to_merge(n, 10), Some(n as usize));
-        assert_eq!(segments_to_merge(20, 1), Some(20));
+        assert_eq!(segments_to_merge(n, 10, false), Some(n as usize));
+        assert_eq!(segments_to_merge(20, 1, false), Some(20));
+    }
+
+    #[test]
+    fn an_index_kept_in_one_segment_merges_whatever_it_lacks() {
+        assert_eq!(segments_to_merge(1, 0, true), None);
+        assert_eq!(segments_to_merge(1, 10, true), Some(1));
+        // Deltas an earlier run left are merged even with nothing new.
+        assert_eq!(segments_to_merge(3, 0, true), Some(3));
+        assert_eq!(segments_to_merge(3, 10, true), Some(3));
     }
 }

@@ -379,23 +379,28 @@ fn a_week_of_bench_year_with_and_without_optimize() {
         .iter()
         .map(|s| s["day"].as_u64().unwrap())
         .collect();
-    assert_eq!(days, [1, 7], "{with}");
+    // Day 0's night (the whole pipeline once, before day 1), day 1 and the last day; the
+    // ratios compare the last day with day 1, not with that first night.
+    assert_eq!(days, [0, 1, 7], "{with}");
+    assert!(with["samples"][0]["seconds"]["nightly"].as_f64().is_some());
+    assert!(with["last_day_over_day_1"]["recall"].as_f64().is_some());
+    assert!(with["last_day_over_day_1"]["nightly"].is_null(), "{with}");
     assert!(
-        with["samples"][1]["seconds"]["optimize"].as_f64().is_some(),
+        with["samples"][2]["seconds"]["optimize"].as_f64().is_some(),
         "{with}"
     );
     assert!(
-        without["samples"][1]["seconds"]["optimize"].is_null(),
+        without["samples"][2]["seconds"]["optimize"].is_null(),
         "{without}"
     );
-    let total = |r: &Value, what: &str| r["samples"][1]["storage"]["total"][what].as_u64().unwrap();
+    let total = |r: &Value, what: &str| r["samples"][2]["storage"]["total"][what].as_u64().unwrap();
     assert!(
         total(&with, "versions") < total(&without, "versions"),
         "{with} {without}"
     );
     assert!(total(&with, "data_files") < total(&without, "data_files"));
     // The same rows either way, and the fresh copy holds them.
-    let memories = |r: &Value| r["samples"][1]["storage"]["memories"]["rows"].clone();
+    let memories = |r: &Value| r["samples"][2]["storage"]["memories"]["rows"].clone();
     assert_eq!(memories(&with), memories(&without));
     assert_eq!(with["fresh_copy"]["memories"]["rows"], memories(&with));
     assert!(with["bytes_over_fresh_copy"].as_f64().unwrap() >= 1.0);
@@ -409,6 +414,8 @@ fn a_light_optimize_merges_only_the_small_fragments_and_keeps_every_version() {
     let file = db.path("m.jsonl");
     std::fs::write(&file, memory_lines(0, 2000)).unwrap();
     assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
+    // The indexes a store of 10k rows gets from its jobs, here at 2000.
+    assert_eq!(db.run(&["index", "--scalar"]).status.code(), Some(0));
     std::fs::write(
         &file,
         memory_lines(0, 500).replace("Memory number", "Rewritten memory number"),
@@ -422,6 +429,17 @@ fn a_light_optimize_merges_only_the_small_fragments_and_keeps_every_version() {
     assert_eq!(fragments(&db), 5);
     let rows_before = db.rows("SELECT id, text FROM memories ORDER BY id");
     let before = storage(&db, "memories");
+    let indexes = |s: &serde_json::Value| s["indexes"].as_array().unwrap().clone();
+    let unindexed = |s: &serde_json::Value| -> u64 {
+        indexes(s)
+            .iter()
+            .map(|i| i["unindexed_rows"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(
+        unindexed(&before) > 0,
+        "the small appends are in no index yet: {before}"
+    );
 
     let report = json(&db.run(&["--json", "optimize", "--light", "--tables", "memories"]));
     assert_eq!(report["status"], "done", "{report}");
@@ -431,9 +449,21 @@ fn a_light_optimize_merges_only_the_small_fragments_and_keeps_every_version() {
     );
     assert_eq!(report["counts"]["fragments_written"], 1, "{report}");
     assert_eq!(report["counts"]["versions_removed"], 0, "{report}");
-    assert_eq!(report["counts"]["indexes_updated"], 0, "{report}");
-    assert_eq!(fragments(&db), 3);
+    // memories is the table recall searches: its indexes take the day's rows every night,
+    // and its full-text index stays in one segment.
     let after = storage(&db, "memories");
+    assert_eq!(
+        report["counts"]["indexes_updated"],
+        indexes(&after).len() as u64,
+        "{report}"
+    );
+    assert_eq!(unindexed(&after), 0, "{after}");
+    let text = indexes(&after)
+        .into_iter()
+        .find(|i| i["columns"] == serde_json::json!(["text"]))
+        .expect("a full-text index on text");
+    assert_eq!(text["segments"], 1, "{after}");
+    assert_eq!(fragments(&db), 3);
     assert!(
         after["versions"].as_u64().unwrap() > before["versions"].as_u64().unwrap()
             && after["oldest_version_at"] == before["oldest_version_at"],
@@ -443,9 +473,19 @@ fn a_light_optimize_merges_only_the_small_fragments_and_keeps_every_version() {
         db.rows("SELECT id, text FROM memories ORDER BY id"),
         rows_before
     );
-    // Nothing small is left: a second light run writes nothing.
+    // Nothing small is left and every index is current: a second light run writes nothing.
+    let version = after["version"].clone();
     let report = json(&db.run(&["--json", "optimize", "--light", "--tables", "memories"]));
     assert_eq!(report["counts"]["fragments_compacted"], 0, "{report}");
+    assert_eq!(storage(&db, "memories")["version"], version);
+    // A full run leaves every scalar index of memories in one segment too.
+    let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
+    assert_eq!(report["status"], "done", "{report}");
+    let full = storage(&db, "memories");
+    for index in indexes(&full) {
+        assert_eq!(index["segments"], 1, "{full}");
+        assert_eq!(index["unindexed_rows"], 0, "{full}");
+    }
     // --light keeps every version, so a window makes no sense beside it.
     let out = db.run(&["optimize", "--light", "--keep-versions-days", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

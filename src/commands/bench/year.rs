@@ -1,7 +1,8 @@
 //! `memlife bench year`: a synthetic store lives D days through the real CLI on a real Lance
-//! folder. Day 0 imports N synthetic memories; each day then integrates new facts (a later
-//! draw of the same synth, dated that day), recalls a few memories (activating them, as an
-//! agent would), and runs the nightly pipeline at that day's clock: embed, entities, scores
+//! folder. Day 0 imports N synthetic memories and runs the whole nightly pipeline once (a
+//! store in service before day 1). Each day then integrates new facts (a later draw of the
+//! same synth, dated that day), recalls a few memories (activating them, as an agent
+//! would), and runs the nightly pipeline at that day's clock: embed, entities, scores
 //! and link daily; cluster, consolidate, refine and describe on the seventh day; entity-gc on
 //! the thirtieth; optimize weekly unless `--no-optimize`. Judge offline, embedder `hash` by
 //! default (the time measured is memlife's own, not a model's).
@@ -73,7 +74,8 @@ pub struct YearBench {
     pub until_day: Option<usize>,
 }
 
-/// The nightly steps of day `day` (1-based), `nightly` runs them in its pipeline's order.
+/// The nightly steps of day `day` (day 0: the night before day 1, every cadence due),
+/// `nightly` runs them in its pipeline's order.
 fn steps_of(day: usize, optimize: bool, prune: bool) -> Vec<&'static str> {
     let mut steps = vec!["embed", "entities", "scores", "link"];
     if prune {
@@ -262,7 +264,7 @@ fn split_rows(all: &str, memories: usize) -> Result<(Rows, Rows)> {
 /// Day 0: the synthetic rows, a store holding the first `memories` of them, and the
 /// configuration every command of the year reads (the caller's `[retention]`, compaction policy
 /// included, with `--keep-versions-days`).
-fn prepare(bench: &YearBench, work: &Path, retention: &RetentionSection) -> Result<()> {
+fn prepare(bench: &YearBench, work: &Path, retention: &RetentionSection) -> Result<Value> {
     let p = |name: &str| work.join(name).to_string_lossy().into_owned();
     let (db, all) = (p("db"), p("all.jsonl"));
     let facts_total = bench.days * bench.facts_per_day;
@@ -306,7 +308,38 @@ fn prepare(bench: &YearBench, work: &Path, retention: &RetentionSection) -> Resu
             retention.compact_fragment_fraction
         ),
     )?;
-    Ok(())
+    // Day 0's night: the whole pipeline once (every cadence is due), so that day 1 is a day
+    // of a store in service, embedded and indexed, as after a user's first night. Measured
+    // on the store just imported, day 1's recall searched no vectors (the import has none
+    // until `embed`) and its integration compared each fact with nothing.
+    let config = p("memlife.toml");
+    let steps = steps_of(0, !bench.no_optimize, bench.prune).join(",");
+    let started = std::time::Instant::now();
+    let (report, _) = memlife(&[
+        "--config",
+        &config,
+        "--db",
+        &db,
+        "--json",
+        "nightly",
+        "--steps",
+        &steps,
+        "--now",
+        "2026-01-01T01:00:00Z",
+        "--embedder",
+        &bench.embedder,
+        "--llm",
+        "offline",
+    ])?;
+    if report["status"] != "done" {
+        bail!("day 0: nightly {}: {report}", report["status"]);
+    }
+    Ok(json!({
+        "day": 0,
+        "clock": "2026-01-01T01:00:00Z",
+        "seconds": {"nightly": started.elapsed().as_secs_f64()},
+        "storage": storage(&db)?,
+    }))
 }
 
 /// The next draw of the recall sequence (xorshift; its state lives in `YearState`).
@@ -451,13 +484,13 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
     let mut state = if bench.resume {
         load_state(&work.path, &shape)?
     } else {
-        prepare(bench, &work.path, &retention)?;
+        let night_0 = prepare(bench, &work.path, &retention)?;
         YearState {
             shape,
             day_done: 0,
             draw: 0x9e37_79b9_7f4a_7c15,
             elapsed_seconds: 0.0,
-            records: Vec::new(),
+            records: vec![night_0],
         }
     };
     let all = work.path.join("all.jsonl").to_string_lossy().into_owned();
@@ -559,7 +592,11 @@ fn finish(
         }
     };
     // Each job's time on the last day against day 1 (jobs that ran on both).
-    let first = records.first().cloned().unwrap_or(Value::Null);
+    let first = records
+        .iter()
+        .find(|r| r["day"] == 1)
+        .cloned()
+        .unwrap_or(Value::Null);
     let mut ratios = serde_json::Map::new();
     for (job, s) in first["seconds"].as_object().into_iter().flatten() {
         if let (Some(a), Some(b)) = (s.as_f64(), last["seconds"][job].as_f64())
@@ -604,6 +641,13 @@ mod tests {
         assert!(!steps_of(7, false, false).contains(&"optimize"));
         assert!(steps_of(30, true, false).contains(&"entity-gc"));
         assert!(!steps_of(29, true, false).contains(&"entity-gc"));
+        // Day 0's night, before day 1, runs every step once.
+        let night_0 = steps_of(0, true, false);
+        assert!(
+            ["embed", "consolidate", "entity-gc", "optimize"]
+                .iter()
+                .all(|s| night_0.contains(s))
+        );
         // Seed 004's jobs run daily when asked for.
         let daily = steps_of(1, true, true);
         assert!(daily.contains(&"sessions") && daily.contains(&"prune"));
