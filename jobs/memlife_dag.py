@@ -91,7 +91,7 @@ with DAG(
     ).expand(
         bash_command=[f"{MEMLIFE} prune --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
-    # merge the small fragments the day's commits appended (no index update, no version removed), so reads between the weekly optimizes do not open a dozen more fragments a day
+    # merge the small fragments the day's commits appended and fold the day's rows into the indexes recall searches (no version removed), so reads between the weekly optimizes neither open a dozen more fragments a day nor scan the rows no index holds
     optimize_light_task = BashOperator(
         task_id="optimize_light",
         bash_command=f"{MEMLIFE} optimize --light",
