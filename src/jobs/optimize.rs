@@ -224,24 +224,27 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         }
         crate::crash::point("optimize.after-audit");
         for (table, before, old) in &plan {
-            // Indexes first: Lance merges only fragments that the same indexes cover, so the
-            // week's new fragments, not yet indexed, would otherwise stay apart from the
-            // indexed ones for good (one more fragment a week). Compaction remaps the indexes
-            // onto what it writes; a second update covers anything it could not remap.
-            // (A light run leaves the other tables' indexes to the full one.)
+            // A full run updates the indexes first: Lance merges only fragments that the
+            // same indexes cover, so the week's new fragments, not yet indexed, would
+            // otherwise stay apart from the indexed ones for good (one more fragment a week).
+            // Compaction remaps the indexes onto what it writes; a second update covers
+            // anything it could not remap. A light run merges the day's small fragments,
+            // none of them indexed yet, first, then folds them into the indexes of the
+            // tables recall searches once (indexed first, they were remapped by the merge:
+            // a second copy of the full-text index a night, which the window keeps).
             let searched = searched(table);
             let one_segment = |kind: &IndexType| one_segment(searched, args.light, kind);
-            let update = searched || !args.light;
-            let indexes = if update {
-                ctx.store.update_indexes(table, one_segment).await?
-            } else {
-                0
-            };
+            let mut indexes = 0;
+            if !args.light {
+                indexes = ctx.store.update_indexes(table, one_segment).await?;
+            }
             let (removed, added) = ctx.store.compact_table(table, &policy).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             crate::crash::point("optimize.after-compact");
-            if added > 0 && update {
+            if args.light && searched {
+                indexes = ctx.store.update_indexes(table, one_segment).await?;
+            } else if added > 0 && !args.light {
                 ctx.store.update_indexes(table, one_segment).await?;
             }
             add(&mut counts, "indexes_updated", indexes as u64);
