@@ -53,7 +53,7 @@ pub struct OptimizeArgs {
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
     pub now: Option<Clock>,
-    /// Only merge the small fragments (under 256 rows) the day's commits left and bring the
+    /// Only merge the small fragments (under 64 rows) the day's commits left and bring the
     /// indexes of the tables recall searches up to date: no rewrite of a large fragment, no
     /// version removed. `nightly` runs this on the days a full optimize is not due, so reads
     /// do not open a dozen more fragments, or scan the rows no index holds, for every day
@@ -79,6 +79,7 @@ pub fn compaction_policy(retention: &RetentionSection) -> CompactionPolicy {
     CompactionPolicy {
         deleted_fraction: retention.compact_deleted_fraction,
         fragment_fraction: retention.compact_fragment_fraction,
+        min_rows: CompactionPolicy::MIN_ROWS,
     }
 }
 

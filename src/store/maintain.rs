@@ -128,24 +128,34 @@ fn walk(dir: &std::path::Path) -> (usize, u64, usize) {
 pub struct CompactionPolicy {
     /// A fragment is rewritten whole once more than this fraction of its rows were deleted.
     pub deleted_fraction: f64,
-    /// Fragments of at least this fraction of the table's rows (and 256) are not merged.
+    /// Fragments of at least this fraction of the table's rows (and `min_rows`) are not
+    /// merged.
     pub fragment_fraction: f64,
+    /// Fragments of at least this many rows are left alone whatever the fraction.
+    pub min_rows: usize,
 }
 
 impl CompactionPolicy {
-    /// The nightly merge (`optimize --light`): only fragments under 256 rows, the small ones
+    /// The nightly merge (`optimize --light`): only fragments under 64 rows, the small ones
     /// a day's commits append (each recall's activation, each integrate round, ...), merge
-    /// with their small neighbours; no fragment is rewritten for its deleted rows. What it
-    /// rewrites is at most a few hundred rows a table, so the copies the window keeps stay
-    /// small, and reads between the weekly optimizes open a fragment a day, not a dozen.
+    /// with their small neighbours; no fragment is rewritten for its deleted rows. A night's
+    /// merge is left alone by the next (under 256 rows, the threshold of a full run, the
+    /// same ~200-row fragment of `entities` and of `memories`, embeddings and all, was
+    /// rewritten every night, and the window kept each copy: a megabyte a night), so what it
+    /// rewrites is the day's rows, and reads between the weekly optimizes open a fragment
+    /// a day, not a dozen.
     pub const LIGHT: CompactionPolicy = CompactionPolicy {
         deleted_fraction: 2.0,
         fragment_fraction: 0.0,
+        min_rows: 64,
     };
+
+    /// A full run's floor: fragments under 256 rows always merge.
+    pub const MIN_ROWS: usize = 256;
 
     /// The rows a fragment needs to be left alone, for a table of `rows` rows.
     pub fn fragment_rows(&self, rows: usize) -> usize {
-        ((rows as f64 * self.fragment_fraction) as usize).clamp(256, 1 << 20)
+        ((rows as f64 * self.fragment_fraction) as usize).clamp(self.min_rows, 1 << 20)
     }
 
     fn options(&self, rows: usize) -> lancedb::table::CompactionOptions {
