@@ -36,8 +36,7 @@ use crate::model::clock::Clock;
 use crate::model::schema::ALL_TABLES;
 use crate::model::typed::RunStart;
 use crate::store::audit::AuditRow;
-use crate::store::maintain::{CompactionPolicy, TableStorage};
-use lancedb::index::IndexType;
+use crate::store::maintain::{CompactionPolicy, OneSegment, TableStorage};
 
 /// Compacts small fragments, updates indexes and removes versions older than the retention
 /// window, table by table.
@@ -225,29 +224,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         }
         crate::crash::point("optimize.after-audit");
         for (table, before, old) in &plan {
-            // A full run updates the indexes first: Lance merges only fragments that the
-            // same indexes cover, so the week's new fragments, not yet indexed, would
-            // otherwise stay apart from the indexed ones for good (one more fragment a week).
-            // Compaction remaps the indexes onto what it writes; a second update covers
-            // anything it could not remap. A light run merges the day's small fragments,
-            // none of them indexed yet, first, then folds them into the indexes of the
-            // tables recall searches once (indexed first, they were remapped by the merge:
-            // a second copy of the full-text index a night, which the window keeps).
-            let searched = searched(table);
-            let one_segment = |kind: &IndexType| one_segment(searched, args.light, kind);
-            let mut indexes = 0;
-            if !args.light {
-                indexes = ctx.store.update_indexes(table, one_segment).await?;
-            }
-            let (removed, added) = ctx.store.compact_table(table, &policy).await?;
+            let (indexes, removed, added) =
+                compact_and_index(ctx, args.light, table, &policy).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
-            crate::crash::point("optimize.after-compact");
-            if args.light && searched {
-                indexes = ctx.store.update_indexes(table, one_segment).await?;
-            } else if added > 0 && !args.light {
-                ctx.store.update_indexes(table, one_segment).await?;
-            }
             add(&mut counts, "indexes_updated", indexes as u64);
             if !old.is_empty() {
                 crate::crash::point("optimize.before-prune");
@@ -283,16 +263,44 @@ fn searched(table: &str) -> bool {
         .any(|(t, _)| *t == table)
 }
 
-/// Whether an index of a table is folded into one segment (see the module's notes): on the
-/// tables recall searches, the full-text index on every run, the scalar ones on a full run.
-/// Vector indexes keep the delta rule: merging one rewrites its partitions whole.
-fn one_segment(searched: bool, light: bool, kind: &IndexType) -> bool {
-    searched
-        && match kind {
-            IndexType::FTS => true,
-            IndexType::BTree | IndexType::Bitmap | IndexType::LabelList => !light,
-            _ => false,
-        }
+/// The indexes of a table folded into one segment (see the module's notes): on the tables
+/// recall searches, the full-text index on every run, the scalar ones on a full run.
+fn one_segment(table: &str, light: bool) -> OneSegment {
+    let searched = searched(table);
+    OneSegment {
+        full_text: searched,
+        scalar: searched && !light,
+    }
+}
+
+/// One table's compaction and index update, in the order each kind of run needs; returns
+/// the indexes updated and the fragments compacted and written. A full run updates the
+/// indexes first: Lance merges only fragments that the same indexes cover, so the week's
+/// new fragments, not yet indexed, would otherwise stay apart from the indexed ones for good
+/// (one more fragment a week); compaction remaps the indexes onto what it writes, and a
+/// second update covers anything it could not remap. A light run merges the day's small
+/// fragments, none of them indexed yet, first, then folds them into the indexes of the
+/// tables recall searches once (indexed first, they were remapped by the merge: a second
+/// copy of the full-text index a night, which the window keeps).
+async fn compact_and_index(
+    ctx: &JobCtx<'_>,
+    light: bool,
+    table: &str,
+    policy: &CompactionPolicy,
+) -> Result<(usize, usize, usize)> {
+    let one = one_segment(table, light);
+    let mut indexes = 0;
+    if !light {
+        indexes = ctx.store.update_indexes(table, one).await?;
+    }
+    let (removed, added) = ctx.store.compact_table(table, policy).await?;
+    crate::crash::point("optimize.after-compact");
+    if light && searched(table) {
+        indexes = ctx.store.update_indexes(table, one).await?;
+    } else if added > 0 && !light {
+        ctx.store.update_indexes(table, one).await?;
+    }
+    Ok((indexes, removed, added))
 }
 
 /// The PRUNE_VERSIONS audit rows of a run: one per table with versions to remove, naming them

@@ -34,6 +34,28 @@ pub fn segments_to_merge(segments: u32, unindexed: usize, one_segment: bool) -> 
     }
 }
 
+/// Which indexes of a table an update folds into one segment; the others take deltas
+/// (`segments_to_merge`). Vector indexes always take deltas: merging one rewrites its
+/// partitions whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OneSegment {
+    /// The full-text (inverted) indexes.
+    pub full_text: bool,
+    /// The scalar ones (BTree, bitmap, label list).
+    pub scalar: bool,
+}
+
+impl OneSegment {
+    fn of(&self, kind: &lancedb::index::IndexType) -> bool {
+        use lancedb::index::IndexType;
+        match kind {
+            IndexType::FTS => self.full_text,
+            IndexType::BTree | IndexType::Bitmap | IndexType::LabelList => self.scalar,
+            _ => false,
+        }
+    }
+}
+
 /// What one table holds.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct TableStorage {
@@ -298,20 +320,16 @@ impl Store {
     }
 
     /// Folds rows written since each index last took rows in into it (no retraining); the
-    /// indexes `one_segment` picks (by their type) end in one segment. Returns how many
-    /// indexes the table has. See `fold_into_indexes`.
-    pub async fn update_indexes(
-        &self,
-        name: &str,
-        one_segment: impl Fn(&lancedb::index::IndexType) -> bool,
-    ) -> Result<usize> {
+    /// indexes `one_segment` names end in one segment. Returns how many indexes the table
+    /// has. See `fold_into_indexes`.
+    pub async fn update_indexes(&self, name: &str, one_segment: OneSegment) -> Result<usize> {
         let table = self.table(name).await?;
         let names: Vec<(String, bool)> = table
             .list_indices()
             .await?
             .into_iter()
             .map(|i| {
-                let one = one_segment(&i.index_type);
+                let one = one_segment.of(&i.index_type);
                 (i.name, one)
             })
             .collect();
