@@ -17,13 +17,14 @@
 //! only those of the tables recall searches, which take the day's rows every night.
 //!
 //! The tables recall searches (the ones with a full-text index) keep that index in one
-//! segment: a search loads and scores each segment apart. On day 118 of `bench year`,
-//! its four segments and the week's unindexed rows made a recall 1.23x the same store's
-//! day 1 (58 against 47 ms); with every index of `memories` caught up and in one segment it
-//! was 1.04x (BENCHMARKS.md, issue 35, session 35). Their scalar indexes take a delta each
-//! night and are merged into one at each full run, so the week's fragments, indexed night
-//! by night by different segments, merge again. Other tables take deltas, merged only at
-//! `MAX_INDEX_SEGMENTS`: a merge rewrites an index, and the window keeps each rewrite.
+//! segment: a search loads and scores each segment apart. On a day-118 store of `bench
+//! year`, four days after a full run, a recall took 67.7 ms with the indexes as the week
+//! left them and 54.7 ms with them current and the full-text index in one segment
+//! (`benches/recall_index_states.py`; BENCHMARKS.md, session 35). Their scalar indexes
+//! take a delta each night and are merged into one at each full run, so the week's
+//! fragments, indexed night by night by different segments, merge again. Other tables take
+//! deltas, merged only at `MAX_INDEX_SEGMENTS`: a merge rewrites an index, and the window
+//! keeps each rewrite.
 
 use std::collections::BTreeMap;
 

@@ -312,9 +312,22 @@ fn prepare(bench: &YearBench, work: &Path, retention: &RetentionSection) -> Resu
     // of a store in service, embedded and indexed, as after a user's first night. Measured
     // on the store just imported, day 1's recall searched no vectors (the import has none
     // until `embed`) and its integration compared each fact with nothing.
-    let config = p("memlife.toml");
     let steps = steps_of(0, !bench.no_optimize, bench.prune).join(",");
     let started = std::time::Instant::now();
+    nightly(work, 0, &steps, "2026-01-01T01:00:00Z", &bench.embedder)?;
+    Ok(json!({
+        "day": 0,
+        "clock": "2026-01-01T01:00:00Z",
+        "seconds": {"nightly": started.elapsed().as_secs_f64()},
+        "storage": storage(&db)?,
+    }))
+}
+
+/// `memlife nightly --steps STEPS` on the year's store at `now` (the bench's embedder, the
+/// offline judge): its report, or an error naming the day when it did not finish.
+fn nightly(work: &Path, day: usize, steps: &str, now: &str, embedder: &str) -> Result<Value> {
+    let p = |name: &str| work.join(name).to_string_lossy().into_owned();
+    let (config, db) = (p("memlife.toml"), p("db"));
     let (report, _) = memlife(&[
         "--config",
         &config,
@@ -323,23 +336,18 @@ fn prepare(bench: &YearBench, work: &Path, retention: &RetentionSection) -> Resu
         "--json",
         "nightly",
         "--steps",
-        &steps,
+        steps,
         "--now",
-        "2026-01-01T01:00:00Z",
+        now,
         "--embedder",
-        &bench.embedder,
+        embedder,
         "--llm",
         "offline",
     ])?;
     if report["status"] != "done" {
-        bail!("day 0: nightly {}: {report}", report["status"]);
+        bail!("day {day}: nightly {}: {report}", report["status"]);
     }
-    Ok(json!({
-        "day": 0,
-        "clock": "2026-01-01T01:00:00Z",
-        "seconds": {"nightly": started.elapsed().as_secs_f64()},
-        "storage": storage(&db)?,
-    }))
+    Ok(report)
 }
 
 /// The next draw of the recall sequence (xorshift; its state lives in `YearState`).
@@ -437,20 +445,7 @@ fn live_day(
         times.insert("recall".into(), recall_s / bench.recalls_per_day as f64);
     }
     let steps = steps_of(day, !bench.no_optimize, bench.prune).join(",");
-    let (report, _) = with_config(&[
-        "nightly",
-        "--steps",
-        &steps,
-        "--now",
-        &now,
-        "--embedder",
-        &bench.embedder,
-        "--llm",
-        "offline",
-    ])?;
-    if report["status"] != "done" {
-        bail!("day {day}: nightly {}: {report}", report["status"]);
-    }
+    let report = nightly(work, day, &steps, &now, &bench.embedder)?;
     for step in report["steps"].as_array().into_iter().flatten() {
         if let (Some(name), Some(ms)) = (step["step"].as_str(), step["duration_ms"].as_u64()) {
             times.insert(name.to_string(), ms as f64 / 1000.0);
