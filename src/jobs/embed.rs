@@ -17,7 +17,7 @@ use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::embedders::{Embedded, EmbedderArgs};
 use crate::model::clock::Clock;
 use crate::model::schema::{ENTITIES, MEMORIES, TableSpec};
-use crate::store::sql_list;
+use crate::store::{sql_list, sql_string};
 
 /// Fill missing embeddings of memories and entities (resumable; --all recomputes).
 #[derive(clap::Args, Debug, Clone)]
@@ -107,13 +107,19 @@ fn texts_of(spec: &TableSpec, batch: &RecordBatch) -> Vec<String> {
         .collect()
 }
 
-/// Models other than `current` that made some of the user's vectors.
+/// Models other than `current` that made some of the user's vectors. The model terms come
+/// first: the bitmap index on `embedding_model` answers them, so only the rows it keeps (a
+/// model other than `current`, or none) are read for the vector's presence, not every
+/// vector of the table (28 MB on day 365 of `bench year`, every night).
 async fn other_models(
     ctx: &JobCtx<'_>,
     table: &str,
     current: &str,
 ) -> Result<BTreeMap<String, BTreeSet<String>>> {
-    let filter = ctx.user_filter_and("embedding IS NOT NULL");
+    let filter = ctx.user_filter_and(&format!(
+        "(embedding_model IS NULL OR embedding_model <> {}) AND embedding IS NOT NULL",
+        sql_string(current)
+    ));
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     #[derive(serde::Deserialize)]
     struct Made {
