@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Issue 35: what the state of `memories`' indexes costs a recall on an aged store. Copies a
-kept year's store (DIR/db, e.g. one paused mid-week with `bench year --until-day`) four times
-and changes only the indexes of `memories`, with pylance at the lance version memlife is
-built on (python3 -m venv /tmp/pyl && /tmp/pyl/bin/pip install pylance==14.0.2):
+"""Issue 35: what the state of `memories`' indexes costs a recall on an aged store. Makes five
+copies of a kept year's store (DIR/db, e.g. one paused mid-week with `bench year
+--until-day`) that differ only in the indexes of `memories`, made with pylance at the lance
+version memlife is built on (python3 -m venv /tmp/pyl && /tmp/pyl/bin/pip install
+pylance==14.0.2):
 
   aged           as the year left it (the week's rows in no index, deltas since the merge)
+  text-alone     the full-text index alone caught up and merged into one segment
   appended       every index takes the unindexed rows as one more delta segment
   text-merged    appended, then the full-text index merged into one segment
   all-merged     every index caught up and merged into one segment
@@ -27,6 +29,7 @@ folder, bin_ = Path(sys.argv[1]), sys.argv[2]
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 4
 python = sys.argv[4] if len(sys.argv) > 4 else "/tmp/pyl/bin/python"
 index = {
+    "text-alone": "ds.optimize.optimize_indices(num_indices_to_merge=64, index_names=['text_idx'])",
     "appended": "ds.optimize.optimize_indices(num_indices_to_merge=0)",
     "text-merged": "ds.optimize.optimize_indices(num_indices_to_merge=0)\n"
                    "lance.dataset(p).optimize.optimize_indices(num_indices_to_merge=64, "

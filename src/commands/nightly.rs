@@ -7,7 +7,8 @@
 //! not split), pruning after both (what they archive decays first), entity GC after pruning
 //! (deleted memories free entities), descriptions after GC (of the
 //! entities left), and `optimize` last: in full when due (weekly by default), otherwise
-//! `optimize --light`, which merges the small fragments the day's commits appended.
+//! `optimize --light`, which merges the small fragments the day's commits appended and
+//! folds the day's rows into the indexes of `memories`.
 //!
 //! Every step runs at one clock (`--now`, default the time the pipeline started) and gets the
 //! flags it takes of `--llm`, `--embedder`, `--user` and `--dry-run`. A step that fails is

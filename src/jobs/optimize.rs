@@ -99,9 +99,9 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
-fn describe(before: &TableStorage, after: &TableStorage) -> String {
-    if after.versions == 0 {
-        // A light run's: the current version only (`Store::current_storage`).
+fn describe(before: &TableStorage, after: &TableStorage, light: bool) -> String {
+    if light {
+        // A light run reads the current version only (`Store::current_storage`).
         return format!(
             "{}: {} -> {} fragments, {} -> {} open files",
             before.table, before.fragments, after.fragments, before.open_files, after.open_files
@@ -247,7 +247,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
                 add(&mut counts, "bytes_after", after.bytes);
             }
             if after != *before {
-                report.notes.push(describe(before, &after));
+                report.notes.push(describe(before, &after, args.light));
             }
         }
     }

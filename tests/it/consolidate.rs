@@ -206,14 +206,8 @@ fn a_consolidation_consolidated_again_keeps_its_own_provenance_links() {
             "{member}"
         );
     }
-    let out = db.run(&["check"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    // `check` passes on the store: TestDb runs it when the test ends (the year's store
+    // failed it on these links).
 }
 
 #[test]

@@ -383,6 +383,18 @@ fn a_week_of_bench_year_with_and_without_optimize() {
     // ratios compare the last day with day 1, not with that first night.
     assert_eq!(days, [0, 1, 7], "{with}");
     assert!(with["samples"][0]["seconds"]["nightly"].as_f64().is_some());
+    // That night embedded the imported rows before day 1 (its clock is 01:00 on the first
+    // day, day 1's is a day later), so day 1's recall searched vectors.
+    let out = crate::common::memlife(&[
+        "--db",
+        &with_dir.join("db").to_string_lossy(),
+        "sql",
+        "SELECT COUNT(*) AS n FROM runs WHERE job = 'embed' \
+         AND params LIKE '%\"clock\":\"2026-01-01T01:00:00%'",
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(stdout(&out).trim(), r#"{"n":1}"#, "{}", stderr(&out));
     assert!(with["last_day_over_day_1"]["recall"].as_f64().is_some());
     assert!(with["last_day_over_day_1"]["nightly"].is_null(), "{with}");
     assert!(

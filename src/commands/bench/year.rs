@@ -52,7 +52,8 @@ pub struct YearBench {
     /// `[retention] keep_versions_days` for optimize (default: the configuration's, 14).
     #[arg(long)]
     pub keep_versions_days: Option<f64>,
-    /// Record jobs and storage every this many days (and on day 1 and the last day).
+    /// Record jobs and storage every this many days (and day 0's night, day 1 and the last
+    /// day).
     #[arg(long, default_value_t = 100)]
     pub sample_every: usize,
     /// hash (default: memlife's own time) or local.
