@@ -136,6 +136,7 @@ async fn restore_rows(
         };
         rows.push(MemoryRow {
             embedding_model: Some(model.to_string()),
+            link_mark: None,
             ..before.clone()
         });
         vectors.push(Some(values));

@@ -292,6 +292,7 @@ async fn create_memories(
             }
             rows.push(MemoryRow {
                 embedding_model: Some(embedder.model_name().to_string()),
+                link_mark: None,
                 ..memory.clone()
             });
         }

@@ -185,6 +185,8 @@ fn with_vectors(
         .map(|(field, column)| match field.name().as_str() {
             "embedding" => Arc::new(embedding.finish()) as ArrayRef,
             "embedding_model" => Arc::new(names.finish()) as ArrayRef,
+            // A new vector is new to `link` (`memories.link_mark`).
+            "link_mark" => arrow::array::new_null_array(field.data_type(), batch.num_rows()),
             _ => column.clone(),
         })
         .collect();

@@ -380,6 +380,8 @@ async fn apply_plans(
                     .cloned(),
             );
             row.embedding_model = Some(model.clone());
+            // A new vector is new to `link`.
+            row.link_mark = None;
             row
         })
         .collect();

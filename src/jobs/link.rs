@@ -17,10 +17,12 @@ use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{MemoryView, Reply, Task, TaskInput};
 use crate::llm::{CallMode, Item, LlmArgs, Outcome};
-use crate::logic::link::{JudgedPair, LinkWrites, PairVerdict, candidate_pairs, plan_links};
+use crate::logic::link::{
+    JudgedPair, LinkWrites, PairVerdict, candidate_pairs, fresh_neighbours, link_mark, plan_links,
+};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
-use crate::model::schema::AUDIT_LOG;
+use crate::model::schema::{AUDIT_LOG, MEMORIES};
 use crate::model::typed::EmbeddedMemory;
 use crate::store::audit::AuditRow;
 use crate::store::{Store, sql_string};
@@ -32,6 +34,10 @@ pub struct LinkArgs {
     /// Neighbours per memory considered.
     #[arg(long, default_value_t = 5)]
     pub k: usize,
+    /// Look at every user's memories, not only the users with a memory `link` has not seen:
+    /// after changing `--k`, `--min-score` or the thresholds, or writing vectors by hand.
+    #[arg(long)]
+    pub all: bool,
     /// Cosine similarity a pair needs to be judged. Default: the `link` threshold of the model
     /// that made the vectors (`[thresholds."MODEL"]`; 0.6 for all-MiniLM-L6-v2, the seeds'
     /// 0.75 for a model with no calibration).
@@ -61,64 +67,139 @@ impl Job for LinkArgs {
     }
 }
 
+/// Users whose memories are read in one scan (and whose pairs' judgements and texts are
+/// looked up together).
+const USERS_PER_SCAN: usize = 64;
+
+/// A memory as `link` first reads it: no text. Only the memories of the pairs it will judge
+/// are read whole (`views_of`).
+#[derive(serde::Deserialize)]
+struct Linkable {
+    id: String,
+    user_id: String,
+    created_at: i64,
+    embedding_model: Option<String>,
+    link_mark: Option<i64>,
+}
+
+/// One user's memories on the model most of them were embedded by (memories embedded by
+/// another model are left out: their similarities mean nothing against these).
 struct UserMemories {
-    views: Vec<MemoryView>,
+    user: String,
+    ids: Vec<String>,
+    /// Creation times (RFC 3339), the pairs' order with `ids`.
+    created: Vec<String>,
+    marks: Vec<Option<i64>>,
     vectors: Vec<f32>,
-    /// The model that made the vectors (the user's most common one; memories embedded by
-    /// another model are left out, their similarities mean nothing against these).
     model: String,
     other_model: usize,
 }
 
-async fn load(ctx: &JobCtx<'_>, user: &str) -> Result<UserMemories> {
-    let filter = format!("user_id = {} AND state != 'archived'", sql_string(user));
+/// The users (in scope) with a live memory `link` has not looked at (no `link_mark`): a
+/// new memory, or a new vector (every writer of one clears the mark). Reads one small
+/// column, not the vectors.
+async fn users_with_unmarked(ctx: &JobCtx<'_>) -> Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Owner {
+        user_id: String,
+    }
+    let filter = ctx.user_filter_and("link_mark IS NULL AND state != 'archived'");
+    let users: BTreeSet<String> = ctx
+        .store
+        .scan_rows::<Owner>("memories", Some(&filter))
+        .await?
+        .into_iter()
+        .map(|o| o.user_id)
+        .filter(|u| ctx.scope.contains(u))
+        .collect();
+    Ok(users.into_iter().collect())
+}
+
+/// The memories of `users` (not archived, with a vector), user by user, in one scan.
+async fn load(ctx: &JobCtx<'_>, users: &[String]) -> Result<Vec<UserMemories>> {
+    let filter = format!(
+        "user_id IN ({}) AND state != 'archived'",
+        crate::store::sql_list(users)
+    );
     let (rows, vectors) = ctx
         .store
-        .scan_rows_with_vectors::<EmbeddedMemory>("memories", &filter, "embedding")
+        .scan_rows_with_vectors::<Linkable>("memories", &filter, "embedding")
         .await?;
     let dim = ctx.store.embedding_dim();
-    let (model, other_model) = super::main_model(rows.iter().map(|r| r.embedding_model.as_deref()));
-    let mut out = UserMemories {
-        views: Vec::new(),
-        vectors: Vec::new(),
-        other_model,
-        model,
-    };
-    for (row, vector) in rows.into_iter().zip(vectors.chunks_exact(dim)) {
-        if row.embedding_model.as_deref().unwrap_or("") != out.model {
-            continue;
+    let mut by_user: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, row) in rows.iter().enumerate() {
+        by_user.entry(row.user_id.as_str()).or_default().push(i);
+    }
+    let mut out = Vec::new();
+    for (user, positions) in by_user {
+        let (model, other_model) = super::main_model(
+            positions
+                .iter()
+                .map(|&i| rows[i].embedding_model.as_deref()),
+        );
+        let mut memories = UserMemories {
+            user: user.to_string(),
+            ids: Vec::new(),
+            created: Vec::new(),
+            marks: Vec::new(),
+            vectors: Vec::new(),
+            model,
+            other_model,
+        };
+        for i in positions {
+            let row = &rows[i];
+            if row.embedding_model.as_deref().unwrap_or("") != memories.model {
+                continue;
+            }
+            memories
+                .vectors
+                .extend_from_slice(&vectors[i * dim..(i + 1) * dim]);
+            memories.ids.push(row.id.clone());
+            memories.created.push(format_timestamp(row.created_at));
+            memories.marks.push(row.link_mark);
         }
-        out.vectors.extend_from_slice(vector);
-        out.views.push(MemoryView::from_shown(row.shown()));
+        out.push(memories);
     }
     Ok(out)
 }
 
-/// Pairs judged before (by any run), as (source, target); failed judgements do not count.
-async fn judged_pairs(store: &Store, user: &str) -> Result<BTreeSet<(String, String)>> {
-    // Pairs judged by runs `memlife undo` reverted are judged again.
-    let filter = crate::store::without_undone(
-        store,
-        &format!(
-            "operation = 'LINK' AND user_id = {} AND classification != 'FAILED'",
-            sql_string(user)
-        ),
-    )
-    .await?;
+/// Of the candidate pairs, those judged before (by any run not undone), as (source,
+/// target); failed judgements do not count. Looked up by the pairs' targets (`audit_log`'s
+/// index on `target_id`), so the cost follows the night's pairs, not the log's length.
+async fn judged_pairs(
+    store: &Store,
+    pairs: &BTreeSet<(String, String)>,
+) -> Result<BTreeSet<(String, String)>> {
+    let targets: BTreeSet<&str> = pairs.iter().map(|(_, t)| t.as_str()).collect();
     #[derive(serde::Deserialize)]
     struct Judged {
         source_ids: Vec<String>,
     }
-    let mut pairs = BTreeSet::new();
-    for row in store
-        .scan_rows::<Judged>(AUDIT_LOG.name, Some(&filter))
-        .await?
-    {
-        if let [source, target] = row.source_ids.as_slice() {
-            pairs.insert((source.clone(), target.clone()));
+    let mut judged = BTreeSet::new();
+    let targets: Vec<&str> = targets.into_iter().collect();
+    for chunk in targets.chunks(512) {
+        // Pairs judged by runs `memlife undo` reverted are judged again.
+        let filter = crate::store::without_undone(
+            store,
+            &format!(
+                "operation = 'LINK' AND target_id IN ({}) AND classification != 'FAILED'",
+                crate::store::sql_list(chunk)
+            ),
+        )
+        .await?;
+        for row in store
+            .scan_rows::<Judged>(AUDIT_LOG.name, Some(&filter))
+            .await?
+        {
+            if let [source, target] = row.source_ids.as_slice() {
+                let pair = (source.clone(), target.clone());
+                if pairs.contains(&pair) {
+                    judged.insert(pair);
+                }
+            }
         }
     }
-    Ok(pairs)
+    Ok(judged)
 }
 
 /// Pairs of `user` in link batches not yet applied (submitted, ready, being applied, or failed
@@ -140,35 +221,86 @@ async fn pairs_in_pending_batches(store: &Store, user: &str) -> Result<BTreeSet<
     Ok(pairs)
 }
 
-/// The requests for the candidate pairs (`logic::link::candidate_pairs`): source newer than
-/// target, most similar first, without those judged before.
-fn candidate_items(
-    memories: &UserMemories,
-    dim: usize,
-    args: &LinkArgs,
-    min_score: f32,
-    judged: &BTreeSet<(String, String)>,
-    now: &str,
-) -> Vec<Item> {
-    let neighbours = super::all_pairs_neighbours(&memories.vectors, dim, args.k);
-    let order: Vec<(&str, &str)> = memories
-        .views
-        .iter()
-        .map(|v| (v.created_at.as_str(), v.id.as_str()))
+/// What the judge is shown of the memories `ids`, read whole in one scan.
+async fn views_of(store: &Store, ids: &BTreeSet<&str>) -> Result<BTreeMap<String, MemoryView>> {
+    let mut views = BTreeMap::new();
+    let ids: Vec<&str> = ids.iter().copied().collect();
+    for chunk in ids.chunks(1024) {
+        let filter = format!("id IN ({})", crate::store::sql_list(chunk));
+        for row in store
+            .scan_rows::<EmbeddedMemory>("memories", Some(&filter))
+            .await?
+        {
+            views.insert(row.id.clone(), MemoryView::from_shown(row.shown()));
+        }
+    }
+    Ok(views)
+}
+
+/// One user's night: the candidate pairs with a memory new to `link` (source newer than
+/// target, most similar first, `logic::link::fresh_neighbours`), before judged ones are
+/// left out, and each new memory's mark as this run computes it.
+struct UserPlan {
+    pairs: Vec<(String, String)>,
+    /// (memory id, mark, whether a mark is stored) of the memories new to `link`.
+    fresh: Vec<(String, i64, bool)>,
+}
+
+fn plan_user(memories: &UserMemories, dim: usize, k: usize, min_score: f32) -> UserPlan {
+    let marks: Vec<i64> = memories
+        .vectors
+        .chunks_exact(dim)
+        .map(|v| link_mark(v, &memories.model, k, min_score))
         .collect();
-    candidate_pairs(&neighbours, &order, min_score, judged)
+    let fresh: Vec<bool> = marks
+        .iter()
+        .zip(&memories.marks)
+        .map(|(mark, stored)| *stored != Some(*mark))
+        .collect();
+    let neighbours = fresh_neighbours(&memories.vectors, dim, &fresh, (k, min_score), || {
+        super::all_pairs_neighbours(&memories.vectors, dim, k)
+    });
+    let order: Vec<(&str, &str)> = memories
+        .created
+        .iter()
+        .zip(&memories.ids)
+        .map(|(c, id)| (c.as_str(), id.as_str()))
+        .collect();
+    let pairs = candidate_pairs(&neighbours, &order, min_score, &BTreeSet::new())
         .into_iter()
-        .map(|(s, t)| Item {
-            custom_id: format!("{}|{}", memories.views[s].id, memories.views[t].id),
-            input: TaskInput {
-                task: Task::LinkClassify,
-                memories: vec![memories.views[s].clone(), memories.views[t].clone()],
-                proposal: None,
-                now: now.to_string(),
-                question: None,
-            },
-        })
-        .collect()
+        .map(|(s, t)| (memories.ids[s].clone(), memories.ids[t].clone()))
+        .collect();
+    UserPlan {
+        pairs,
+        fresh: (0..marks.len())
+            .filter(|&i| fresh[i])
+            .map(|i| {
+                (
+                    memories.ids[i].clone(),
+                    marks[i],
+                    memories.marks[i].is_some(),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The request for one pair (`None` when a memory of it is gone since it was read).
+fn item_for(
+    views: &BTreeMap<String, MemoryView>,
+    (s, t): &(String, String),
+    now: &str,
+) -> Option<Item> {
+    Some(Item {
+        custom_id: format!("{s}|{t}"),
+        input: TaskInput {
+            task: Task::LinkClassify,
+            memories: vec![views.get(s)?.clone(), views.get(t)?.clone()],
+            proposal: None,
+            now: now.to_string(),
+            question: None,
+        },
+    })
 }
 
 /// Writes links and audit rows for judged pairs. Keys are derived from `origin_key` (the run
@@ -294,98 +426,231 @@ impl Applier for LinkApplier {
     }
 }
 
+/// What a run gathers over its groups of users.
+#[derive(Default)]
+struct Night {
+    counts: BTreeMap<String, u64>,
+    outcomes: Vec<Outcome>,
+    thresholds_noted: BTreeSet<String>,
+    /// (memory id, mark) of the memories whose every candidate pair is judged; `None` clears
+    /// the stale mark of one whose pairs are not all judged yet.
+    marks: Vec<(String, Option<i64>)>,
+}
+
 pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
     let llm = &ctx.app.llm(&args.llm).await?;
     let config = ctx.app.config().await?;
     let chain_min = config.integrate.min_confidence;
-    let params = serde_json::json!({"k": args.k, "min_score": args.min_score, "mode": format!("{:?}", llm.mode).to_lowercase(), "chain_min_confidence": chain_min});
+    let params = serde_json::json!({"k": args.k, "min_score": args.min_score, "all": args.all, "mode": format!("{:?}", llm.mode).to_lowercase(), "chain_min_confidence": chain_min});
     let log = RunLog::start(ctx, JobName::Link.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Link.as_str(), ctx);
-    let now = format_timestamp(ctx.now.timestamp_micros());
-    let mut all_outcomes = Vec::new();
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let dim = ctx.store.embedding_dim();
-    let mut thresholds_noted = BTreeSet::new();
-    for user in super::users_of(ctx, "memories").await? {
-        let memories = load(ctx, &user).await?;
-        if memories.other_model > 0 {
-            *counts.entry("skipped_other_model".into()).or_default() += memories.other_model as u64;
-            report.notes.push(format!(
-                "user {user}: {} memories embedded by another model than {} were left out \
-                 (`memlife embed --all` puts them on one model)",
-                memories.other_model, memories.model
-            ));
-        }
-        if memories.views.len() < 2 {
-            continue;
-        }
-        let min_score = match args.min_score {
-            Some(score) => score,
-            None => {
-                let (thresholds, source) = config.thresholds_for(&memories.model);
-                if thresholds_noted.insert(memories.model.clone()) {
-                    report.notes.push(format!(
-                        "pairs judged from cosine similarity {} ({} threshold of {}; --min-score overrides)",
-                        thresholds.link,
-                        source.label(),
-                        memories.model
-                    ));
-                }
-                thresholds.link
-            }
-        };
-        let mut judged = judged_pairs(&ctx.store, &user).await?;
-        // Pairs waiting in a submitted batch are not submitted again.
-        judged.extend(pairs_in_pending_batches(&ctx.store, &user).await?);
-        let items = candidate_items(&memories, dim, args, min_score, &judged, &now);
-        *counts.entry("users".into()).or_default() += 1;
-        *counts.entry("pairs_to_judge".into()).or_default() += items.len() as u64;
-        if items.is_empty() || (ctx.dry_run && llm.mode == CallMode::Batch) {
-            continue;
-        }
-        match llm.mode {
-            CallMode::Online => {
-                let outcomes = llm.run(items.clone()).await;
-                for o in outcomes.iter().filter(|o| o.failure.is_some()) {
-                    report.failures.push(super::ItemFailure {
-                        item: o.custom_id.clone(),
-                        reason: o.failure.clone().unwrap_or_default(),
-                    });
-                }
-                if !ctx.dry_run {
-                    let written = write_outcomes(
-                        &ctx.store,
-                        log.run_id(),
-                        Some(&user),
-                        log.run_id(),
-                        &items,
-                        &outcomes,
-                        chain_min,
-                    )
-                    .await?;
-                    for (k, v) in written {
-                        *counts.entry(k).or_default() += v;
-                    }
-                }
-                all_outcomes.extend(outcomes);
-            }
-            CallMode::Batch => {
-                log.submit_batches(
-                    ctx,
-                    llm,
-                    &user,
-                    (Task::LinkClassify, &items, "pairs"),
-                    &mut counts,
-                    &mut report.notes,
-                )
-                .await?;
-            }
-        }
+    let mut night = Night::default();
+    let users = match args.all {
+        true => super::users_of(ctx, "memories").await?,
+        false => users_with_unmarked(ctx).await?,
+    };
+    for group in users.chunks(USERS_PER_SCAN) {
+        link_users(
+            ctx,
+            args,
+            (llm, config),
+            &log,
+            group,
+            &mut night,
+            &mut report,
+        )
+        .await?;
     }
-    report.counts = counts;
+    if !ctx.dry_run && !night.marks.is_empty() {
+        write_marks(&ctx.store, &night.marks).await?;
+        crate::crash::point("link.after-marks");
+    }
+    let marked = night.marks.iter().filter(|m| m.1.is_some()).count();
+    night.counts.insert("memories_marked".into(), marked as u64);
+    report.counts = night.counts;
     if llm.mode == CallMode::Online {
-        report.llm = Some(llm.usage(&all_outcomes));
+        report.llm = Some(llm.usage(&night.outcomes));
     }
     log.finish(ctx, &mut report).await?;
     Ok(report)
+}
+
+/// Records each memory's mark (`link_mark`), one commit: the next run leaves them out until
+/// their vector, model or the options change. Written after the links and audit rows, so a
+/// run killed before it looks at the same memories again and finds their pairs judged.
+async fn write_marks(store: &Store, marks: &[(String, Option<i64>)]) -> Result<()> {
+    use arrow::array::{Int64Array, RecordBatch, RecordBatchIterator, StringArray};
+    let schema = MEMORIES.arrow_schema(store.embedding_dim());
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+        schema.field_with_name("id")?.clone(),
+        schema.field_with_name("link_mark")?.clone(),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            std::sync::Arc::new(StringArray::from_iter_values(marks.iter().map(|m| &m.0))),
+            std::sync::Arc::new(Int64Array::from_iter(marks.iter().map(|m| m.1))),
+        ],
+    )?;
+    let reader = RecordBatchIterator::new([Ok(batch)], schema);
+    store.update_columns(&MEMORIES, Box::new(reader)).await?;
+    Ok(())
+}
+
+/// The similarity a pair of `memories` needs: `--min-score`, else the threshold of the model
+/// that made their vectors (noted once per model).
+fn min_score_for(
+    args: &LinkArgs,
+    config: &crate::config::Config,
+    model: &str,
+    night: &mut Night,
+    report: &mut JobReport,
+) -> f32 {
+    if let Some(score) = args.min_score {
+        return score;
+    }
+    let (thresholds, source) = config.thresholds_for(model);
+    if night.thresholds_noted.insert(model.to_string()) {
+        report.notes.push(format!(
+            "pairs judged from cosine similarity {} ({} threshold of {model}; --min-score overrides)",
+            thresholds.link,
+            source.label(),
+        ));
+    }
+    thresholds.link
+}
+
+/// One group of users: their memories read in one scan, the pairs with a memory new to
+/// `link` planned, the judged ones looked up together, the rest judged user by user.
+async fn link_users(
+    ctx: &JobCtx<'_>,
+    args: &LinkArgs,
+    (llm, config): (&crate::llm::Llm, &crate::config::Config),
+    log: &RunLog,
+    users: &[String],
+    night: &mut Night,
+    report: &mut JobReport,
+) -> Result<()> {
+    let dim = ctx.store.embedding_dim();
+    let mut plans = Vec::new();
+    for memories in load(ctx, users).await? {
+        if memories.other_model > 0 {
+            *night
+                .counts
+                .entry("skipped_other_model".into())
+                .or_default() += memories.other_model as u64;
+            report.notes.push(format!(
+                "user {}: {} memories embedded by another model than {} were left out \
+                 (`memlife embed --all` puts them on one model)",
+                memories.user, memories.other_model, memories.model
+            ));
+        }
+        if memories.ids.is_empty() {
+            continue;
+        }
+        let min_score = min_score_for(args, config, &memories.model, night, report);
+        let plan = plan_user(&memories, dim, args.k, min_score);
+        if plan.fresh.is_empty() {
+            continue;
+        }
+        *night.counts.entry("users".into()).or_default() += 1;
+        *night
+            .counts
+            .entry("memories_new_to_link".into())
+            .or_default() += plan.fresh.len() as u64;
+        plans.push((memories.user, plan));
+    }
+    let candidates: BTreeSet<(String, String)> = plans
+        .iter()
+        .flat_map(|(_, p)| p.pairs.iter().cloned())
+        .collect();
+    let judged = match candidates.is_empty() {
+        true => BTreeSet::new(),
+        false => judged_pairs(&ctx.store, &candidates).await?,
+    };
+    let shown: BTreeSet<&str> = candidates
+        .iter()
+        .filter(|p| !judged.contains(*p))
+        .flat_map(|(s, t)| [s.as_str(), t.as_str()])
+        .collect();
+    let views = views_of(&ctx.store, &shown).await?;
+    let now = format_timestamp(ctx.now.timestamp_micros());
+    for (user, plan) in plans {
+        let open: Vec<&(String, String)> =
+            plan.pairs.iter().filter(|p| !judged.contains(*p)).collect();
+        // Pairs waiting in a submitted batch are not submitted again.
+        let pending = match open.is_empty() {
+            true => BTreeSet::new(),
+            false => pairs_in_pending_batches(&ctx.store, &user).await?,
+        };
+        let items: Vec<Item> = open
+            .iter()
+            .filter(|p| !pending.contains(**p))
+            .filter_map(|p| item_for(&views, p, &now))
+            .collect();
+        *night.counts.entry("pairs_to_judge".into()).or_default() += items.len() as u64;
+        let mut resolved: BTreeSet<String> = BTreeSet::new();
+        let nothing_to_ask = items.is_empty() || (ctx.dry_run && llm.mode == CallMode::Batch);
+        if !nothing_to_ask {
+            match llm.mode {
+                CallMode::Online => {
+                    let outcomes = llm.run(items.clone()).await;
+                    for o in outcomes.iter().filter(|o| o.failure.is_some()) {
+                        report.failures.push(super::ItemFailure {
+                            item: o.custom_id.clone(),
+                            reason: o.failure.clone().unwrap_or_default(),
+                        });
+                    }
+                    if !ctx.dry_run {
+                        let written = write_outcomes(
+                            &ctx.store,
+                            log.run_id(),
+                            Some(&user),
+                            log.run_id(),
+                            &items,
+                            &outcomes,
+                            config.integrate.min_confidence,
+                        )
+                        .await?;
+                        for (k, v) in written {
+                            *night.counts.entry(k).or_default() += v;
+                        }
+                    }
+                    for o in &outcomes {
+                        if o.failure.is_none() && matches!(o.reply, Some(Reply::Link(_))) {
+                            resolved.insert(o.custom_id.clone());
+                        }
+                    }
+                    night.outcomes.extend(outcomes);
+                }
+                CallMode::Batch => {
+                    log.submit_batches(
+                        ctx,
+                        llm,
+                        &user,
+                        (Task::LinkClassify, &items, "pairs"),
+                        &mut night.counts,
+                        &mut report.notes,
+                    )
+                    .await?;
+                }
+            }
+        }
+        // A memory is marked once every pair it is in has a verdict: one whose pair failed,
+        // waits in a batch or could not be read is looked at again by the next run (a mark
+        // it had, from another vector or other options, is cleared so that run finds it).
+        let unresolved: BTreeSet<&str> = open
+            .iter()
+            .filter(|(s, t)| !resolved.contains(&format!("{s}|{t}")))
+            .flat_map(|(s, t)| [s.as_str(), t.as_str()])
+            .collect();
+        for (id, mark, stored) in plan.fresh {
+            match unresolved.contains(id.as_str()) {
+                false => night.marks.push((id, Some(mark))),
+                true if stored => night.marks.push((id, None)),
+                true => {}
+            }
+        }
+    }
+    Ok(())
 }

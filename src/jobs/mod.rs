@@ -360,6 +360,7 @@ pub async fn embed_and_write(
         vectors.push(Some(values));
         written.push(crate::model::typed::MemoryRow {
             embedding_model: Some(embedder.model_name().to_string()),
+            link_mark: None,
             ..(*row).clone()
         });
     }

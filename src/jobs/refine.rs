@@ -122,6 +122,7 @@ async fn apply(
         for mut row in rows {
             vectors.push(Some(embed_one(embedder, &row.text).await?));
             row.embedding_model = Some(embedder.model_name());
+            row.link_mark = None;
             embedded.push(row);
         }
         store.upsert_memories(&embedded, &vectors, now).await?;

@@ -10,13 +10,14 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
 /// 4: table `clusters`. 5: table `entity_scans`; columns `entities.aliases`, `entities.archived_at`.
 /// 6: column `entities.name_embedding`. 7: table `review_queue`. 8: column
-/// `runs.table_versions`. 9: table `anchors`. 10: table `bench_runs`.
+/// `runs.table_versions`. 9: table `anchors`. 10: table `bench_runs`. 11: column
+/// `memories.link_mark`.
 pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (2, "llm_batches table; runs.llm_usage column"),
     (3, "memories.salience_anchor column"),
@@ -30,6 +31,7 @@ pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (8, "runs.table_versions column"),
     (9, "anchors table"),
     (10, "bench_runs table"),
+    (11, "memories.link_mark column"),
 ];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
@@ -342,6 +344,9 @@ pub static MEMORIES: TableSpec = TableSpec {
         // Salience at the last access (or creation): the scores job decays from it, so
         // reruns never compound (v3; null means "the stored salience", adopted on first run).
         field("salience_anchor", K::F64, R::UnitInterval, D::Null),
+        // What `link` last found this memory's neighbours with: a hash of its vector, model
+        // and the link options (v11; null: not yet, so the next `link` looks at it).
+        field("link_mark", K::I64, R::Free, D::Null),
     ],
 };
 

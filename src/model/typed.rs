@@ -198,6 +198,7 @@ fn memory_cell<'a>(row: &'a MemoryRow, vector: Option<&'a [f32]>, name: &str) ->
         "refinement_rejection_count" => Cell::I64(row.refinement_rejection_count),
         "last_refined_at" => time(row.last_refined_at),
         "salience_anchor" => row.salience_anchor.map_or(Cell::Null, Cell::F64),
+        "link_mark" => row.link_mark.map_or(Cell::Null, Cell::I64),
         _ => Cell::Missing,
     }
 }

@@ -132,9 +132,11 @@ impl Store {
 /// The scalar (BTree) indexes lookups by id need: traversal walks `links` by either end and
 /// reads the memories it reaches by id (or, walking many times, a user's whole graph by
 /// `user_id`); entity jobs read `memory_entities` both ways; every audit write merges on
-/// `audit_log.id`, and resuming jobs and recall look their rows up by it.
+/// `audit_log.id`, and resuming jobs and recall look their rows up by it; `link` looks up
+/// the judgements of the night's pairs by their target (`audit_log.target_id`).
 pub const SCALAR_INDEXES: &[(&str, &str)] = &[
     ("audit_log", "id"),
+    ("audit_log", "target_id"),
     ("memories", "id"),
     ("memories", "user_id"),
     ("links", "user_id"),

@@ -879,10 +879,11 @@ pub fn sql_string(value: &str) -> String {
 }
 
 /// String literals as a SQL list (`'a', 'b'`), for `IN (...)`.
-pub fn sql_list(values: &[String]) -> String {
+pub fn sql_list<S: AsRef<str>>(values: &[S]) -> String {
     values
         .iter()
-        .map(|v| sql_string(v))
+        .map(AsRef::as_ref)
+        .map(sql_string)
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -99,6 +99,7 @@ const SCENARIOS: &[Scenario] = &[
             "link.started",
             "link.after-links",
             "link.after-chains",
+            "link.after-marks",
             "link.finishing",
         ],
         witness: "SELECT COUNT(*) AS n FROM links",

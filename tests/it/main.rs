@@ -21,6 +21,7 @@ mod import;
 mod index;
 mod insights;
 mod integrate;
+mod link;
 mod llm;
 mod local_model;
 mod loopback;

@@ -10,7 +10,82 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 
 use crate::rows::{AuditRow, LinkRow};
-use crate::similarity::Neighbour;
+use crate::similarity::{Neighbour, SelfMatch, above_threshold, top_k};
+
+/// What `link` found a memory's neighbours with: its vector bit for bit, the model that made
+/// it and the options that decide its pairs (`k`, the threshold). A memory whose stored mark
+/// is another (or none) is new to `link`: a new memory, a new vector, or new options.
+pub fn link_mark(vector: &[f32], model: &str, k: usize, min_score: f32) -> i64 {
+    let words = vector
+        .iter()
+        .map(|v| v.to_bits())
+        .chain(model.bytes().map(u32::from))
+        .chain([model.len() as u32, k as u32, min_score.to_bits()]);
+    crate::hash::fnv1a_words(words) as i64
+}
+
+/// The neighbour lists of one user's memories that hold every candidate pair with a new end
+/// (`fresh`), and no pair of two memories `link` has already looked at: a new memory's `k`
+/// nearest, and the new memories among the `k` nearest of each older memory a new one comes
+/// within `min_score` of (the only older memories whose nearest can now hold a new one).
+/// `candidate_pairs` over them gives exactly the pairs a pass over every memory would, less
+/// those between two older memories. Scores `fresh × all` vectors, not `all × all`; when
+/// a quarter or more are new, `all_pairs` answers instead (its lists cut the same way).
+pub fn fresh_neighbours(
+    vectors: &[f32],
+    dim: usize,
+    fresh: &[bool],
+    (k, min_score): (usize, f32),
+    all_pairs: impl FnOnce() -> Vec<Vec<Neighbour>>,
+) -> Vec<Vec<Neighbour>> {
+    let n = fresh.len();
+    let fresh_rows: Vec<u32> = (0..n as u32).filter(|&i| fresh[i as usize]).collect();
+    if fresh_rows.is_empty() || k == 0 {
+        return vec![Vec::new(); n];
+    }
+    if fresh_rows.len() * 4 >= n {
+        let mut lists = all_pairs();
+        for (row, list) in lists.iter_mut().enumerate() {
+            if !fresh[row] {
+                list.retain(|nb| fresh[nb.index as usize]);
+            }
+        }
+        return lists;
+    }
+    let gather = |rows: &[u32]| -> Vec<f32> {
+        rows.iter()
+            .flat_map(|&r| &vectors[r as usize * dim..(r as usize + 1) * dim])
+            .copied()
+            .collect()
+    };
+    let queries = gather(&fresh_rows);
+    let mut lists = vec![Vec::new(); n];
+    let nearest = top_k(&queries, vectors, dim, k, SelfMatch::Rows(&fresh_rows));
+    for (row, found) in fresh_rows.iter().zip(nearest) {
+        lists[*row as usize] = found;
+    }
+    let near: BTreeSet<u32> = above_threshold(
+        &queries,
+        vectors,
+        dim,
+        min_score,
+        SelfMatch::Rows(&fresh_rows),
+    )
+    .into_iter()
+    .flatten()
+    .map(|nb| nb.index)
+    .filter(|&row| !fresh[row as usize])
+    .collect();
+    let near: Vec<u32> = near.into_iter().collect();
+    if !near.is_empty() {
+        let nearest = top_k(&gather(&near), vectors, dim, k, SelfMatch::Rows(&near));
+        for (row, mut found) in near.iter().zip(nearest) {
+            found.retain(|nb| fresh[nb.index as usize]);
+            lists[*row as usize] = found;
+        }
+    }
+    lists
+}
 
 /// The pairs to judge, as (source, target) positions: every neighbour at or above
 /// `min_score`, newer memory (by `order`: created at, then id) as source, most similar first
@@ -185,6 +260,65 @@ mod tests {
             confidence,
             reasoning: "because".into(),
         }
+    }
+
+    #[test]
+    fn new_memories_get_the_pairs_a_pass_over_every_memory_would_give_them() {
+        use crate::similarity::{AllPairs, all_pairs_top_k, normalise};
+        let (n, dim, k, min_score) = (120usize, 8usize, 4usize, 0.5f32);
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let mut vectors: Vec<f32> = (0..n * dim).map(|_| next()).collect();
+        vectors.chunks_mut(dim).for_each(normalise);
+        let exact = AllPairs {
+            exact: true,
+            ..AllPairs::default()
+        };
+        let full = all_pairs_top_k(&vectors, dim, k, exact).0;
+        let created: Vec<String> = (0..n).map(|i| format!("{:04}", (i * 37) % n)).collect();
+        let ids: Vec<String> = (0..n).map(|i| format!("m{i:03}")).collect();
+        let order: Vec<(&str, &str)> = created
+            .iter()
+            .zip(&ids)
+            .map(|(c, i)| (c.as_str(), i.as_str()))
+            .collect();
+        let none = BTreeSet::new();
+        let every = candidate_pairs(&full, &order, min_score, &none);
+        // Few new (the scored path) and many new (the all-pairs path).
+        for step in [13usize, 3, 1] {
+            let fresh: Vec<bool> = (0..n).map(|i| i % step == 0).collect();
+            let lists = fresh_neighbours(&vectors, dim, &fresh, (k, min_score), || full.clone());
+            let got = candidate_pairs(&lists, &order, min_score, &none);
+            let want: Vec<(usize, usize)> = every
+                .iter()
+                .copied()
+                .filter(|&(s, t)| fresh[s] || fresh[t])
+                .collect();
+            assert!(!want.is_empty(), "step {step}: the case has pairs");
+            assert_eq!(got, want, "step {step}");
+        }
+        let none_new = vec![false; n];
+        assert!(
+            fresh_neighbours(&vectors, dim, &none_new, (k, min_score), || full.clone())
+                .iter()
+                .all(Vec::is_empty)
+        );
+    }
+
+    #[test]
+    fn a_mark_changes_with_the_vector_the_model_and_the_options() {
+        let v = [0.6f32, 0.8, 0.0];
+        let mark = link_mark(&v, "m", 5, 0.75);
+        assert_eq!(mark, link_mark(&v, "m", 5, 0.75));
+        assert_ne!(mark, link_mark(&[0.6, 0.8, 1e-7], "m", 5, 0.75));
+        assert_ne!(mark, link_mark(&v, "m2", 5, 0.75));
+        assert_ne!(mark, link_mark(&v, "m", 6, 0.75));
+        assert_ne!(mark, link_mark(&v, "m", 5, 0.7));
     }
 
     #[test]

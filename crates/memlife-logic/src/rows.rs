@@ -59,6 +59,9 @@ pub struct MemoryRow {
     pub refinement_rejection_count: i64,
     pub last_refined_at: Option<i64>,
     pub salience_anchor: Option<f64>,
+    /// What `link` last found the memory's neighbours with (`link::link_mark`); null: not
+    /// yet. A writer that gives the memory another vector leaves it null.
+    pub link_mark: Option<i64>,
 }
 
 impl MemoryRow {
@@ -134,6 +137,7 @@ impl MemoryRow {
             "refinement_rejection_count": self.refinement_rejection_count,
             "last_refined_at": time(self.last_refined_at),
             "salience_anchor": self.salience_anchor,
+            "link_mark": self.link_mark,
         })
     }
 }
