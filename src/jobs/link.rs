@@ -4,6 +4,14 @@
 //! every pair is judged once (`link.classify`), newer memory as source; a pair already judged
 //! by an earlier run (audit log) is not asked again. `null` makes no link.
 //!
+//! A run looks only at what is new to it. Each memory whose pairs all have a verdict gets a
+//! mark (`memories.link_mark`: a hash of its vector, model, `k` and threshold; a writer of a
+//! new vector clears it), and the next run reads only the users with an unmarked live memory,
+//! scores only the unmarked memories against the user's others (`logic::link::
+//! fresh_neighbours`: the same pairs a pass over every memory gives them) and reads texts
+//! only for the pairs it asks about. `--all` reads every user and compares every mark, for
+//! new options or vectors written by hand.
+//!
 //! Online, the links are written when the run ends. With `--mode batch` the run submits one
 //! Batch API request set per user and exits; `memlife batches poll` applies the results
 //! through `LinkApplier`, exactly once.
@@ -465,7 +473,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
         write_marks(&ctx.store, &night.marks).await?;
         crate::crash::point("link.after-marks");
     }
-    let marked = night.marks.iter().filter(|m| m.1.is_some()).count();
+    let marked = match ctx.dry_run {
+        true => 0,
+        false => night.marks.iter().filter(|m| m.1.is_some()).count(),
+    };
     night.counts.insert("memories_marked".into(), marked as u64);
     report.counts = night.counts;
     if llm.mode == CallMode::Online {
