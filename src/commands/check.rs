@@ -95,6 +95,12 @@ fn reference_queries() -> Vec<(String, String)> {
             "SELECT memory_id FROM entity_scans WHERE memory_id NOT IN (SELECT id FROM memories)",
         ),
         (
+            // `embed` finds the rows to embed through the bitmap index on the model.
+            "memories: a memory without a vector names no model",
+            "SELECT id, embedding_model FROM memories \
+             WHERE embedding IS NULL AND embedding_model IS NOT NULL",
+        ),
+        (
             "memories: superseded_by is a memory",
             "SELECT id, superseded_by FROM memories \
              WHERE superseded_by IS NOT NULL AND superseded_by NOT IN (SELECT id FROM memories)",

@@ -228,7 +228,14 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
             conditions.push(users);
         }
         if !args.all {
-            conditions.push("embedding IS NULL".into());
+            // The model term first: a row without a vector names no model (`check`), so the
+            // bitmap index on `embedding_model` keeps the few rows whose vectors are read,
+            // not every vector of the table (39 of a no-op run's 62-80 ms on day 365 of
+            // `bench year`). Entities have no such index and few rows.
+            conditions.push(match spec.name == MEMORIES.name {
+                true => "embedding_model IS NULL AND embedding IS NULL".into(),
+                false => "embedding IS NULL".into(),
+            });
             let others = other_models(ctx, spec.name, &model).await?;
             for (user, models) in &others {
                 report.failures.push(ItemFailure {

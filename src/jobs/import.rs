@@ -165,6 +165,17 @@ impl Intake for Tally {
             skipped = (batch.num_rows() - filtered.num_rows()) as u64;
             batch = filtered;
         }
+        // A memory naming a model without a vector sends the batch to the row path, which
+        // names it.
+        if spec.name == "memories"
+            && let (Some(vectors), Some(models)) = (
+                batch.column_by_name("embedding"),
+                batch.column_by_name("embedding_model"),
+            )
+            && (0..batch.num_rows()).any(|r| vectors.is_null(r) && models.is_valid(r))
+        {
+            return false;
+        }
         // Keys: a key seen before (in this file) sends the batch to the row path, which
         // names both rows.
         let keys: Vec<&arrow::array::StringArray> = match spec

@@ -17,6 +17,23 @@ use arrow::error::ArrowError;
 use crate::model::encoding::{Cell, Typed, convert};
 use crate::model::schema::{self, Fallback, FieldSpec, Kind, Rule, TableSpec};
 
+/// A memory naming the model of a vector it does not have (`embed` finds the rows to embed
+/// by their missing model, so a model is recorded beside a vector only).
+fn model_without_vector(spec: &TableSpec, values: &[Typed]) -> Option<FieldError> {
+    if spec.name != "memories" {
+        return None;
+    }
+    let value = |name| spec.position(name).map(|i| &values[i]);
+    let no_vector = value("embedding").is_some_and(Typed::is_null);
+    let model = value("embedding_model").is_some_and(|v| !v.is_null());
+    (no_vector && model).then(|| FieldError {
+        field: "embedding_model".to_string(),
+        reason:
+            "names a model but the row has no embedding (a model is recorded beside its vector)"
+                .to_string(),
+    })
+}
+
 /// Why one field of one row was refused.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldError {
@@ -297,6 +314,9 @@ impl RowBuilder {
         }
         if let Some(index) = derived_id_at {
             values[index] = Typed::Str(Cow::Owned(self.derive_id(&values, &given)));
+        }
+        if let Some(field) = model_without_vector(self.spec, &values) {
+            return Err(field);
         }
         Ok(ValidRow { values })
     }

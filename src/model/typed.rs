@@ -169,6 +169,8 @@ fn memory_cell<'a>(row: &'a MemoryRow, vector: Option<&'a [f32]>, name: &str) ->
         "session_id" => text(&row.session_id),
         "source" => text(&row.source),
         "embedding" => vector.map_or(Cell::Null, Cell::Floats),
+        // A model is recorded beside a vector only (`check`: a memory without one names none).
+        "embedding_model" if vector.is_none() => Cell::Null,
         "embedding_model" => text(&row.embedding_model),
         "importance" => Cell::F64(row.importance),
         "salience" => Cell::F64(row.salience),

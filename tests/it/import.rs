@@ -512,3 +512,18 @@ fn import_fills_the_event_day_a_memory_names_relative_to_when_it_was_said() {
         "a given happens_at is kept"
     );
 }
+
+#[test]
+fn a_memory_naming_a_model_without_a_vector_is_refused_by_row_and_field() {
+    // `embed` finds the rows to embed by their missing model: a model without its vector
+    // would never be embedded.
+    let db = TestDb::new();
+    let file = db.path("model-only.jsonl");
+    std::fs::write(
+        &file,
+        "{\"id\":\"a\",\"user_id\":\"u1\",\"text\":\"User likes tea.\"}\n\
+         {\"id\":\"b\",\"user_id\":\"u1\",\"text\":\"User likes rain.\",\"embedding_model\":\"m\"}\n",
+    )
+    .unwrap();
+    aborts_naming_one_row(&db, &file, &["embedding_model", "no embedding"]);
+}
