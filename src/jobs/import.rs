@@ -107,6 +107,9 @@ impl Intake for Tally {
             Ok(row) => row,
             Err(e) => return self.rejected.push((location, e).into()),
         };
+        if let Some(e) = crate::model::rows::model_without_vector(builder.spec(), &row) {
+            return self.rejected.push((location, e).into());
+        }
         if row
             .get(builder.spec(), "user_id")
             .and_then(|v| v.as_str())

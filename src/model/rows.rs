@@ -18,12 +18,13 @@ use crate::model::encoding::{Cell, Typed, convert};
 use crate::model::schema::{self, Fallback, FieldSpec, Kind, Rule, TableSpec};
 
 /// A memory naming the model of a vector it does not have (`embed` finds the rows to embed
-/// by their missing model, so a model is recorded beside a vector only).
-fn model_without_vector(spec: &TableSpec, values: &[Typed]) -> Option<FieldError> {
+/// by their missing model, so a model is recorded beside a vector only): what `import`
+/// refuses. (Audit states hold memories without their vectors, and read back whole.)
+pub fn model_without_vector(spec: &TableSpec, row: &ValidRow) -> Option<FieldError> {
     if spec.name != "memories" {
         return None;
     }
-    let value = |name| spec.position(name).map(|i| &values[i]);
+    let value = |name| row.get(spec, name);
     let no_vector = value("embedding").is_some_and(Typed::is_null);
     let model = value("embedding_model").is_some_and(|v| !v.is_null());
     (no_vector && model).then(|| FieldError {
@@ -314,9 +315,6 @@ impl RowBuilder {
         }
         if let Some(index) = derived_id_at {
             values[index] = Typed::Str(Cow::Owned(self.derive_id(&values, &given)));
-        }
-        if let Some(field) = model_without_vector(self.spec, &values) {
-            return Err(field);
         }
         Ok(ValidRow { values })
     }
