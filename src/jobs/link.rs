@@ -185,16 +185,16 @@ async fn judged_pairs(
     }
     let mut judged = BTreeSet::new();
     let targets: Vec<&str> = targets.into_iter().collect();
+    // Pairs judged by runs `memlife undo` reverted are judged again (the undone runs are
+    // read once, not per chunk).
+    let judged_by_live_runs =
+        crate::store::without_undone(store, "operation = 'LINK' AND classification != 'FAILED'")
+            .await?;
     for chunk in targets.chunks(512) {
-        // Pairs judged by runs `memlife undo` reverted are judged again.
-        let filter = crate::store::without_undone(
-            store,
-            &format!(
-                "operation = 'LINK' AND target_id IN ({}) AND classification != 'FAILED'",
-                crate::store::sql_list(chunk)
-            ),
-        )
-        .await?;
+        let filter = format!(
+            "target_id IN ({}) AND ({judged_by_live_runs})",
+            crate::store::sql_list(chunk)
+        );
         for row in store
             .scan_rows::<Judged>(AUDIT_LOG.name, Some(&filter))
             .await?
@@ -544,7 +544,9 @@ async fn link_users(
 ) -> Result<()> {
     let dim = ctx.store.embedding_dim();
     let mut plans = Vec::new();
-    for memories in load(ctx, users).await? {
+    let loaded = load(ctx, users).await?;
+    *night.counts.entry("users_read".into()).or_default() += loaded.len() as u64;
+    for memories in loaded {
         if memories.other_model > 0 {
             *night
                 .counts

@@ -50,6 +50,7 @@ fn link_looks_again_only_at_new_memories_new_vectors_and_after_new_options() {
 
     // Nothing new: no user is read, nothing is asked.
     let again = link(&db, &[]);
+    assert_eq!(count(&again, "users_read"), 0, "{again}");
     assert_eq!(count(&again, "users"), 0, "{again}");
     assert_eq!(count(&again, "pairs_to_judge"), 0, "{again}");
     assert_eq!(judged(&db), 3);
