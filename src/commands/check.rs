@@ -101,6 +101,12 @@ fn reference_queries() -> Vec<(String, String)> {
              WHERE embedding IS NULL AND embedding_model IS NOT NULL",
         ),
         (
+            // `entities` reads only the users with a memory it has not marked.
+            "memories: a memory entities marked as read has a scan",
+            "SELECT id, entity_mark FROM memories \
+             WHERE entity_mark IS NOT NULL AND id NOT IN (SELECT memory_id FROM entity_scans)",
+        ),
+        (
             "memories: superseded_by is a memory",
             "SELECT id, superseded_by FROM memories \
              WHERE superseded_by IS NOT NULL AND superseded_by NOT IN (SELECT id FROM memories)",

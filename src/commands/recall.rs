@@ -724,6 +724,8 @@ async fn apply(store: &Store, changes: &[Activation], now: i64) -> Result<usize>
             continue;
         }
         change.onto(&mut row)?;
+        // An access is a new input to `scores`.
+        row.scores_due_at = None;
         out.push(row);
         out_vectors.push(vector);
     }

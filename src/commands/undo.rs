@@ -137,6 +137,8 @@ async fn restore_rows(
         rows.push(MemoryRow {
             embedding_model: Some(model.to_string()),
             link_mark: None,
+            entity_mark: None,
+            scores_due_at: None,
             ..before.clone()
         });
         vectors.push(Some(values));

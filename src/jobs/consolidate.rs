@@ -293,6 +293,8 @@ async fn create_memories(
             rows.push(MemoryRow {
                 embedding_model: Some(embedder.model_name().to_string()),
                 link_mark: None,
+                entity_mark: None,
+                scores_due_at: None,
                 ..memory.clone()
             });
         }
@@ -388,6 +390,8 @@ async fn archive_members(store: &Store, plans: &[Planned]) -> Result<u64> {
                 &[
                     ("state", "'archived'".to_string()),
                     ("tier", "'archived'".to_string()),
+                    // A new input to `scores` (a kept-forever memory revives at once).
+                    ("scores_due_at", "NULL".to_string()),
                     ("archived_at", sql_timestamp(at)),
                     ("updated_at", sql_timestamp(at)),
                 ],

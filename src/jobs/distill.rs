@@ -477,6 +477,8 @@ async fn apply(
                 &[
                     ("state", "'archived'".to_string()),
                     ("tier", "'archived'".to_string()),
+                    // A new input to `scores` (a kept-forever memory revives at once).
+                    ("scores_due_at", "NULL".to_string()),
                     ("archived_at", sql_timestamp(plan.archived_at)),
                     ("updated_at", sql_timestamp(plan.archived_at)),
                 ],

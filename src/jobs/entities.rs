@@ -107,6 +107,7 @@ struct Memory {
     user: String,
     text: String,
     created_at: i64,
+    entity_mark: Option<i64>,
 }
 
 impl Memory {
@@ -264,20 +265,45 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     let log = RunLog::start(ctx, JobName::Entities.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Entities.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let users = ctx.user_filter();
+    let mark = entity_mark(current);
+    let Some(users) = users_to_read(ctx, args.all, mark).await? else {
+        // No memory is new to this extractor: nothing is read.
+        counts.extend(
+            [
+                ("users_read", 0),
+                ("memories", 0),
+                ("memories_read", 0),
+                ("memories_marked", 0),
+            ]
+            .map(|(k, v)| (k.into(), v)),
+        );
+        report.counts = counts;
+        log.finish(ctx, &mut report).await?;
+        return Ok(report);
+    };
     let user = users.as_deref();
 
     let memories = live_memories(&ctx.store, user).await?;
     let scanned = scans(&ctx.store, user).await?;
+    let read_users: BTreeSet<&str> = memories.iter().map(|m| m.user.as_str()).collect();
+    counts.insert("users_read".into(), read_users.len() as u64);
     counts.insert("memories".into(), memories.len() as u64);
-    let mut changed: Vec<usize> = (0..memories.len())
-        .filter(|&i| {
-            let m = &memories[i];
-            args.all
-                || scanned.get(&m.id).is_none_or(|(hash, extractor)| {
-                    *hash != text_hash(&m.text) || extractor != current
-                })
+    let settled: Vec<bool> = memories
+        .par_iter()
+        .map(|m| {
+            scanned.get(&m.id).is_some_and(|(hash, extractor)| {
+                extractor == current && *hash == text_hash(&m.text)
+            })
         })
+        .collect();
+    // Memories whose last reading is of their text by this extractor are marked so (each
+    // run writes only the marks that change).
+    let mut marks: Vec<(String, Option<i64>)> = (0..memories.len())
+        .filter(|&i| settled[i] && memories[i].entity_mark != Some(mark))
+        .map(|i| (memories[i].id.clone(), Some(mark)))
+        .collect();
+    let mut changed: Vec<usize> = (0..memories.len())
+        .filter(|&i| args.all || !settled[i])
         .collect();
     if batch {
         // Memories waiting in a submitted batch are not submitted again.
@@ -291,6 +317,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         );
     }
     counts.insert("memories_read".into(), changed.len() as u64);
+    if changed.is_empty() || batch {
+        mark_read(ctx, &marks, &mut counts).await?;
+    }
     if changed.is_empty() {
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
@@ -377,9 +406,69 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         read_by: &read_by,
     };
     write_readings(&writer, &reading, &mut counts).await?;
+    marks.extend(
+        changed
+            .iter()
+            .zip(&read_by)
+            .filter(|&(&i, by)| *by == current && !settled[i])
+            .filter(|&(&i, _)| memories[i].entity_mark != Some(mark))
+            .map(|(&i, _)| (memories[i].id.clone(), Some(mark))),
+    );
+    mark_read(ctx, &marks, &mut counts).await?;
     report.counts = counts;
     log.finish(ctx, &mut report).await?;
     Ok(report)
+}
+
+/// `memories.entity_mark` of a memory whose text `extractor` read.
+pub fn entity_mark(extractor: &str) -> i64 {
+    fnv1a(&["entities", extractor]) as i64
+}
+
+/// The users a run reads, as a predicate on `user_id` (`None`: every user of the run's
+/// scope): with `all`, the run's scope; else the users with a live memory not marked as read
+/// by this extractor (`mark`). `Ok(None)`: no such user.
+async fn users_to_read(ctx: &JobCtx<'_>, all: bool, mark: i64) -> Result<Option<Option<String>>> {
+    if all {
+        return Ok(Some(ctx.user_filter()));
+    }
+    #[derive(serde::Deserialize)]
+    struct Owner {
+        user_id: String,
+    }
+    let filter = ctx.user_filter_and(&format!(
+        "(entity_mark IS NULL OR entity_mark != {mark}) AND {LIVE}"
+    ));
+    let users: BTreeSet<String> = ctx
+        .store
+        .scan_rows::<Owner>("memories", Some(&filter))
+        .await?
+        .into_iter()
+        .map(|o| o.user_id)
+        .filter(|u| ctx.scope.contains(u))
+        .collect();
+    let users: Vec<String> = users.into_iter().collect();
+    Ok((!users.is_empty()).then(|| Some(format!("user_id IN ({})", sql_list(&users)))))
+}
+
+/// Writes the marks of the memories read (one commit; none in a dry run).
+async fn mark_read(
+    ctx: &JobCtx<'_>,
+    marks: &[(String, Option<i64>)],
+    counts: &mut BTreeMap<String, u64>,
+) -> Result<()> {
+    let marked = match ctx.dry_run || marks.is_empty() {
+        true => 0,
+        false => {
+            ctx.store
+                .set_i64_column(&crate::model::schema::MEMORIES, "entity_mark", marks)
+                .await?;
+            crate::crash::point("entities.after-marks");
+            marks.len()
+        }
+    };
+    counts.insert("memories_marked".into(), marked as u64);
+    Ok(())
 }
 
 /// The rules' reading (`logic::entities::extract`) of the `changed` memories, with the names

@@ -103,13 +103,14 @@ impl Intake for Tally {
         cell_of: &mut dyn FnMut(usize, &str) -> Cell<'a>,
     ) {
         self.offered += 1;
-        let row = match builder.validate(cell_of) {
+        let mut row = match builder.validate(cell_of) {
             Ok(row) => row,
             Err(e) => return self.rejected.push((location, e).into()),
         };
         if let Some(e) = crate::model::rows::model_without_vector(builder.spec(), &row) {
             return self.rejected.push((location, e).into());
         }
+        row.clear_store_marks(builder.spec());
         if row
             .get(builder.spec(), "user_id")
             .and_then(|v| v.as_str())
@@ -178,6 +179,13 @@ impl Intake for Tally {
             && (0..batch.num_rows()).any(|r| vectors.is_null(r) && models.is_valid(r))
         {
             return false;
+        }
+        if spec.name == "memories" {
+            match crate::model::rows::without_store_marks(&batch) {
+                Ok(Some(cleared)) => batch = cleared,
+                Ok(None) => {}
+                Err(_) => return false,
+            }
         }
         // Keys: a key seen before (in this file) sends the batch to the row path, which
         // names both rows.

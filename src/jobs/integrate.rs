@@ -380,8 +380,10 @@ async fn apply_plans(
                     .cloned(),
             );
             row.embedding_model = Some(model.clone());
-            // A new vector is new to `link`.
+            // A new vector is new to `link`, a new text to `entities`.
             row.link_mark = None;
+            row.entity_mark = None;
+            row.scores_due_at = None;
             row
         })
         .collect();

@@ -470,7 +470,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
         .await?;
     }
     if !ctx.dry_run && !night.marks.is_empty() {
-        write_marks(&ctx.store, &night.marks).await?;
+        ctx.store
+            .set_i64_column(&MEMORIES, "link_mark", &night.marks)
+            .await?;
         crate::crash::point("link.after-marks");
     }
     let marked = match ctx.dry_run {
@@ -484,28 +486,6 @@ pub async fn run(ctx: &JobCtx<'_>, args: &LinkArgs) -> Result<JobReport> {
     }
     log.finish(ctx, &mut report).await?;
     Ok(report)
-}
-
-/// Records each memory's mark (`link_mark`), one commit: the next run leaves them out until
-/// their vector, model or the options change. Written after the links and audit rows, so a
-/// run killed before it looks at the same memories again and finds their pairs judged.
-async fn write_marks(store: &Store, marks: &[(String, Option<i64>)]) -> Result<()> {
-    use arrow::array::{Int64Array, RecordBatch, RecordBatchIterator, StringArray};
-    let schema = MEMORIES.arrow_schema(store.embedding_dim());
-    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
-        schema.field_with_name("id")?.clone(),
-        schema.field_with_name("link_mark")?.clone(),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            std::sync::Arc::new(StringArray::from_iter_values(marks.iter().map(|m| &m.0))),
-            std::sync::Arc::new(Int64Array::from_iter(marks.iter().map(|m| m.1))),
-        ],
-    )?;
-    let reader = RecordBatchIterator::new([Ok(batch)], schema);
-    store.update_columns(&MEMORIES, Box::new(reader)).await?;
-    Ok(())
 }
 
 /// The similarity a pair of `memories` needs: `--min-score`, else the threshold of the model

@@ -361,6 +361,8 @@ pub async fn embed_and_write(
         written.push(crate::model::typed::MemoryRow {
             embedding_model: Some(embedder.model_name().to_string()),
             link_mark: None,
+            entity_mark: None,
+            scores_due_at: None,
             ..(*row).clone()
         });
     }

@@ -211,6 +211,8 @@ async fn apply(store: &Store, plan: &PrunePlan, now: i64) -> Result<()> {
                 &[
                     ("state", "'archived'".to_string()),
                     ("tier", "'archived'".to_string()),
+                    // A new input to `scores` (a kept-forever memory revives at once).
+                    ("scores_due_at", "NULL".to_string()),
                     ("archived_at", sql_timestamp(now)),
                     ("updated_at", sql_timestamp(now)),
                 ],

@@ -123,6 +123,8 @@ async fn apply(
             vectors.push(Some(embed_one(embedder, &row.text).await?));
             row.embedding_model = Some(embedder.model_name());
             row.link_mark = None;
+            row.entity_mark = None;
+            row.scores_due_at = None;
             embedded.push(row);
         }
         store.upsert_memories(&embedded, &vectors, now).await?;

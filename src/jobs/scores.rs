@@ -22,11 +22,12 @@ use arrow::array::{
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{Field, Float64Type, Int64Type, Schema, TimestampMicrosecondType};
-use futures::TryStreamExt;
 use rayon::prelude::*;
 
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
-use crate::logic::scores::{ScoreInput, ScoreOutput, ScoreParams, State, Transition, Ttl, score};
+use crate::logic::scores::{
+    NEVER_DUE, ScoreInput, ScoreOutput, ScoreParams, State, Transition, Ttl, next_due, score,
+};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, MEMORIES, timestamp_type};
@@ -40,6 +41,10 @@ pub struct ScoresArgs {
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
     pub now: Option<Clock>,
+    /// Recompute every memory not archived for good, due or not (as the first run, a run with
+    /// new `[scores]` parameters, and a run at a clock before the last one's do).
+    #[arg(long)]
+    pub all: bool,
     #[command(flatten)]
     pub scope: JobScope,
 }
@@ -74,6 +79,7 @@ const READ_COLUMNS: &[&str] = &[
     "importance",
     "retention",
     "tier",
+    "scores_due_at",
 ];
 
 /// One scanned batch's results: the rows to write and what happened.
@@ -83,6 +89,8 @@ struct Computed {
     transitions: BTreeMap<&'static str, u64>,
     tiers: BTreeMap<&'static str, u64>,
     rows: u64,
+    /// Archived rows read only to be given a due date of never (not counted in `rows`).
+    left_archived: u64,
     /// Rows whose value differs, per column of `UPDATE_COLUMNS`.
     column_changes: [u64; UPDATE_COLUMNS.len()],
     /// Rows that could not be scored (an unknown state or TTL policy), left as they are.
@@ -147,7 +155,8 @@ fn compute(
     let accessed = times(batch, "last_accessed_at")?;
     let archived_old = times(batch, "archived_at")?;
 
-    let outputs: Vec<Result<(ScoreOutput, f64), String>> = (0..batch.num_rows())
+    let due_old = times(batch, "scores_due_at")?;
+    let outputs: Vec<Result<Scored, String>> = (0..batch.num_rows())
         .into_par_iter()
         .map(|i| {
             let state = State::parse(states.value(i))
@@ -160,6 +169,24 @@ fn compute(
             } else {
                 salience.value(i)
             };
+            let reaccessed = matches!(
+                (opt_time(accessed, i), opt_time(archived_old, i)),
+                (Some(a), Some(b)) if a > b
+            );
+            if state == State::Archived && ttl != Ttl::KeepForever && !reaccessed {
+                // Stays archived, as it is (a run over every memory does not read it): only
+                // its due date is written, so the next runs pass it by.
+                let kept = ScoreOutput {
+                    salience: salience.value(i),
+                    state,
+                    retention: retention_old.value(i),
+                    tier: stored_tier(tiers_old.value(i)),
+                    importance: importance_old.value(i),
+                    archived_at: opt_time(archived_old, i),
+                    transition: None,
+                };
+                return Ok((kept, salience_anchor, NEVER_DUE));
+            }
             let input = ScoreInput {
                 state,
                 ttl,
@@ -177,7 +204,9 @@ fn compute(
                 inbound_links: inbound.get(ids.value(i)).copied().unwrap_or(0),
                 last_recall_interval_days: interval.value(i),
             };
-            Ok((score(params, &input, now), salience_anchor))
+            let out = score(params, &input, now);
+            let due = next_due(params, &input, &out, salience_anchor, now);
+            Ok((out, salience_anchor, due))
         })
         .collect();
 
@@ -188,12 +217,13 @@ fn compute(
         transitions: BTreeMap::new(),
         tiers: BTreeMap::new(),
         rows: batch.num_rows() as u64,
+        left_archived: 0,
         column_changes: [0; UPDATE_COLUMNS.len()],
         failures: Vec::new(),
     };
     let mut kept = Vec::new();
     for (i, output) in outputs.into_iter().enumerate() {
-        let (out, used_anchor) = match output {
+        let (out, used_anchor, due) = match output {
             Ok(computed_row) => computed_row,
             Err(reason) => {
                 computed.failures.push(ItemFailure {
@@ -203,7 +233,12 @@ fn compute(
                 continue;
             }
         };
-        *computed.tiers.entry(out.tier).or_default() += 1;
+        if due == NEVER_DUE && out.transition.is_none() {
+            computed.rows -= 1;
+            computed.left_archived += 1;
+        } else {
+            *computed.tiers.entry(out.tier).or_default() += 1;
+        }
         if let Some(t) = out.transition {
             *computed.transitions.entry(t.name()).or_default() += 1;
             if matches!(t, Transition::Archived | Transition::Expired) {
@@ -224,13 +259,14 @@ fn compute(
             out.retention != retention_old.value(i),
             out.importance != importance_old.value(i),
             out.archived_at != opt_time(archived_old, i),
+            Some(due) != opt_time(due_old, i),
         ];
         for (count, differs) in computed.column_changes.iter_mut().zip(column_differs) {
             *count += u64::from(differs);
         }
         if column_differs.contains(&true) {
             changed.push(i as u32);
-            kept.push((out, used_anchor));
+            kept.push((out, used_anchor, due));
         }
     }
     if changed.is_empty() {
@@ -242,45 +278,45 @@ fn compute(
 
 /// The key and every update column of the changed rows (`changed`: their row numbers in
 /// `batch`), with their new values.
-fn update_batch(
-    batch: &RecordBatch,
-    changed: Vec<u32>,
-    kept: &[(ScoreOutput, f64)],
-) -> Result<RecordBatch> {
+fn update_batch(batch: &RecordBatch, changed: Vec<u32>, kept: &[Scored]) -> Result<RecordBatch> {
     let take = arrow::array::UInt32Array::from(changed);
     let id_column = arrow::compute::take(batch.column_by_name("id").unwrap(), &take, None)?;
     let columns: Vec<ArrayRef> = vec![
         id_column,
         Arc::new(Float64Array::from_iter_values(
-            kept.iter().map(|(o, _)| o.salience),
+            kept.iter().map(|(o, ..)| o.salience),
         )),
         Arc::new(Float64Array::from_iter_values(
-            kept.iter().map(|(_, a)| a.clamp(0.0, 1.0)),
+            kept.iter().map(|(_, a, _)| a.clamp(0.0, 1.0)),
         )),
         Arc::new(StringArray::from_iter_values(
-            kept.iter().map(|(o, _)| o.state.as_str()),
+            kept.iter().map(|(o, ..)| o.state.as_str()),
         )),
         Arc::new(StringArray::from_iter_values(
-            kept.iter().map(|(o, _)| o.tier),
+            kept.iter().map(|(o, ..)| o.tier),
         )),
         Arc::new(Float64Array::from_iter_values(
-            kept.iter().map(|(o, _)| o.retention),
+            kept.iter().map(|(o, ..)| o.retention),
         )),
         Arc::new(Float64Array::from_iter_values(
-            kept.iter().map(|(o, _)| o.importance),
+            kept.iter().map(|(o, ..)| o.importance),
         )),
         Arc::new(
             TimestampMicrosecondArray::from(
-                kept.iter().map(|(o, _)| o.archived_at).collect::<Vec<_>>(),
+                kept.iter().map(|(o, ..)| o.archived_at).collect::<Vec<_>>(),
             )
             .with_timezone("UTC"),
+        ),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(kept.iter().map(|(.., due)| *due))
+                .with_timezone("UTC"),
         ),
     ];
     Ok(RecordBatch::try_new(update_schema(), columns)?)
 }
 
 /// The columns scores writes, besides the key `id`.
-const UPDATE_COLUMNS: [&str; 7] = [
+const UPDATE_COLUMNS: [&str; 8] = [
     "salience",
     "salience_anchor",
     "state",
@@ -288,7 +324,22 @@ const UPDATE_COLUMNS: [&str; 7] = [
     "retention",
     "importance",
     "archived_at",
+    "scores_due_at",
 ];
+
+/// A memory's scores at the run's clock, the salience anchor they decay from, and until
+/// when they hold (`logic::scores::next_due`).
+type Scored = (ScoreOutput, f64, i64);
+
+/// A stored tier as the static name `ScoreOutput` holds (an unknown one reads as archived:
+/// only archived memories are kept as they are).
+fn stored_tier(tier: &str) -> &'static str {
+    crate::model::schema::MEMORY_TIERS
+        .iter()
+        .find(|t| **t == tier)
+        .copied()
+        .unwrap_or("archived")
+}
 
 fn update_schema() -> Arc<Schema> {
     let field = |name: &str| {
@@ -496,37 +547,167 @@ fn archive_audit_rows(
         .collect()
 }
 
-pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
+/// Which memories a run recomputes.
+enum Pass {
+    /// Every memory not archived for good, for the reason given.
+    Full(&'static str),
+    /// Those due (`scores_due_at` passed or null), and those links made since `since` (the
+    /// clock of the last run of the same scope and parameters) point at: their importance
+    /// counts inbound links.
+    Due { since: i64 },
+}
+
+/// The last finished run of this scope decides: none, other parameters or a later clock
+/// make a full pass.
+async fn choose_pass(ctx: &JobCtx<'_>, all: bool, params: &serde_json::Value) -> Result<Pass> {
+    if all {
+        return Ok(Pass::Full("--all"));
+    }
+    #[derive(serde::Deserialize)]
+    struct Run {
+        params: String,
+    }
+    let filter = "job = 'scores' AND status IN ('done', 'partial') AND dry_run = false";
+    let runs: Vec<Run> = ctx
+        .store
+        .scan_rows(crate::model::schema::RUNS.name, Some(filter))
+        .await?;
+    let scope = ctx.lock_scope();
+    let last = runs
+        .iter()
+        .filter_map(|r| serde_json::from_str::<serde_json::Value>(&r.params).ok())
+        .filter(|p| p["scope"].as_str() == scope.as_deref() && p.get("scope").is_some())
+        .filter_map(|p| {
+            let now = crate::model::encoding::parse_timestamp(p["now"].as_str()?)?;
+            Some((now, p["params"] == params["params"]))
+        })
+        .max_by_key(|(now, _)| *now);
+    Ok(match last {
+        None => Pass::Full("no earlier run of this scope"),
+        Some((_, false)) => Pass::Full("new [scores] parameters"),
+        Some((then, true)) if then > ctx.now.timestamp_micros() => {
+            Pass::Full("a clock before the last run's")
+        }
+        Some((then, true)) => Pass::Due { since: then },
+    })
+}
+
+/// The memories links made at `since` or later point at (of the users in scope).
+async fn new_link_targets(ctx: &JobCtx<'_>, since: i64) -> Result<Vec<String>> {
+    let filter = ctx.user_filter_and(&format!(
+        "created_at >= {}",
+        crate::store::sql_timestamp(since)
+    ));
+    let mut targets = std::collections::BTreeSet::new();
+    for batch in ctx
+        .store
+        .scan_columns("links", Some(&filter), &["target_id"])
+        .await?
+    {
+        let ids = strings(&batch, "target_id")?;
+        targets.extend((0..batch.num_rows()).map(|i| ids.value(i).to_string()));
+    }
+    Ok(targets.into_iter().collect())
+}
+
+/// Inbound links of the memories `ids`, looked up by target (`links.target_id` index).
+async fn inbound_of(ctx: &JobCtx<'_>, ids: &[String]) -> Result<HashMap<String, u64>> {
+    let mut counts = HashMap::new();
+    for chunk in ids.chunks(1000) {
+        let filter = format!("target_id IN ({})", crate::store::sql_list(chunk));
+        for batch in ctx
+            .store
+            .scan_columns("links", Some(&filter), &["target_id"])
+            .await?
+        {
+            let targets = strings(&batch, "target_id")?;
+            for i in 0..batch.num_rows() {
+                *counts.entry(targets.value(i).to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// A due pass past this many memories reads inbound links as a full pass does.
+const DUE_LOOKUP_LIMIT: usize = 20_000;
+
+/// The memories a run recomputes, batch by batch, with their inbound links; and a note.
+async fn read_memories(
+    ctx: &JobCtx<'_>,
+    pass: Pass,
+    now: i64,
+) -> Result<(Vec<RecordBatch>, HashMap<String, u64>, String)> {
+    // Archived for good: not recomputed; read once, to be given a due date of never.
+    let kept = "(state != 'archived' OR ttl_policy = 'keep_forever' \
+                OR last_accessed_at > archived_at OR scores_due_at IS NULL)";
+    let (filter, note) = match pass {
+        Pass::Full(why) => (ctx.user_filter_and(kept), format!("every memory ({why})")),
+        Pass::Due { since } => {
+            let targets = new_link_targets(ctx, since).await?;
+            let mut due = format!(
+                "scores_due_at IS NULL OR scores_due_at <= {}",
+                crate::store::sql_timestamp(now)
+            );
+            if targets.len() > DUE_LOOKUP_LIMIT {
+                return Box::pin(read_memories(ctx, Pass::Full("many new links"), now)).await;
+            }
+            if !targets.is_empty() {
+                due = format!("{due} OR id IN ({})", crate::store::sql_list(&targets));
+            }
+            let note = format!(
+                "memories due, or pointed at by the {} links made since {}",
+                targets.len(),
+                format_timestamp(since)
+            );
+            (ctx.user_filter_and(&format!("({due})")), note)
+        }
+    };
+    let batches = ctx
+        .store
+        .scan_columns(MEMORIES.name, Some(&filter), READ_COLUMNS)
+        .await?;
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let inbound = if note.starts_with("every") || rows > DUE_LOOKUP_LIMIT {
+        inbound_links(ctx).await?
+    } else {
+        let mut ids = Vec::with_capacity(rows);
+        for batch in &batches {
+            let column = strings(batch, "id")?;
+            ids.extend((0..batch.num_rows()).map(|i| column.value(i).to_string()));
+        }
+        inbound_of(ctx, &ids).await?
+    };
+    Ok((batches, inbound, note))
+}
+
+pub async fn run(ctx: &JobCtx<'_>, args: &ScoresArgs) -> Result<JobReport> {
     let params = &ctx.app.config().await?.scores;
     let now = ctx.now.timestamp_micros();
-    let log = RunLog::start(
-        ctx,
-        JobName::Scores.as_str(),
-        &serde_json::json!({"now": format_timestamp(now), "params": params}),
-    )
-    .await?;
+    let run_params = serde_json::json!({
+        "now": format_timestamp(now),
+        "params": params,
+        "scope": ctx.lock_scope(),
+    });
+    let pass = choose_pass(ctx, args.all, &run_params).await?;
+    let full = matches!(pass, Pass::Full(_));
+    let log = RunLog::start(ctx, JobName::Scores.as_str(), &run_params).await?;
     let mut report = JobReport::new(JobName::Scores.as_str(), ctx);
     let started = Instant::now();
-    let inbound = inbound_links(ctx).await?;
-    let filter = ctx.user_filter_and(
-        "(state != 'archived' OR ttl_policy = 'keep_forever' OR last_accessed_at > archived_at)",
-    );
-    let mut stream = ctx
-        .store
-        .stream_columns(MEMORIES.name, Some(&filter), READ_COLUMNS)
-        .await?;
+    let (batches, inbound, read_note) = read_memories(ctx, pass, now).await?;
     let read_at = started.elapsed();
     let mut compute_time = std::time::Duration::ZERO;
     let (mut updates, mut archived) = (Vec::new(), Vec::new());
     let (mut transitions, mut tiers): (BTreeMap<&str, u64>, BTreeMap<&str, u64>) =
         Default::default();
-    let mut processed = 0u64;
+    let (mut processed, mut left_archived) = (0u64, 0u64);
     let mut column_changes = [0u64; UPDATE_COLUMNS.len()];
-    while let Some(batch) = stream.try_next().await? {
+    for batch in &batches {
         let t = Instant::now();
-        let computed = compute(params, &batch, &inbound, now)?;
+        let computed = compute(params, batch, &inbound, now)?;
         compute_time += t.elapsed();
         processed += computed.rows;
+        left_archived += computed.left_archived;
         for (total, n) in column_changes.iter_mut().zip(computed.column_changes) {
             *total += n;
         }
@@ -542,6 +723,8 @@ pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
     }
     let changed: u64 = updates.iter().map(|b| b.num_rows() as u64).sum();
     report.count("processed", processed);
+    report.count("full_pass", u64::from(full));
+    report.count("left_archived", left_archived);
     report.count("failed", report.failures.len() as u64);
     report.count("changed", changed);
     for (name, n) in UPDATE_COLUMNS.iter().zip(column_changes) {
@@ -577,8 +760,9 @@ pub async fn run(ctx: &JobCtx<'_>, _args: &ScoresArgs) -> Result<JobReport> {
     report.count("entities_notes_cleaned", entities);
     report.count("notes_removed", notes);
     report.count("compute_ms", compute_time.as_millis() as u64);
+    report.notes.push(format!("read {read_note}"));
     report.notes.push(format!(
-        "now = {}; compute {} ms of {} ms (first batch after {} ms)",
+        "now = {}; compute {} ms of {} ms (read in {} ms)",
         format_timestamp(now),
         compute_time.as_millis(),
         started.elapsed().as_millis(),

@@ -35,6 +35,37 @@ pub fn model_without_vector(spec: &TableSpec, row: &ValidRow) -> Option<FieldErr
     })
 }
 
+/// Columns of `memories` that record what a job of this store did with the row (`link`,
+/// `entities`, `scores`): an imported row has not been through this store's jobs, so
+/// `import` clears them and the next runs look at the row.
+pub const STORE_MARKS: &[&str] = &["link_mark", "entity_mark", "scores_due_at"];
+
+/// `batch` (of `memories`' schema) with the store marks cleared; `None` when none was set.
+pub fn without_store_marks(batch: &RecordBatch) -> Result<Option<RecordBatch>, ArrowError> {
+    use arrow::array::Array;
+    let schema = batch.schema();
+    let set = |name: &str| {
+        batch
+            .column_by_name(name)
+            .is_some_and(|c| c.null_count() < c.len())
+    };
+    if !STORE_MARKS.iter().any(|name| set(name)) {
+        return Ok(None);
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(
+            |(field, column)| match STORE_MARKS.contains(&field.name().as_str()) {
+                true => arrow::array::new_null_array(field.data_type(), batch.num_rows()),
+                false => column.clone(),
+            },
+        )
+        .collect();
+    RecordBatch::try_new(schema, columns).map(Some)
+}
+
 /// Why one field of one row was refused.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldError {
@@ -57,6 +88,16 @@ pub struct ValidRow<'a> {
 impl ValidRow<'_> {
     pub fn get(&self, spec: &TableSpec, name: &str) -> Option<&Typed<'_>> {
         spec.position(name).map(|i| &self.values[i])
+    }
+
+    /// Clears the store marks of a `memories` row (`STORE_MARKS`).
+    pub fn clear_store_marks(&mut self, spec: &TableSpec) {
+        if spec.name != "memories" {
+            return;
+        }
+        for i in STORE_MARKS.iter().filter_map(|name| spec.position(name)) {
+            self.values[i] = Typed::Null;
+        }
     }
 }
 

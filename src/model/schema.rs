@@ -10,14 +10,14 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
 /// 4: table `clusters`. 5: table `entity_scans`; columns `entities.aliases`, `entities.archived_at`.
 /// 6: column `entities.name_embedding`. 7: table `review_queue`. 8: column
 /// `runs.table_versions`. 9: table `anchors`. 10: table `bench_runs`. 11: column
-/// `memories.link_mark`.
+/// `memories.link_mark`. 12: columns `memories.entity_mark`, `memories.scores_due_at`.
 pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (2, "llm_batches table; runs.llm_usage column"),
     (3, "memories.salience_anchor column"),
@@ -32,6 +32,7 @@ pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (9, "anchors table"),
     (10, "bench_runs table"),
     (11, "memories.link_mark column"),
+    (12, "memories.entity_mark, memories.scores_due_at columns"),
 ];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
@@ -347,6 +348,13 @@ pub static MEMORIES: TableSpec = TableSpec {
         // What `link` last found this memory's neighbours with: a hash of its vector, model
         // and the link options (v11; null: not yet, so the next `link` looks at it).
         field("link_mark", K::I64, R::Free, D::Null),
+        // Which extractor `entities` last read this memory's text with (`entities::
+        // entity_mark`; v12; null: not yet, so the next `entities` reads it). A writer of a
+        // new text leaves it null.
+        field("entity_mark", K::I64, R::Free, D::Null),
+        // Until when `scores` need not recompute this memory (`logic::scores::next_due`; v12;
+        // null: at the next run). A writer of a score input leaves it null.
+        field("scores_due_at", K::Timestamp, R::Free, D::Null),
     ],
 };
 

@@ -201,6 +201,8 @@ fn memory_cell<'a>(row: &'a MemoryRow, vector: Option<&'a [f32]>, name: &str) ->
         "last_refined_at" => time(row.last_refined_at),
         "salience_anchor" => row.salience_anchor.map_or(Cell::Null, Cell::F64),
         "link_mark" => row.link_mark.map_or(Cell::Null, Cell::I64),
+        "entity_mark" => row.entity_mark.map_or(Cell::Null, Cell::I64),
+        "scores_due_at" => time(row.scores_due_at),
         _ => Cell::Missing,
     }
 }

@@ -432,6 +432,31 @@ impl Store {
         })
     }
 
+    /// Sets an integer column of the rows keyed (`spec`'s single key column) by the first of
+    /// each pair to the second, in one commit, as a column update (`update_columns`).
+    pub async fn set_i64_column(
+        &self,
+        spec: &TableSpec,
+        column: &str,
+        values: &[(String, Option<i64>)],
+    ) -> Result<WriteStats> {
+        use arrow::array::{Int64Array, RecordBatch, RecordBatchIterator, StringArray};
+        let full = spec.arrow_schema(self.embedding_dim());
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+            full.field_with_name(spec.key[0])?.clone(),
+            full.field_with_name(column)?.clone(),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                std::sync::Arc::new(StringArray::from_iter_values(values.iter().map(|v| &v.0))),
+                std::sync::Arc::new(Int64Array::from_iter(values.iter().map(|v| v.1))),
+            ],
+        )?;
+        let reader = RecordBatchIterator::new([Ok(batch)], schema);
+        self.update_columns(spec, Box::new(reader)).await
+    }
+
     /// Sets a boolean column of the rows matching `predicate`, in one commit (none when no row
     /// matches), as a column update (`update_columns`): unlike `update_where`, which rewrites
     /// each matched row whole (an entity's two embeddings for one flag), only the column's

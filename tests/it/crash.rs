@@ -163,6 +163,7 @@ const SCENARIOS: &[Scenario] = &[
             "entities.after-unlink",
             "entities.after-entities",
             "entities.after-links",
+            "entities.after-marks",
             "entities.finishing",
         ],
         witness: "SELECT COUNT(*) AS n FROM links WHERE link_type LIKE 'shares_entity:%'",

@@ -425,3 +425,70 @@ fn a_memory_changed_before_the_poll_is_left_to_the_next_run() {
         "1"
     );
 }
+
+#[test]
+fn entities_reads_only_the_users_with_a_memory_it_has_not_read() {
+    let db = TestDb::new();
+    import(&db, false);
+    let counts = |report: &serde_json::Value, names: &[&str]| -> Vec<u64> {
+        names
+            .iter()
+            .map(|n| report["counts"][*n].as_u64().unwrap_or(u64::MAX))
+            .collect()
+    };
+    let read = ["users_read", "memories", "memories_read", "memories_marked"];
+    let first = run_entities(&db);
+    assert_eq!(counts(&first, &read), [2, 9, 9, 9], "{first}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM memories WHERE entity_mark IS NULL"),
+        "0"
+    );
+
+    // Nothing new: no user is read.
+    let again = run_entities(&db);
+    assert_eq!(counts(&again, &read), [0, 0, 0, 0], "{again}");
+
+    // A memory integrate adds for Ben: only Ben is read, and only it is new.
+    let fact = db.path("fact.jsonl");
+    std::fs::write(
+        &fact,
+        r#"{"user_id":"ben","text":"Ben booked a climbing trip to Kalymnos with Tobias.","created_at":"2025-03-01T10:00:00Z"}"#,
+    )
+    .unwrap();
+    let added = db.run_json(&[
+        "integrate",
+        &fact,
+        "--embedder",
+        "hash",
+        "--now",
+        "2025-03-01T12:00:00Z",
+    ]);
+    assert_eq!(added["counts"]["added"], 1, "{added}");
+    let ben = run_entities(&db);
+    assert_eq!(counts(&ben, &read), [1, 2, 1, 1], "{ben}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entities WHERE user_id = 'ben' AND name = 'Kalymnos'"),
+        "1"
+    );
+
+    // Undo of that run takes its mark back with its reading: the next run reads Ben again.
+    let undone = db.run(&["undo", "--last", "entities", "--embedder", "hash"]);
+    assert_eq!(undone.status.code(), Some(0), "{}", stderr(&undone));
+    let checked = db.run(&["check"]);
+    assert_eq!(checked.status.code(), Some(0), "{}", stdout(&checked));
+    let redone = run_entities(&db);
+    assert_eq!(counts(&redone, &read), [1, 2, 1, 1], "{redone}");
+
+    // A dry run reads but marks nothing; a text imported again is read again.
+    import(&db, true);
+    let dry = db.run_json(&["entities", "--embedder", "hash", "--dry-run"]);
+    // Import cleared the marks of the 9 rows it wrote (both users): 8 settled, a8 read again.
+    assert_eq!(counts(&dry, &read), [2, 10, 1, 0], "{dry}");
+    let again = run_entities(&db);
+    assert_eq!(counts(&again, &read), [2, 10, 1, 9], "{again}");
+    assert_eq!(counts(&run_entities(&db), &read), [0, 0, 0, 0]);
+
+    // --all reads every user and every memory; their marks are already right.
+    let all = db.run_json(&["entities", "--embedder", "hash", "--all"]);
+    assert_eq!(counts(&all, &read), [2, 10, 10, 0], "{all}");
+}

@@ -101,8 +101,23 @@ fn scores_apply_seed_002_and_are_idempotent() {
         "sql",
         "SELECT id, state, tier, salience_anchor FROM memories ORDER BY id",
     ]));
-    // A day later only salience moves: the columns no row changes are not rewritten.
-    let next_day = json(&db.run(&["--json", "scores", "--now", "2025-06-02T00:00:00Z"]));
+    // A day later nothing is due: every score is within the tolerance of its exact value.
+    let quiet = json(&db.run(&["--json", "scores", "--now", "2025-06-02T00:00:00Z"]));
+    assert_eq!(quiet["counts"]["full_pass"], 0, "{quiet}");
+    assert_eq!(quiet["counts"]["processed"], 0, "{quiet}");
+    // With no tolerance (new parameters: every memory is read) only salience moves: the
+    // columns no row changes are not rewritten.
+    let exact = db.path("exact.toml");
+    std::fs::write(&exact, "[scores]\ndue_tolerance = 0.0\n").unwrap();
+    let next_day = json(&db.run(&[
+        "--json",
+        "--config",
+        &exact,
+        "scores",
+        "--now",
+        "2025-06-02T00:00:00Z",
+    ]));
+    assert_eq!(next_day["counts"]["full_pass"], 1, "{next_day}");
     assert!(
         next_day["counts"]["changed_salience"].as_u64().unwrap() > 0,
         "{next_day}"
@@ -219,4 +234,90 @@ async fn an_older_database_is_migrated_in_place() {
     assert_eq!(db.count("llm_batches"), 0);
     assert_eq!(db.count("memories"), 7, "no row lost");
     assert_eq!(memory(&db, "sure", "salience_anchor"), "0.5");
+}
+
+#[test]
+fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
+    let db = db();
+    let run = |now: &str, extra: &[&str]| {
+        let mut args = vec!["--json", "scores", "--now", now];
+        args.extend_from_slice(extra);
+        json(&db.run(&args))
+    };
+    let pass = |r: &Value| {
+        (
+            r["counts"]["full_pass"].as_u64().unwrap(),
+            r["counts"]["processed"].as_u64().unwrap(),
+        )
+    };
+    // The first run reads every memory not archived for good.
+    let first = run("2025-06-01T00:00:00Z", &[]);
+    assert_eq!(pass(&first), (1, 6), "{first}");
+    let due = |id: &str| memory(&db, id, "scores_due_at");
+    // The memory archived for good is read once, to be passed by from then on; nothing
+    // else is due the next day.
+    assert_eq!(first["counts"]["left_archived"], 1, "{first}");
+    assert_eq!(memory(&db, "gone", "state"), "\"archived\"");
+    assert_eq!(memory(&db, "gone", "salience"), "0.001");
+    assert!(due("gone").starts_with("\"9999-12-31"), "{}", due("gone"));
+    assert_eq!(pass(&run("2025-06-03T00:00:00Z", &[])), (0, 0));
+
+    // An access (recall) makes a memory due; so does a new link pointing at it, whose
+    // inbound count raises its importance.
+    let embedded = db.run(&["embed", "--embedder", "hash"]);
+    assert_eq!(embedded.status.code(), Some(0), "{}", stderr(&embedded));
+    let recalled = db.run_json(&[
+        "recall",
+        "tea",
+        "--user",
+        "u1",
+        "--embedder",
+        "hash",
+        "--now",
+        "2025-06-03T12:00:00Z",
+    ]);
+    assert!(recalled["activated"].as_u64().unwrap() >= 1, "{recalled}");
+    let accessed: Vec<String> = db
+        .rows("SELECT id FROM memories WHERE scores_due_at IS NULL ORDER BY id")
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!accessed.is_empty());
+    let links = db.path("links.jsonl");
+    std::fs::write(
+        &links,
+        r#"{"source_id":"used","target_id":"sure","user_id":"u1","link_type":"related_to","created_at":"2025-06-03T18:00:00Z"}"#,
+    )
+    .unwrap();
+    let out = db.run(&["import", "--table", "links", &links]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let importance_before: f64 = memory(&db, "sure", "importance").parse().unwrap();
+    let fourth = run("2025-06-04T00:00:00Z", &[]);
+    let read = if accessed.iter().any(|id| id == "sure") {
+        0
+    } else {
+        1
+    };
+    assert_eq!(pass(&fourth), (0, accessed.len() as u64 + read), "{fourth}");
+    let importance_after: f64 = memory(&db, "sure", "importance").parse().unwrap();
+    assert!(
+        importance_after > importance_before + 0.03,
+        "{importance_before} -> {importance_after}"
+    );
+    // Links made before the last run are not read again.
+    assert_eq!(pass(&run("2025-06-05T00:00:00Z", &[])), (0, 0));
+
+    // Every memory is due again within `due_max_days` (30).
+    let month = run("2025-07-06T00:00:00Z", &[]);
+    assert_eq!(month["counts"]["full_pass"], 0, "{month}");
+    assert_eq!(
+        month["counts"]["processed"],
+        db.scalar("SELECT COUNT(*) FROM memories WHERE state != 'archived'")
+            .parse::<u64>()
+            .unwrap(),
+        "{month}"
+    );
+    // A clock before the last run's, and --all, read every memory.
+    assert_eq!(pass(&run("2025-07-01T00:00:00Z", &[])).0, 1);
+    assert_eq!(pass(&run("2025-07-06T00:00:00Z", &["--all"])).0, 1);
 }

@@ -62,6 +62,12 @@ pub struct MemoryRow {
     /// What `link` last found the memory's neighbours with (`link::link_mark`); null: not
     /// yet. A writer that gives the memory another vector leaves it null.
     pub link_mark: Option<i64>,
+    /// Which extractor `entities` last read the memory's text with; null: not yet. A writer
+    /// that gives the memory another text leaves it null.
+    pub entity_mark: Option<i64>,
+    /// Until when `scores` need not recompute the memory; null: at its next run. A writer of
+    /// a score input (an access, a new text, a restore) leaves it null.
+    pub scores_due_at: Option<i64>,
 }
 
 impl MemoryRow {
@@ -138,6 +144,8 @@ impl MemoryRow {
             "last_refined_at": time(self.last_refined_at),
             "salience_anchor": self.salience_anchor,
             "link_mark": self.link_mark,
+            "entity_mark": self.entity_mark,
+            "scores_due_at": time(self.scores_due_at),
         })
     }
 }

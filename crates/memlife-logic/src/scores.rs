@@ -55,6 +55,12 @@ pub struct ScoreParams {
     pub recency_half_life_days: f64,
     /// Salience added by a retrieval (seed 002: alpha in [0.05, 0.1]); used by recall.
     pub access_boost: f64,
+    /// How far a stored salience, retention or importance may drift from its exact value
+    /// before the daily run recomputes the memory (`next_due`); 0 recomputes every memory
+    /// every run. States, tiers and archivals are never late.
+    pub due_tolerance: f64,
+    /// The longest a memory goes without being recomputed, whatever its scores.
+    pub due_max_days: f64,
 }
 
 impl Default for ScoreParams {
@@ -79,6 +85,8 @@ impl Default for ScoreParams {
             links_saturation: 20.0,
             recency_half_life_days: 90.0,
             access_boost: 0.1,
+            due_tolerance: 0.01,
+            due_max_days: 30.0,
         }
     }
 }
@@ -93,6 +101,7 @@ impl ScoreParams {
             ("ephemeral_semantic_days", self.ephemeral_semantic_days),
             ("access_saturation", self.access_saturation),
             ("links_saturation", self.links_saturation),
+            ("due_max_days", self.due_max_days),
         ];
         for (name, value) in positive {
             if value.is_nan() || value <= 0.0 {
@@ -371,6 +380,58 @@ pub fn score(p: &ScoreParams, m: &ScoreInput, now: i64) -> ScoreOutput {
     }
 }
 
+/// `scores_due_at` of an archived memory: no run needs to look at it until a writer changes
+/// it (a re-access, a restore), which clears the date (9999-12-31).
+pub const NEVER_DUE: i64 = 253_402_214_400_000_000;
+
+/// The resolution of `next_due`.
+const DUE_STEP: i64 = 60_000_000;
+
+/// The clock until which the daily run need not recompute memory `m`, just scored at `now`
+/// to `out` (with salience anchor `anchor`), as long as nothing writes its inputs: the
+/// latest clock (to the minute, at most `due_max_days` ahead) at which a run would still
+/// give it the same state, tier and archival, no transition, and a salience, retention and
+/// importance within `due_tolerance` of `out`'s. Every output only falls (or stays) as
+/// time passes with the inputs fixed, so the first clock that differs is found by halving.
+/// An archived memory is never due ([`NEVER_DUE`]).
+pub fn next_due(p: &ScoreParams, m: &ScoreInput, out: &ScoreOutput, anchor: f64, now: i64) -> i64 {
+    if out.state == State::Archived {
+        return NEVER_DUE;
+    }
+    let stored = ScoreInput {
+        state: out.state,
+        salience: out.salience,
+        salience_anchor: anchor,
+        archived_at: out.archived_at,
+        ..m.clone()
+    };
+    let tol = p.due_tolerance.max(0.0);
+    let differs = |t: i64| {
+        let o = score(p, &stored, t);
+        o.transition.is_some()
+            || o.state != out.state
+            || o.tier != out.tier
+            || o.archived_at != out.archived_at
+            || (o.salience - out.salience).abs() > tol
+            || (o.retention - out.retention).abs() > tol
+            || (o.importance - out.importance).abs() > tol
+    };
+    let horizon = now.saturating_add((p.due_max_days.max(0.0) * MICROS_PER_DAY) as i64);
+    if !differs(horizon) {
+        return horizon;
+    }
+    let (mut same, mut changed) = (now, horizon);
+    while changed - same > DUE_STEP {
+        let mid = same + (changed - same) / 2;
+        if differs(mid) {
+            changed = mid;
+        } else {
+            same = mid;
+        }
+    }
+    same
+}
+
 /// A retrieval (seed 002 "Salience Updates" and the spacing effect): the recall job applies
 /// this when it returns a memory; the simulations below use it to replay access patterns.
 /// `current_salience` is the decayed salience at `now`; the result is the new anchor.
@@ -426,6 +487,94 @@ mod tests {
 
     fn close(a: f64, b: f64, tolerance: f64) -> bool {
         (a - b).abs() <= tolerance
+    }
+
+    /// A memory scored at `now` and left alone until its due date is, at every clock before
+    /// it, where a run would put it (within the tolerance, same state, tier and archival),
+    /// and a run a little after a due date before the horizon changes something.
+    #[test]
+    fn a_memory_is_not_due_before_a_run_would_change_it() {
+        let mut rng = Rng::new(7);
+        let p = p();
+        let states = [State::Candidate, State::Active, State::Core];
+        let ttls = [Ttl::Decay, Ttl::Decay, Ttl::Ephemeral, Ttl::KeepForever];
+        let (mut early, mut bounded) = (0, 0);
+        for _ in 0..400 {
+            let created = T0 - (rng.unit() * 200.0 * DAY as f64) as i64;
+            let mut m = memory(states[rng.below(3)], rng.unit());
+            m.ttl = ttls[rng.below(4)];
+            m.episodic = rng.below(2) == 0;
+            m.created_at = created;
+            m.salience_anchor = rng.unit();
+            m.access_count = if m.state == State::Candidate {
+                0
+            } else {
+                1 + rng.below(12) as i64
+            };
+            m.recall_frequency = m.access_count;
+            m.last_accessed_at = (m.access_count > 0).then_some(created + DAY);
+            m.inbound_links = rng.below(30) as u64;
+            m.emotional_salience = rng.unit();
+            let now = T0 + (rng.unit() * 30.0 * DAY as f64) as i64;
+            let out = score(&p, &m, now);
+            let due = next_due(&p, &m, &out, m.salience_anchor, now);
+            let stored = ScoreInput {
+                state: out.state,
+                salience: out.salience,
+                archived_at: out.archived_at,
+                ..m.clone()
+            };
+            if out.state == State::Archived {
+                assert_eq!(due, NEVER_DUE);
+                continue;
+            }
+            assert!(due >= now && due <= now + 30 * DAY, "{due} {now}");
+            for k in 0..=20 {
+                let t = now + (due - now) * k / 20;
+                let o = score(&p, &stored, t);
+                assert_eq!(
+                    (o.state, o.tier, o.archived_at),
+                    (out.state, out.tier, out.archived_at),
+                    "{m:?} at {t}"
+                );
+                assert!(o.transition.is_none(), "{m:?} at {t}");
+                for (a, b) in [
+                    (o.salience, out.salience),
+                    (o.retention, out.retention),
+                    (o.importance, out.importance),
+                ] {
+                    assert!(
+                        close(a, b, p.due_tolerance),
+                        "{m:?} at {t}: {a} against {b}"
+                    );
+                }
+            }
+            if due < now + 30 * DAY {
+                early += 1;
+                let o = score(&p, &stored, due + 2 * DUE_STEP);
+                let moved = o.state != out.state
+                    || o.tier != out.tier
+                    || [
+                        (o.salience, out.salience),
+                        (o.retention, out.retention),
+                        (o.importance, out.importance),
+                    ]
+                    .iter()
+                    .any(|(a, b)| (a - b).abs() > p.due_tolerance);
+                assert!(moved, "{m:?}: nothing changes after {due}");
+            } else {
+                bounded += 1;
+            }
+        }
+        assert!(early > 50 && bounded > 20, "{early} {bounded}");
+        // Tolerance 0: every memory whose scores move is due again at once.
+        let exact = ScoreParams {
+            due_tolerance: 0.0,
+            ..p
+        };
+        let m = memory(State::Active, 0.5);
+        let out = score(&exact, &m, T0 + DAY);
+        assert!(next_due(&exact, &m, &out, 0.5, T0 + DAY) < T0 + DAY + 2 * DUE_STEP);
     }
 
     #[test]
