@@ -10,7 +10,9 @@
 //! and a name in a thousand memories makes three thousand links, not half a million.
 //!
 //! Only new or changed memories are read on a rerun: `entity_scans` records the hash of the
-//! text each memory was read with. A changed memory's old entity rows and entity links are
+//! text each memory was read with, and only users with a live memory not marked as read by
+//! the current extractor (`memories.entity_mark`, cleared by every writer of a new text) are
+//! read at all. A changed memory's old entity rows and entity links are
 //! removed before its new ones are written. Writes, each one Lance commit: unlink changed
 //! memories, entities, memory_entities, links, then the scans last, so a run killed at any
 //! point is redone whole by the next (every write is an upsert on its key).
@@ -268,15 +270,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     let mark = entity_mark(current);
     let Some(users) = users_to_read(ctx, args.all, mark).await? else {
         // No memory is new to this extractor: nothing is read.
-        counts.extend(
-            [
-                ("users_read", 0),
-                ("memories", 0),
-                ("memories_read", 0),
-                ("memories_marked", 0),
-            ]
-            .map(|(k, v)| (k.into(), v)),
-        );
+        for name in ["users_read", "memories", "memories_read", "memories_marked"] {
+            counts.insert(name.into(), 0);
+        }
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
         return Ok(report);
@@ -288,33 +284,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     let read_users: BTreeSet<&str> = memories.iter().map(|m| m.user.as_str()).collect();
     counts.insert("users_read".into(), read_users.len() as u64);
     counts.insert("memories".into(), memories.len() as u64);
-    let settled: Vec<bool> = memories
-        .par_iter()
-        .map(|m| {
-            scanned.get(&m.id).is_some_and(|(hash, extractor)| {
-                extractor == current && *hash == text_hash(&m.text)
-            })
-        })
-        .collect();
-    // Memories whose last reading is of their text by this extractor are marked so (each
-    // run writes only the marks that change).
-    let mut marks: Vec<(String, Option<i64>)> = (0..memories.len())
-        .filter(|&i| settled[i] && memories[i].entity_mark != Some(mark))
-        .map(|i| (memories[i].id.clone(), Some(mark)))
-        .collect();
+    let (settled, mut marks) = settled(&memories, &scanned, current, mark);
     let mut changed: Vec<usize> = (0..memories.len())
         .filter(|&i| args.all || !settled[i])
         .collect();
     if batch {
-        // Memories waiting in a submitted batch are not submitted again.
-        let pending =
-            crate::llm::batch::memories_in_pending(&ctx.store, JobName::Entities.as_str()).await?;
-        let before = changed.len();
-        changed.retain(|&i| !pending.contains(&memories[i].id));
-        counts.insert(
-            "memories_in_pending_batches".into(),
-            (before - changed.len()) as u64,
-        );
+        drop_pending(ctx, &memories, &mut changed, &mut counts).await?;
     }
     counts.insert("memories_read".into(), changed.len() as u64);
     if changed.is_empty() || batch {
@@ -418,6 +393,45 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     report.counts = counts;
     log.finish(ctx, &mut report).await?;
     Ok(report)
+}
+
+/// Which `memories` were last read, as their text is now, by the `current` extractor; and
+/// the marks to write (of those not yet marked so: a run writes only the marks that change).
+fn settled(
+    memories: &[Memory],
+    scanned: &BTreeMap<String, (String, String)>,
+    current: &str,
+    mark: i64,
+) -> (Vec<bool>, Vec<(String, Option<i64>)>) {
+    let settled: Vec<bool> = memories
+        .par_iter()
+        .map(|m| {
+            scanned.get(&m.id).is_some_and(|(hash, extractor)| {
+                extractor == current && *hash == text_hash(&m.text)
+            })
+        })
+        .collect();
+    let marks = (0..memories.len())
+        .filter(|&i| settled[i] && memories[i].entity_mark != Some(mark))
+        .map(|i| (memories[i].id.clone(), Some(mark)))
+        .collect();
+    (settled, marks)
+}
+
+/// Memories waiting in a submitted batch are not submitted again.
+async fn drop_pending(
+    ctx: &JobCtx<'_>,
+    memories: &[Memory],
+    changed: &mut Vec<usize>,
+    counts: &mut BTreeMap<String, u64>,
+) -> Result<()> {
+    let pending =
+        crate::llm::batch::memories_in_pending(&ctx.store, JobName::Entities.as_str()).await?;
+    let before = changed.len();
+    changed.retain(|&i| !pending.contains(&memories[i].id));
+    let held = (before - changed.len()) as u64;
+    counts.insert("memories_in_pending_batches".into(), held);
+    Ok(())
 }
 
 /// `memories.entity_mark` of a memory whose text `extractor` read.

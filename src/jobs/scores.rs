@@ -1,10 +1,16 @@
-//! `memlife scores [--now T]`: the daily bulk recalculation (seed 000's
-//! `recalculate_temporal_scores` and `bulk_recalculate_scores`) for every memory that is not
+//! `memlife scores [--now T] [--all]`: the daily bulk recalculation (seed 000's
+//! `recalculate_temporal_scores` and `bulk_recalculate_scores`) of memories that are not
 //! archived, plus archived ones that were re-accessed or are keep_forever (they may revive):
 //! salience decay, lifecycle state, TTL, retention and tier, importance; then the removal of
 //! expired entity notes (seed 002 "Note Cleanup").
 //!
-//! Columnar: Lance streams the needed columns in batches, each batch is computed in parallel
+//! A run recomputes the memories that are due (`memories.scores_due_at` passed or null) and
+//! those that links made since the last run of its scope point at; the first run, new
+//! `[scores]` parameters, an earlier clock or `--all` recompute every one (`Pass`). Each
+//! recomputed memory gets the clock until which a run would leave it as it is, to within
+//! `[scores] due_tolerance` (`logic::scores::next_due`); writers of score inputs clear it.
+//!
+//! Columnar: Lance reads the needed columns in batches, each batch is computed in parallel
 //! (rayon) by the pure functions of `scores`, and only rows whose values change are written
 //! back, as key + changed columns, in one merge-insert commit. Memories archived by this run
 //! are written to the audit log first (one commit), then the scores (one commit): a run killed
@@ -104,6 +110,13 @@ fn f64s<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Float64Array> {
         .map(|c| c.as_primitive::<Float64Type>())
 }
 
+fn i64s<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a arrow::array::Int64Array> {
+    batch
+        .column_by_name(name)
+        .with_context(|| format!("memories has no column {name}"))
+        .map(|c| c.as_primitive::<Int64Type>())
+}
+
 fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray> {
     Ok(batch
         .column_by_name(name)
@@ -143,14 +156,8 @@ fn compute(
     let interval = f64s(batch, "last_recall_interval_days")?;
     let importance_old = f64s(batch, "importance")?;
     let retention_old = f64s(batch, "retention")?;
-    let access = batch
-        .column_by_name("access_count")
-        .context("access_count")?
-        .as_primitive::<Int64Type>();
-    let recalls = batch
-        .column_by_name("recall_frequency")
-        .context("recall_frequency")?
-        .as_primitive::<Int64Type>();
+    let access = i64s(batch, "access_count")?;
+    let recalls = i64s(batch, "recall_frequency")?;
     let created = times(batch, "created_at")?;
     let accessed = times(batch, "last_accessed_at")?;
     let archived_old = times(batch, "archived_at")?;
@@ -169,10 +176,8 @@ fn compute(
             } else {
                 salience.value(i)
             };
-            let reaccessed = matches!(
-                (opt_time(accessed, i), opt_time(archived_old, i)),
-                (Some(a), Some(b)) if a > b
-            );
+            let reaccessed =
+                opt_time(accessed, i) > opt_time(archived_old, i) && archived_old.is_valid(i);
             if state == State::Archived && ttl != Ttl::KeepForever && !reaccessed {
                 // Stays archived, as it is (a run over every memory does not read it): only
                 // its due date is written, so the next runs pass it by.

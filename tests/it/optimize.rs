@@ -29,7 +29,7 @@ fn busy_store() -> TestDb {
         vec!["import", file.as_str()],
         vec!["embed", "--embedder", "hash", "--commit-rows", "5"],
         vec!["scores", "--now", "2025-03-01T00:00:00Z"],
-        vec!["scores", "--now", "2025-03-02T00:00:00Z"],
+        vec!["scores", "--now", "2025-03-02T00:00:00Z", "--all"],
     ] {
         let out = db.run(&args);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
