@@ -380,25 +380,39 @@ fn changed_columns_only(
         .collect()
 }
 
-/// Inbound links per memory (of the user in scope).
-async fn inbound_links(ctx: &JobCtx<'_>) -> Result<HashMap<String, u64>> {
+/// Inbound links per memory (of the user in scope), and the memories links made at `since`
+/// or later point at: one scan of the links' targets and clocks.
+async fn links_in(
+    ctx: &JobCtx<'_>,
+    since: Option<i64>,
+) -> Result<(HashMap<String, u64>, Vec<String>)> {
     let filter = ctx
         .user
         .as_ref()
         .map(|u| format!("user_id = {}", sql_string(u)));
-    let mut counts = HashMap::new();
-    #[derive(serde::Deserialize)]
-    struct Inbound {
-        target_id: String,
-    }
-    for link in ctx
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    let mut targets = std::collections::BTreeSet::new();
+    for batch in ctx
         .store
-        .scan_rows::<Inbound>("links", filter.as_deref())
+        .scan_columns("links", filter.as_deref(), &["target_id", "created_at"])
         .await?
     {
-        *counts.entry(link.target_id).or_insert(0) += 1;
+        let ids = strings(&batch, "target_id")?;
+        let made = times(&batch, "created_at")?;
+        for i in 0..batch.num_rows() {
+            let id = ids.value(i);
+            match counts.get_mut(id) {
+                Some(n) => *n += 1,
+                None => {
+                    counts.insert(id.to_string(), 1);
+                }
+            }
+            if since.is_some_and(|t| made.is_valid(i) && made.value(i) >= t) {
+                targets.insert(id.to_string());
+            }
+        }
     }
-    Ok(counts)
+    Ok((counts, targets.into_iter().collect()))
 }
 
 /// Drops entity notes whose `expires_at` has passed; returns (entities changed, notes removed).
@@ -597,44 +611,7 @@ async fn choose_pass(ctx: &JobCtx<'_>, all: bool, params: &serde_json::Value) ->
     })
 }
 
-/// The memories links made at `since` or later point at (of the users in scope).
-async fn new_link_targets(ctx: &JobCtx<'_>, since: i64) -> Result<Vec<String>> {
-    let filter = ctx.user_filter_and(&format!(
-        "created_at >= {}",
-        crate::store::sql_timestamp(since)
-    ));
-    let mut targets = std::collections::BTreeSet::new();
-    for batch in ctx
-        .store
-        .scan_columns("links", Some(&filter), &["target_id"])
-        .await?
-    {
-        let ids = strings(&batch, "target_id")?;
-        targets.extend((0..batch.num_rows()).map(|i| ids.value(i).to_string()));
-    }
-    Ok(targets.into_iter().collect())
-}
-
-/// Inbound links of the memories `ids`, looked up by target (`links.target_id` index).
-async fn inbound_of(ctx: &JobCtx<'_>, ids: &[String]) -> Result<HashMap<String, u64>> {
-    let mut counts = HashMap::new();
-    for chunk in ids.chunks(1000) {
-        let filter = format!("target_id IN ({})", crate::store::sql_list(chunk));
-        for batch in ctx
-            .store
-            .scan_columns("links", Some(&filter), &["target_id"])
-            .await?
-        {
-            let targets = strings(&batch, "target_id")?;
-            for i in 0..batch.num_rows() {
-                *counts.entry(targets.value(i).to_string()).or_insert(0) += 1;
-            }
-        }
-    }
-    Ok(counts)
-}
-
-/// A due pass past this many memories reads inbound links as a full pass does.
+/// A due pass for links made to more memories than this reads every memory.
 const DUE_LOOKUP_LIMIT: usize = 20_000;
 
 /// The memories a run recomputes, batch by batch, with their inbound links; and a note.
@@ -646,17 +623,24 @@ async fn read_memories(
     // Archived for good: not recomputed; read once, to be given a due date of never.
     let kept = "(state != 'archived' OR ttl_policy = 'keep_forever' \
                 OR last_accessed_at > archived_at OR scores_due_at IS NULL)";
-    let (filter, note) = match pass {
-        Pass::Full(why) => (ctx.user_filter_and(kept), format!("every memory ({why})")),
-        Pass::Due { since } => {
-            let targets = new_link_targets(ctx, since).await?;
+    let since = match pass {
+        Pass::Full(_) => None,
+        Pass::Due { since } => Some(since),
+    };
+    let t = Instant::now();
+    let (inbound, targets) = links_in(ctx, since).await?;
+    let links_ms = t.elapsed().as_millis();
+    let (filter, note) = match (pass, targets.len() > DUE_LOOKUP_LIMIT) {
+        (Pass::Full(why), _) => (ctx.user_filter_and(kept), format!("every memory ({why})")),
+        (Pass::Due { .. }, true) => (
+            ctx.user_filter_and(kept),
+            "every memory (many new links)".to_string(),
+        ),
+        (Pass::Due { since }, false) => {
             let mut due = format!(
                 "scores_due_at IS NULL OR scores_due_at <= {}",
                 crate::store::sql_timestamp(now)
             );
-            if targets.len() > DUE_LOOKUP_LIMIT {
-                return Box::pin(read_memories(ctx, Pass::Full("many new links"), now)).await;
-            }
             if !targets.is_empty() {
                 due = format!("{due} OR id IN ({})", crate::store::sql_list(&targets));
             }
@@ -668,21 +652,15 @@ async fn read_memories(
             (ctx.user_filter_and(&format!("({due})")), note)
         }
     };
+    let t = Instant::now();
     let batches = ctx
         .store
         .scan_columns(MEMORIES.name, Some(&filter), READ_COLUMNS)
         .await?;
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let inbound = if note.starts_with("every") || rows > DUE_LOOKUP_LIMIT {
-        inbound_links(ctx).await?
-    } else {
-        let mut ids = Vec::with_capacity(rows);
-        for batch in &batches {
-            let column = strings(batch, "id")?;
-            ids.extend((0..batch.num_rows()).map(|i| column.value(i).to_string()));
-        }
-        inbound_of(ctx, &ids).await?
-    };
+    let note = format!(
+        "{note}; links read in {links_ms} ms, memories in {} ms",
+        t.elapsed().as_millis()
+    );
     Ok((batches, inbound, note))
 }
 
@@ -694,7 +672,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ScoresArgs) -> Result<JobReport> {
         "params": params,
         "scope": ctx.lock_scope(),
     });
+    let t = Instant::now();
     let pass = choose_pass(ctx, args.all, &run_params).await?;
+    let chosen_ms = t.elapsed().as_millis();
     let full = matches!(pass, Pass::Full(_));
     let log = RunLog::start(ctx, JobName::Scores.as_str(), &run_params).await?;
     let mut report = JobReport::new(JobName::Scores.as_str(), ctx);
@@ -765,7 +745,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ScoresArgs) -> Result<JobReport> {
     report.count("entities_notes_cleaned", entities);
     report.count("notes_removed", notes);
     report.count("compute_ms", compute_time.as_millis() as u64);
-    report.notes.push(format!("read {read_note}"));
+    report
+        .notes
+        .push(format!("pass chosen in {chosen_ms} ms; read {read_note}"));
     report.notes.push(format!(
         "now = {}; compute {} ms of {} ms (read in {} ms)",
         format_timestamp(now),
