@@ -446,22 +446,8 @@ async fn users_to_read(ctx: &JobCtx<'_>, all: bool, mark: i64) -> Result<Option<
     if all {
         return Ok(Some(ctx.user_filter()));
     }
-    #[derive(serde::Deserialize)]
-    struct Owner {
-        user_id: String,
-    }
-    let filter = ctx.user_filter_and(&format!(
-        "(entity_mark IS NULL OR entity_mark != {mark}) AND {LIVE}"
-    ));
-    let users: BTreeSet<String> = ctx
-        .store
-        .scan_rows::<Owner>("memories", Some(&filter))
-        .await?
-        .into_iter()
-        .map(|o| o.user_id)
-        .filter(|u| ctx.scope.contains(u))
-        .collect();
-    let users: Vec<String> = users.into_iter().collect();
+    let unread = format!("(entity_mark IS NULL OR entity_mark != {mark}) AND {LIVE}");
+    let users = super::users_with_memories_where(ctx, &unread).await?;
     Ok((!users.is_empty()).then(|| Some(format!("user_id IN ({})", sql_list(&users)))))
 }
 

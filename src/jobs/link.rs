@@ -107,20 +107,7 @@ struct UserMemories {
 /// new memory, or a new vector (every writer of one clears the mark). Reads one small
 /// column, not the vectors.
 async fn users_with_unmarked(ctx: &JobCtx<'_>) -> Result<Vec<String>> {
-    #[derive(serde::Deserialize)]
-    struct Owner {
-        user_id: String,
-    }
-    let filter = ctx.user_filter_and("link_mark IS NULL AND state != 'archived'");
-    let users: BTreeSet<String> = ctx
-        .store
-        .scan_rows::<Owner>("memories", Some(&filter))
-        .await?
-        .into_iter()
-        .map(|o| o.user_id)
-        .filter(|u| ctx.scope.contains(u))
-        .collect();
-    Ok(users.into_iter().collect())
+    super::users_with_memories_where(ctx, "link_mark IS NULL AND state != 'archived'").await
 }
 
 /// The memories of `users` (not archived, with a vector), user by user, in one scan.

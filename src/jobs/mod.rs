@@ -341,6 +341,25 @@ impl JobReport {
     }
 }
 
+/// The users in the run's scope with a memory matching `predicate` (reads `user_id` only):
+/// how `link` and `entities` find the users with something new to them.
+pub async fn users_with_memories_where(ctx: &JobCtx<'_>, predicate: &str) -> Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Owner {
+        user_id: String,
+    }
+    let filter = ctx.user_filter_and(predicate);
+    let users: std::collections::BTreeSet<String> = ctx
+        .store
+        .scan_rows::<Owner>("memories", Some(&filter))
+        .await?
+        .into_iter()
+        .map(|o| o.user_id)
+        .filter(|u| ctx.scope.contains(u))
+        .collect();
+    Ok(users.into_iter().collect())
+}
+
 /// New memories a job made (narratives, patterns, facts) embedded by `embedder` and upserted,
 /// each with the model recorded.
 pub async fn embed_and_write(
