@@ -23,7 +23,7 @@ use anyhow::Result;
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
-use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
+use super::{Job, JobCtx, JobName, JobReport, JobScope, Phases, RunLog};
 use crate::embedders::{Embedded, Embedder, EmbedderArgs};
 use crate::llm::batch::{Applier, ApplyEnv, BatchRecord};
 use crate::llm::tasks::{EXTRACT_BATCH, ExtractedMemory, MemoryView, Reply, Task, TaskInput};
@@ -268,6 +268,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     let mut report = JobReport::new(JobName::Entities.as_str(), ctx);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mark = entity_mark(current);
+    let mut phases = Phases::start();
     let Some(users) = users_to_read(ctx, args.all, mark).await? else {
         // No memory is new to this extractor: nothing is read.
         for name in ["users_read", "memories", "memories_read", "memories_marked"] {
@@ -278,9 +279,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         return Ok(report);
     };
     let user = users.as_deref();
-
+    phases.lap("users");
     let memories = live_memories(&ctx.store, user).await?;
+    phases.lap("memories");
     let scanned = scans(&ctx.store, user).await?;
+    phases.lap("scans");
     let read_users: BTreeSet<&str> = memories.iter().map(|m| m.user.as_str()).collect();
     counts.insert("users_read".into(), read_users.len() as u64);
     counts.insert("memories".into(), memories.len() as u64);
@@ -296,6 +299,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         mark_read(ctx, &marks, &mut counts).await?;
     }
     if changed.is_empty() {
+        report.notes.push(phases.note());
         report.counts = counts;
         log.finish(ctx, &mut report).await?;
         return Ok(report);
@@ -325,7 +329,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     }
 
     let known = known_entities(&ctx.store, user).await?;
+    phases.lap("entities");
     let mut mentions = rules_mentions(&memories, &known, &changed);
+    phases.lap("rules");
     // Which extractor read each changed memory (recorded in entity_scans).
     let mut read_by = vec![RULES_EXTRACTOR; changed.len()];
     if let Some(llm) = &llm {
@@ -380,7 +386,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         mentions: &mentions,
         read_by: &read_by,
     };
-    write_readings(&writer, &reading, &mut counts).await?;
+    write_readings(&writer, &reading, &mut counts, &mut phases).await?;
     marks.extend(
         changed
             .iter()
@@ -390,6 +396,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
             .map(|(&i, _)| (memories[i].id.clone(), Some(mark))),
     );
     mark_read(ctx, &marks, &mut counts).await?;
+    phases.lap("marks");
+    report.notes.push(phases.note());
     report.counts = counts;
     log.finish(ctx, &mut report).await?;
     Ok(report)
@@ -689,6 +697,7 @@ async fn write_readings(
     w: &Writer<'_>,
     r: &Reading<'_>,
     counts: &mut BTreeMap<String, u64>,
+    phases: &mut Phases,
 ) -> Result<()> {
     let Reading {
         memories,
@@ -728,6 +737,7 @@ async fn write_readings(
 
     let links = entity_links(w, r, &pairs, &resolved).await?;
     counts.insert("links".into(), links.len() as u64);
+    phases.lap("resolve");
 
     if w.dry_run {
         return Ok(());
@@ -801,6 +811,7 @@ async fn write_readings(
     for chunk in rows.chunks(50_000) {
         w.store.upsert_entity_scans(chunk).await?;
     }
+    phases.lap("writes");
     Ok(())
 }
 
@@ -1030,7 +1041,7 @@ impl Applier for EntitiesApplier {
                 mentions: &mentions,
                 read_by: &read_by,
             };
-            write_readings(&writer, &reading, &mut counts).await?;
+            write_readings(&writer, &reading, &mut counts, &mut Phases::start()).await?;
         }
         crate::crash::point("entities.batch.after-readings");
         env.store.write_audit(&audit).await?;

@@ -341,6 +341,38 @@ impl JobReport {
     }
 }
 
+/// Where a run's time went, phase by phase, for its report's notes: a person reading why a
+/// nightly job got slower sees which read or write grew.
+pub struct Phases {
+    at: Instant,
+    laps: Vec<(&'static str, u128)>,
+}
+
+impl Phases {
+    pub fn start() -> Self {
+        Phases {
+            at: Instant::now(),
+            laps: Vec::new(),
+        }
+    }
+
+    /// The time since the last lap, as `name`'s.
+    pub fn lap(&mut self, name: &'static str) {
+        self.laps.push((name, self.at.elapsed().as_millis()));
+        self.at = Instant::now();
+    }
+
+    /// "ms by phase: memories 12, scans 3, ..."
+    pub fn note(&self) -> String {
+        let laps: Vec<String> = self
+            .laps
+            .iter()
+            .map(|(n, ms)| format!("{n} {ms}"))
+            .collect();
+        format!("ms by phase: {}", laps.join(", "))
+    }
+}
+
 /// The users in the run's scope with a memory matching `predicate` (reads `user_id` only):
 /// how `link` and `entities` find the users with something new to them.
 pub async fn users_with_memories_where(ctx: &JobCtx<'_>, predicate: &str) -> Result<Vec<String>> {

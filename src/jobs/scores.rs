@@ -380,11 +380,13 @@ fn changed_columns_only(
         .collect()
 }
 
-/// Inbound links per memory (of the user in scope), and the memories links made at `since`
-/// or later point at: one scan of the links' targets and clocks.
+/// Inbound links per memory (of the user in scope), and the memories links made from `since`
+/// to `now` point at: one scan of the links' targets and clocks. A link dated after `now`
+/// (written by a job at another clock) is new to the first run whose clock passes its date.
 async fn links_in(
     ctx: &JobCtx<'_>,
     since: Option<i64>,
+    now: i64,
 ) -> Result<(HashMap<String, u64>, Vec<String>)> {
     let filter = ctx
         .user
@@ -407,7 +409,7 @@ async fn links_in(
                     counts.insert(id.to_string(), 1);
                 }
             }
-            if since.is_some_and(|t| made.is_valid(i) && made.value(i) >= t) {
+            if since.is_some_and(|t| made.is_valid(i) && (t..=now).contains(&made.value(i))) {
                 targets.insert(id.to_string());
             }
         }
@@ -628,7 +630,7 @@ async fn read_memories(
         Pass::Due { since } => Some(since),
     };
     let t = Instant::now();
-    let (inbound, targets) = links_in(ctx, since).await?;
+    let (inbound, targets) = links_in(ctx, since, now).await?;
     let links_ms = t.elapsed().as_millis();
     let (filter, note) = match (pass, targets.len() > DUE_LOOKUP_LIMIT) {
         (Pass::Full(why), _) => (ctx.user_filter_and(kept), format!("every memory ({why})")),

@@ -304,8 +304,25 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
         importance_after > importance_before + 0.03,
         "{importance_before} -> {importance_after}"
     );
-    // Links made before the last run are not read again.
+    // Links made before the last run are not read again, nor one dated after the run's
+    // clock (written by a job at another clock): it is new to the first run whose clock
+    // passes its date.
+    std::fs::write(
+        &links,
+        r#"{"source_id":"sure","target_id":"used","user_id":"u1","link_type":"related_to","created_at":"2025-06-20T00:00:00Z"}"#,
+    )
+    .unwrap();
+    let out = db.run(&["import", "--table", "links", &links]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(pass(&run("2025-06-05T00:00:00Z", &[])), (0, 0));
+    let later = run("2025-06-21T00:00:00Z", &[]);
+    assert!(
+        later["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("the 1 links made since"),
+        "{later}"
+    );
 
     // Every memory is due again within `due_max_days` (30).
     let month = run("2025-07-06T00:00:00Z", &[]);
