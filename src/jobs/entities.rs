@@ -80,6 +80,16 @@ pub enum Extractor {
     Llm,
 }
 
+impl Extractor {
+    /// The name its readings are recorded under (`entity_scans.extractor`).
+    fn name(self) -> &'static str {
+        match self {
+            Extractor::Rules => RULES_EXTRACTOR,
+            Extractor::Llm => LLM_EXTRACTOR,
+        }
+    }
+}
+
 impl Job for EntitiesArgs {
     fn scope(&self) -> &JobScope {
         &self.scope
@@ -146,6 +156,19 @@ async fn live_memories(store: &Store, users: Option<&str>) -> Result<Vec<Memory>
     let mut out: Vec<Memory> = store.scan_rows("memories", filter.as_deref()).await?;
     out.sort_by(|a, b| (&a.user, a.created_at, &a.id).cmp(&(&b.user, b.created_at, &b.id)));
     Ok(out)
+}
+
+/// The live memories of the users read and their last scans, each read timed.
+async fn read_users(
+    store: &Store,
+    users: Option<&str>,
+    phases: &mut Phases,
+) -> Result<(Vec<Memory>, BTreeMap<String, (String, String)>)> {
+    let memories = live_memories(store, users).await?;
+    phases.lap("memories");
+    let scanned = scans(store, users).await?;
+    phases.lap("scans");
+    Ok((memories, scanned))
 }
 
 /// memory id -> (text hash, extractor) of the last read.
@@ -255,10 +278,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
         "all": args.all,
         "extractor": args.extractor,
     });
-    let current = match args.extractor {
-        Extractor::Rules => RULES_EXTRACTOR,
-        Extractor::Llm => LLM_EXTRACTOR,
-    };
+    let current = args.extractor.name();
     let llm = match args.extractor {
         Extractor::Rules => None,
         Extractor::Llm => Some(ctx.app.llm(&args.llm).await?),
@@ -280,10 +300,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EntitiesArgs) -> Result<JobReport> {
     };
     let user = users.as_deref();
     phases.lap("users");
-    let memories = live_memories(&ctx.store, user).await?;
-    phases.lap("memories");
-    let scanned = scans(&ctx.store, user).await?;
-    phases.lap("scans");
+    let (memories, scanned) = read_users(&ctx.store, user, &mut phases).await?;
     let read_users: BTreeSet<&str> = memories.iter().map(|m| m.user.as_str()).collect();
     counts.insert("users_read".into(), read_users.len() as u64);
     counts.insert("memories".into(), memories.len() as u64);

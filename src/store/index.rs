@@ -133,7 +133,10 @@ impl Store {
 /// reads the memories it reaches by id (or, walking many times, a user's whole graph by
 /// `user_id`); entity jobs read `memory_entities` both ways; every audit write merges on
 /// `audit_log.id`, and resuming jobs and recall look their rows up by it; `link` looks up
-/// the judgements of the night's pairs by their target (`audit_log.target_id`).
+/// the judgements of the night's pairs by their target (`audit_log.target_id`); `entities`
+/// reads the scans of the users it reads and merges the night's scans on `memory_id` (without
+/// the index Lance joins them against every scan: 24 ms on day 1 of `bench year`, 41 on day
+/// 365).
 pub const SCALAR_INDEXES: &[(&str, &str)] = &[
     ("audit_log", "id"),
     ("audit_log", "target_id"),
@@ -145,6 +148,8 @@ pub const SCALAR_INDEXES: &[(&str, &str)] = &[
     ("memory_entities", "memory_id"),
     ("memory_entities", "entity_id"),
     ("entities", "id"),
+    ("entity_scans", "memory_id"),
+    ("entity_scans", "user_id"),
 ];
 
 /// The full-text (BM25, Lance's inverted index) indexes recall searches beside vectors:
