@@ -2,7 +2,7 @@
 //! anchors, lifecycle transitions counted and audited, archived memories kept and revived,
 //! expired entity notes removed; and the in-place migration of older databases.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::common::{TestDb, stderr, stdout};
 
@@ -283,14 +283,15 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
         .map(|r| r["id"].as_str().unwrap().to_string())
         .collect();
     assert!(!accessed.is_empty());
-    let links = db.path("links.jsonl");
-    std::fs::write(
-        &links,
-        r#"{"source_id":"used","target_id":"sure","user_id":"u1","link_type":"related_to","created_at":"2025-06-03T18:00:00Z"}"#,
-    )
-    .unwrap();
-    let out = db.run(&["import", "--table", "links", &links]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let import_link = |source: &str, target: &str, at: &str| {
+        let links = db.path("links.jsonl");
+        let row = json!({"source_id": source, "target_id": target, "user_id": "u1",
+                         "link_type": "related_to", "created_at": at});
+        std::fs::write(&links, row.to_string()).unwrap();
+        let out = db.run(&["import", "--table", "links", &links]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    };
+    import_link("used", "sure", "2025-06-03T18:00:00Z");
     let importance_before: f64 = memory(&db, "sure", "importance").parse().unwrap();
     let fourth = run("2025-06-04T00:00:00Z", &[]);
     let read = if accessed.iter().any(|id| id == "sure") {
@@ -307,13 +308,7 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
     // Links made before the last run are not read again, nor one dated after the run's
     // clock (written by a job at another clock): it is new to the first run whose clock
     // passes its date.
-    std::fs::write(
-        &links,
-        r#"{"source_id":"sure","target_id":"used","user_id":"u1","link_type":"related_to","created_at":"2025-06-20T00:00:00Z"}"#,
-    )
-    .unwrap();
-    let out = db.run(&["import", "--table", "links", &links]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    import_link("sure", "used", "2025-06-20T00:00:00Z");
     assert_eq!(pass(&run("2025-06-05T00:00:00Z", &[])), (0, 0));
     let later = run("2025-06-21T00:00:00Z", &[]);
     assert!(
