@@ -5,7 +5,7 @@
 //! expired entity notes (seed 002 "Note Cleanup").
 //!
 //! A run recomputes the memories that are due (`memories.scores_due_at` passed or null) and
-//! those that links made since the last run of its scope point at; the first run, new
+//! those that links dated between the last run's clock and its own point at; the first run, new
 //! `[scores]` parameters, an earlier clock or `--all` recompute every one (`Pass`). Each
 //! recomputed memory gets the clock until which a run would leave it as it is, to within
 //! `[scores] due_tolerance` (`logic::scores::next_due`); writers of score inputs clear it.

@@ -492,3 +492,36 @@ fn entities_reads_only_the_users_with_a_memory_it_has_not_read() {
     let all = db.run_json(&["entities", "--embedder", "hash", "--all"]);
     assert_eq!(counts(&all, &read), [2, 10, 10, 0], "{all}");
 }
+
+#[test]
+fn the_scans_are_indexed_by_memory_and_user() {
+    // entities merges each night's scans on memory_id and reads a user's by user_id: with
+    // the BTree indexes Lance probes them instead of joining against every scan.
+    let db = TestDb::new();
+    import(&db, false);
+    run_entities(&db);
+    assert_eq!(db.run(&["index", "--scalar"]).status.code(), Some(0));
+    let stats = json(db.run(&["--json", "stats"]));
+    let scans = stats["storage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == "entity_scans")
+        .cloned()
+        .unwrap_or_else(|| panic!("no entity_scans storage: {stats}"));
+    let mut indexed: Vec<String> = scans["indexes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no indexes listed: {scans}"))
+        .iter()
+        .map(|i| i["columns"][0].as_str().unwrap().to_string())
+        .collect();
+    indexed.sort();
+    assert_eq!(indexed, ["memory_id", "user_id"], "{scans}");
+    // A rerun after a change still finds and replaces the changed memory's scan.
+    import(&db, true);
+    run_entities(&db);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM entity_scans WHERE memory_id = 'a8'"),
+        "1"
+    );
+}
