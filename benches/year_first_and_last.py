@@ -6,10 +6,13 @@ Takes two `--keep` folders of `memlife bench year` (the same --memories and --us
 stopped after day 1 (`--days 1`), one after its last day. Each round copies both stores and
 lives the next day on each copy, alternating: the same 20 new facts integrated, the same 5
 recalls (each activating), then `nightly --steps embed,entities,scores,link` and
-`optimize --light` at that day's clock, as `bench year` lives a day. Prints the median of
-each job over the rounds on each store and their ratio (the issue's target: 1.25x at most).
+`optimize --light` at that day's clock, as `bench year` lives a day. Rounds alternate which
+store goes first. Prints the median of each job over the rounds on each store and their ratio
+(the issue's target: 1.25x at most), and the paired ratio: each round's last over the same
+round's first, whose median and quartiles say how far a machine's mood moved the figure
+(two stores measured seconds apart share it; rounds minutes apart need not).
 
-Usage: python3 benches/year_first_and_last.py BIN FIRST_DIR LAST_DIR [ROUNDS]
+Usage: python3 benches/year_first_and_last.py BIN FIRST_DIR LAST_DIR [ROUNDS [SAMPLES.json]]
 """
 import datetime as dt
 import json
@@ -23,6 +26,7 @@ from pathlib import Path
 
 bin_, first, last = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
+samples_out = Path(sys.argv[5]) if len(sys.argv) > 5 else None
 start = dt.datetime(2026, 1, 1, 2, tzinfo=dt.timezone.utc)
 
 
@@ -76,15 +80,26 @@ def live_next_day(folder, work):
 
 
 seen = {"first": [], "last": []}
-for _ in range(rounds):
-    for name, folder in (("first", first), ("last", last)):
+for r in range(rounds):
+    order = (("first", first), ("last", last))
+    for name, folder in order if r % 2 == 0 else order[::-1]:
         with tempfile.TemporaryDirectory() as work:
             seen[name].append(live_next_day(folder, Path(work)))
+if samples_out:
+    samples_out.write_text(json.dumps(seen, indent=1))
+
+
+def quartiles(xs):
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]
 
 cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
 print(f"CPU: {cpu}; {rounds} rounds; day {day_done(first) + 1} against day {day_done(last) + 1}")
-print(f"{'job':<16}{'first':>9}{'last':>9}{'last/first':>12}")
+print(f"{'job':<16}{'first':>9}{'last':>9}{'last/first':>12}{'paired':>9}{'quartiles':>14}")
 for job in seen["first"][0]:
     a = statistics.median(t[job] for t in seen["first"])
     b = statistics.median(t[job] for t in seen["last"])
-    print(f"{job:<16}{a:9.3f}{b:9.3f}{b / a:12.2f}")
+    paired = [l[job] / f[job] for f, l in zip(seen["first"], seen["last"])]
+    low, high = quartiles(paired) if len(paired) > 1 else (paired[0], paired[0])
+    print(f"{job:<16}{a:9.3f}{b:9.3f}{b / a:12.2f}{statistics.median(paired):9.2f}"
+          f"{low:8.2f}-{high:.2f}")

@@ -21,10 +21,12 @@
 //! year`, four days after a full run, a recall took 67.7 ms with the indexes as the week
 //! left them and 54.7 ms with them current and the full-text index in one segment
 //! (`benches/recall_index_states.py`; BENCHMARKS.md, session 35). Their scalar indexes
-//! take a delta each night and are merged into one at each full run, so the week's
-//! fragments, indexed night by night by different segments, merge again. Other tables take
-//! deltas, merged only at `MAX_INDEX_SEGMENTS`: a merge rewrites an index, and the window
-//! keeps each rewrite.
+//! take the night's rows into their delta and are merged into one at each full run, so the
+//! week's fragments, indexed by different segments, merge again. Other indexes are kept as
+//! their oldest segment and one delta, merged whole once the delta holds `DELTA_SHARE` of
+//! the oldest's rows (`store::maintain::segments_to_merge`): a merge rewrites an index and
+//! the window keeps each rewrite, while every lookup (each merge on a table's key) opens
+//! every segment.
 
 use std::collections::BTreeMap;
 

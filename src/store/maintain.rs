@@ -4,33 +4,69 @@
 //! compaction and index updates are commits (a reader sees all or none of them); version
 //! removal deletes only files no kept version refers to, and never the latest version.
 
+use std::collections::{BTreeMap, HashMap};
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Result, Store};
 
-/// Segments an index may have before its deltas are merged into one. Each weekly `optimize`
+/// Segments an index may have before its deltas are merged into one, when the rows each
+/// segment covers are unknown (a table Lance does not open natively). Each weekly `optimize`
 /// adds at most one; a query reads each segment, so a few are cheap, dozens are not.
 pub const MAX_INDEX_SEGMENTS: u32 = 8;
+
+/// Rows the deltas of an index (every segment but its oldest, with the rows about to be
+/// folded in) may cover, as a share of its oldest segment's, and still be merged apart from
+/// it. Past the share, every segment is merged into one.
+pub const DELTA_SHARE: f64 = 0.25;
 
 /// Segments a merge takes in: every one an index may have (at most `MAX_INDEX_SEGMENTS`,
 /// more only in a store whose deltas an older memlife left).
 const MERGE_ALL: usize = 64;
 
-/// What folding `unindexed` rows into an index of `segments` segments takes: nothing (`None`:
-/// no new rows and nothing to merge), a new delta segment (`Some(0)`: Lance's append) or a
-/// merge of every segment with the new rows (`Some(segments)`). An index kept in one segment
-/// (`one_segment`) is merged whenever it has new rows or more than one segment; any other
-/// takes deltas until the next would reach `MAX_INDEX_SEGMENTS`.
-pub fn segments_to_merge(segments: u32, unindexed: usize, one_segment: bool) -> Option<usize> {
-    if one_segment && (unindexed > 0 || segments > 1) {
-        Some(segments.max(1) as usize)
-    } else if unindexed == 0 {
-        None
-    } else if segments + 1 >= MAX_INDEX_SEGMENTS {
-        Some(segments as usize)
-    } else {
-        Some(0)
+/// An index's segments, oldest first, as a fold decides on them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Segments {
+    pub count: u32,
+    /// Rows covered by the oldest segment and by all the others, when known.
+    pub rows: Option<(u64, u64)>,
+}
+
+/// What folding `unindexed` rows into an index takes: nothing (`None`), a new delta segment
+/// (`Some(0)`: Lance's append) or a merge of the newest `n` segments with the new rows
+/// (`Some(n)`; `n` = every segment merges them all).
+///
+/// An index kept in one segment (`one_segment`) is merged whole whenever it has new rows or
+/// more than one segment. Any other is kept as its oldest segment and one delta: the new
+/// rows and the deltas are merged into one delta (a rewrite of the rows since the last full
+/// merge only) while they cover at most `DELTA_SHARE` of the oldest segment's rows, and
+/// everything into one segment past that. A lookup opens two segments, not one a week;
+/// and a full merge, which the version window keeps a copy of, comes each time the index
+/// has grown by a quarter rather than every week. Without row counts, deltas pile up to
+/// `MAX_INDEX_SEGMENTS` and are then merged.
+pub fn segments_to_merge(segments: Segments, unindexed: usize, one_segment: bool) -> Option<usize> {
+    let count = segments.count;
+    if one_segment {
+        return (unindexed > 0 || count > 1).then_some(count.max(1) as usize);
+    }
+    if unindexed == 0 && count <= 2 {
+        return None;
+    }
+    if count <= 1 {
+        return Some(0);
+    }
+    match segments.rows {
+        Some((oldest, deltas)) => {
+            if (deltas + unindexed as u64) as f64 <= oldest as f64 * DELTA_SHARE {
+                Some(count as usize - 1)
+            } else {
+                Some(count as usize)
+            }
+        }
+        None if unindexed == 0 => None,
+        None if count + 1 >= MAX_INDEX_SEGMENTS => Some(count as usize),
+        None => Some(0),
     }
 }
 
@@ -339,40 +375,89 @@ impl Store {
     }
 
     /// Folds the unindexed rows of a table into the named indexes (each named with whether
-    /// it is kept in one segment), at most two commits (one for the indexes that take a
-    /// delta, one for those merged): an index with no unindexed rows is left alone (merged,
-    /// if kept in one segment and it has several); otherwise the new rows become a small
-    /// delta segment, and once an index has `MAX_INDEX_SEGMENTS` segments they are merged
-    /// into one. Lance rewrites every segment it merges, and each rewrite stays on disk while
-    /// the version window holds it: folding a week's rows into a single segment copied each
-    /// index whole every week (39 of the 155 MB of the year bench's store on day 365 were
-    /// such copies), so only the few indexes a search reads segment by segment are kept in one.
+    /// it is kept in one segment), one commit per kind of fold (`segments_to_merge`): an
+    /// index with no unindexed rows and at most two segments is left alone (merged, if kept
+    /// in one segment and it has several). Lance rewrites every segment it merges, and each
+    /// rewrite stays on disk while the version window holds it: folding a week's rows into
+    /// a single segment copied each index whole every week (39 of the 155 MB of the year
+    /// bench's store on day 365 were such copies), so only the few indexes a search reads
+    /// segment by segment are kept in one; the others keep their oldest segment and one
+    /// delta that takes the new rows.
     pub async fn fold_into_indexes(&self, name: &str, names: &[(String, bool)]) -> Result<()> {
         let table = self.table(name).await?;
-        let (mut append, mut merge) = (Vec::new(), Vec::new());
+        let rows = self.segment_rows(name).await?;
+        // Merge size -> the indexes folded so (0: a delta appended).
+        let mut folds: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for (index, one_segment) in names {
             let Some(stats) = table.index_stats(index).await? else {
                 continue;
             };
-            let segments = stats.num_indices.unwrap_or(1);
-            match segments_to_merge(segments, stats.num_unindexed_rows, *one_segment) {
-                None => {}
-                Some(0) => append.push(index.clone()),
-                Some(_) => merge.push(index.clone()),
+            let count = stats.num_indices.unwrap_or(1);
+            let segments = Segments {
+                count,
+                rows: rows.get(index).copied(),
+            };
+            let fold = segments_to_merge(segments, stats.num_unindexed_rows, *one_segment);
+            if let Some(n) = fold {
+                // Every segment: Lance merges the newest N, and no index here has more.
+                let n = if n > 0 && n >= count as usize {
+                    MERGE_ALL
+                } else {
+                    n
+                };
+                folds.entry(n).or_default().push(index.clone());
             }
         }
         use lancedb::table::{OptimizeAction, OptimizeOptions};
-        if !append.is_empty() {
-            let options = OptimizeOptions::append().index_names(append);
-            table.optimize(OptimizeAction::Index(options)).await?;
-        }
-        if !merge.is_empty() {
-            // Every segment and the new rows into one (Lance merges the newest N segments;
-            // no index here has more than this many).
-            let options = OptimizeOptions::merge(MERGE_ALL).index_names(merge);
+        for (n, indexes) in folds {
+            let options = match n {
+                0 => OptimizeOptions::append(),
+                n => OptimizeOptions::merge(n),
+            };
+            let options = options.index_names(indexes);
             table.optimize(OptimizeAction::Index(options)).await?;
         }
         Ok(())
+    }
+
+    /// Rows each index's oldest segment covers and rows its other segments cover, by index
+    /// name (from the fragments each segment was built over that the table still has).
+    /// Empty for a table Lance does not open natively.
+    async fn segment_rows(&self, name: &str) -> Result<HashMap<String, (u64, u64)>> {
+        use lance::index::DatasetIndexExt;
+        let table = self.table(name).await?;
+        let Some(dataset) = table.dataset() else {
+            return Ok(HashMap::new());
+        };
+        let dataset = dataset.get().await?;
+        let fragment_rows: HashMap<u32, u64> = dataset
+            .get_fragments()
+            .iter()
+            .map(|f| {
+                let rows = f.metadata().physical_rows.unwrap_or(0) as u64;
+                (f.id() as u32, rows)
+            })
+            .collect();
+        let indices = dataset.load_indices().await.map_err(lancedb::Error::from)?;
+        let mut segments: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+        for index in indices.iter() {
+            let rows = index.fragment_bitmap.as_ref().map_or(0, |bitmap| {
+                bitmap.iter().filter_map(|id| fragment_rows.get(&id)).sum()
+            });
+            segments
+                .entry(index.name.clone())
+                .or_default()
+                .push((index.dataset_version, rows));
+        }
+        Ok(segments
+            .into_iter()
+            .map(|(name, mut list)| {
+                list.sort_by_key(|(version, _)| *version);
+                let oldest = list.first().map_or(0, |(_, rows)| *rows);
+                let others = list.iter().skip(1).map(|(_, rows)| rows).sum();
+                (name, (oldest, others))
+            })
+            .collect())
     }
 
     /// Removes the versions written before `cutoff` (never the latest) and the files only
@@ -401,31 +486,67 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_INDEX_SEGMENTS, segments_to_merge};
+    use super::{DELTA_SHARE, MAX_INDEX_SEGMENTS, Segments, segments_to_merge};
+
+    fn known(count: u32, oldest: u64, deltas: u64) -> Segments {
+        Segments {
+            count,
+            rows: Some((oldest, deltas)),
+        }
+    }
+
+    fn unknown(count: u32) -> Segments {
+        Segments { count, rows: None }
+    }
 
     #[test]
-    fn new_rows_become_a_delta_until_the_segments_are_merged() {
-        // Nothing new: the index is not rewritten at all.
-        assert_eq!(segments_to_merge(1, 0, false), None);
-        assert_eq!(segments_to_merge(5, 0, false), None);
-        // New rows: a delta beside the segments there are.
-        assert_eq!(segments_to_merge(1, 10, false), Some(0));
+    fn new_rows_join_the_one_delta_until_it_outgrows_its_share() {
+        // Nothing new, at most a base and a delta: the index is not rewritten at all.
+        assert_eq!(segments_to_merge(known(1, 1000, 0), 0, false), None);
+        assert_eq!(segments_to_merge(known(2, 1000, 50), 0, false), None);
+        // New rows beside one segment: a delta.
+        assert_eq!(segments_to_merge(known(1, 1000, 0), 10, false), Some(0));
+        // New rows beside a base and a delta: merged with the delta only.
+        assert_eq!(segments_to_merge(known(2, 1000, 50), 10, false), Some(1));
+        // The deltas an older memlife left are folded into one delta, even with nothing new.
+        assert_eq!(segments_to_merge(known(5, 1000, 100), 0, false), Some(4));
+        // Past the share the delta may take, everything into one segment.
+        let share = (1000.0 * DELTA_SHARE) as u64;
         assert_eq!(
-            segments_to_merge(MAX_INDEX_SEGMENTS - 2, 10, false),
+            segments_to_merge(known(2, 1000, share - 10), 10, false),
+            Some(1)
+        );
+        assert_eq!(
+            segments_to_merge(known(2, 1000, share - 10), 11, false),
+            Some(2)
+        );
+        assert_eq!(
+            segments_to_merge(known(6, 1000, share + 1), 0, false),
+            Some(6)
+        );
+    }
+
+    #[test]
+    fn without_row_counts_deltas_pile_up_until_the_segments_are_merged() {
+        assert_eq!(segments_to_merge(unknown(1), 0, false), None);
+        assert_eq!(segments_to_merge(unknown(5), 0, false), None);
+        assert_eq!(segments_to_merge(unknown(1), 10, false), Some(0));
+        assert_eq!(
+            segments_to_merge(unknown(MAX_INDEX_SEGMENTS - 2), 10, false),
             Some(0)
         );
         // The delta that would make the eighth segment merges them all instead.
         let n = MAX_INDEX_SEGMENTS - 1;
-        assert_eq!(segments_to_merge(n, 10, false), Some(n as usize));
-        assert_eq!(segments_to_merge(20, 1, false), Some(20));
+        assert_eq!(segments_to_merge(unknown(n), 10, false), Some(n as usize));
+        assert_eq!(segments_to_merge(unknown(20), 1, false), Some(20));
     }
 
     #[test]
     fn an_index_kept_in_one_segment_merges_whatever_it_lacks() {
-        assert_eq!(segments_to_merge(1, 0, true), None);
-        assert_eq!(segments_to_merge(1, 10, true), Some(1));
+        assert_eq!(segments_to_merge(known(1, 1000, 0), 0, true), None);
+        assert_eq!(segments_to_merge(known(1, 1000, 0), 10, true), Some(1));
         // Deltas an earlier run left are merged even with nothing new.
-        assert_eq!(segments_to_merge(3, 0, true), Some(3));
-        assert_eq!(segments_to_merge(3, 10, true), Some(3));
+        assert_eq!(segments_to_merge(known(3, 1000, 10), 0, true), Some(3));
+        assert_eq!(segments_to_merge(unknown(3), 10, true), Some(3));
     }
 }

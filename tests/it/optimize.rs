@@ -502,3 +502,95 @@ fn a_light_optimize_merges_only_the_small_fragments_and_keeps_every_version() {
     let out = db.run(&["optimize", "--light", "--keep-versions-days", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// Links `m{i} -> m{i+10}` for `from..to`, both of user `u{i % 10}` (`memory_lines`).
+fn link_lines(from: usize, to: usize) -> String {
+    (from..to)
+        .map(|i| {
+            format!(
+                r#"{{"source_id":"m{i:05}","target_id":"m{:05}","user_id":"u{}","link_type":"related_to"}}"#,
+                i + 10,
+                i % 10
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn an_index_keeps_its_oldest_segment_and_one_delta_until_the_delta_outgrows_its_share() {
+    // 400 links in one index segment; then weekly runs each bring 20 new links, then 100.
+    let db = TestDb::new();
+    let (memories, links) = (db.path("m.jsonl"), db.path("l.jsonl"));
+    std::fs::write(&memories, memory_lines(0, 600)).unwrap();
+    assert_eq!(db.run(&["import", &memories]).status.code(), Some(0));
+    std::fs::write(&links, link_lines(0, 400)).unwrap();
+    let import = |db: &TestDb| {
+        let out = db.run(&["import", "--table", "links", &links]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    };
+    import(&db);
+    assert_eq!(db.run(&["index", "--scalar"]).status.code(), Some(0));
+    let segments = |db: &TestDb| -> Vec<(u64, u64)> {
+        storage(db, "links")["indexes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let n = |k: &str| i[k].as_u64().unwrap();
+                (n("segments"), n("unindexed_rows"))
+            })
+            .collect()
+    };
+    assert!(
+        segments(&db).iter().all(|&s| s == (1, 0)),
+        "{:?}",
+        segments(&db)
+    );
+    // The link a lookup by source must find, whichever segment holds it.
+    let reaches = |db: &TestDb, from: usize| {
+        let out = db.run(&["--json", "traverse", &format!("m{from:05}"), "--depth", "1"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let t: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let to = format!("m{:05}", from + 10);
+        assert!(
+            t["memories"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["id"] == to),
+            "{from} -> {to} not found: {t}"
+        );
+    };
+    let optimize = |db: &TestDb| {
+        let report = json(&db.run(&["--json", "optimize", "--tables", "links"]));
+        assert_eq!(report["status"], "done", "{report}");
+    };
+    for week in 0..3 {
+        let from = 400 + 20 * week;
+        std::fs::write(&links, link_lines(from, from + 20)).unwrap();
+        import(&db);
+        optimize(&db);
+        // The week's rows join the one delta: two segments, never one more per week.
+        assert!(
+            segments(&db).iter().all(|&s| s == (2, 0)),
+            "week {week}: {:?}",
+            segments(&db)
+        );
+        reaches(&db, 5);
+        reaches(&db, from + 7);
+    }
+    // 60 rows in the delta and 100 more pass a quarter of the oldest segment's 400: one segment.
+    std::fs::write(&links, link_lines(460, 560)).unwrap();
+    import(&db);
+    optimize(&db);
+    assert!(
+        segments(&db).iter().all(|&s| s == (1, 0)),
+        "{:?}",
+        segments(&db)
+    );
+    for from in [5, 410, 455, 530] {
+        reaches(&db, from);
+    }
+    assert_eq!(db.rows("SELECT count(*) AS n FROM links")[0]["n"], 560);
+}
