@@ -41,10 +41,10 @@ pub struct Segments {
 /// more than one segment. Any other is kept as its oldest segment and one delta: the new
 /// rows and the deltas are merged into one delta (a rewrite of the rows since the last full
 /// merge only) while they cover at most `DELTA_SHARE` of the oldest segment's rows, and
-/// everything into one segment past that. A lookup opens two segments, not one a week;
-/// and a full merge, which the version window keeps a copy of, comes each time the index
-/// has grown by a quarter rather than every week. Without row counts, deltas pile up to
-/// `MAX_INDEX_SEGMENTS` and are then merged.
+/// everything into one segment past that. A lookup opens two segments, not one per weekly
+/// delta (six on `links` by day 365 of the year bench); a full merge, which the version
+/// window keeps a copy of, comes each time the index has grown by a quarter. Without row
+/// counts, deltas pile up to `MAX_INDEX_SEGMENTS` and are then merged.
 pub fn segments_to_merge(segments: Segments, unindexed: usize, one_segment: bool) -> Option<usize> {
     let count = segments.count;
     if one_segment {
