@@ -385,7 +385,8 @@ impl Store {
     /// delta that takes the new rows.
     pub async fn fold_into_indexes(&self, name: &str, names: &[(String, bool)]) -> Result<()> {
         let table = self.table(name).await?;
-        let rows = self.segment_rows(name).await?;
+        // Rows per segment, read once and only when a base-and-delta index needs them.
+        let mut rows: Option<HashMap<String, (u64, u64)>> = None;
         // Merge size -> the indexes folded so (0: a delta appended).
         let mut folds: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for (index, one_segment) in names {
@@ -393,11 +394,15 @@ impl Store {
                 continue;
             };
             let count = stats.num_indices.unwrap_or(1);
+            let unindexed = stats.num_unindexed_rows;
+            if !one_segment && count >= 2 && (unindexed > 0 || count > 2) && rows.is_none() {
+                rows = Some(segment_rows(&table).await?);
+            }
             let segments = Segments {
                 count,
-                rows: rows.get(index).copied(),
+                rows: rows.as_ref().and_then(|r| r.get(index).copied()),
             };
-            let fold = segments_to_merge(segments, stats.num_unindexed_rows, *one_segment);
+            let fold = segments_to_merge(segments, unindexed, *one_segment);
             if let Some(n) = fold {
                 // Every segment: Lance merges the newest N, and no index here has more.
                 let n = if n > 0 && n >= count as usize {
@@ -418,46 +423,6 @@ impl Store {
             table.optimize(OptimizeAction::Index(options)).await?;
         }
         Ok(())
-    }
-
-    /// Rows each index's oldest segment covers and rows its other segments cover, by index
-    /// name (from the fragments each segment was built over that the table still has).
-    /// Empty for a table Lance does not open natively.
-    async fn segment_rows(&self, name: &str) -> Result<HashMap<String, (u64, u64)>> {
-        use lance::index::DatasetIndexExt;
-        let table = self.table(name).await?;
-        let Some(dataset) = table.dataset() else {
-            return Ok(HashMap::new());
-        };
-        let dataset = dataset.get().await?;
-        let fragment_rows: HashMap<u32, u64> = dataset
-            .get_fragments()
-            .iter()
-            .map(|f| {
-                let rows = f.metadata().physical_rows.unwrap_or(0) as u64;
-                (f.id() as u32, rows)
-            })
-            .collect();
-        let indices = dataset.load_indices().await.map_err(lancedb::Error::from)?;
-        let mut segments: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
-        for index in indices.iter() {
-            let rows = index.fragment_bitmap.as_ref().map_or(0, |bitmap| {
-                bitmap.iter().filter_map(|id| fragment_rows.get(&id)).sum()
-            });
-            segments
-                .entry(index.name.clone())
-                .or_default()
-                .push((index.dataset_version, rows));
-        }
-        Ok(segments
-            .into_iter()
-            .map(|(name, mut list)| {
-                list.sort_by_key(|(version, _)| *version);
-                let oldest = list.first().map_or(0, |(_, rows)| *rows);
-                let others = list.iter().skip(1).map(|(_, rows)| rows).sum();
-                (name, (oldest, others))
-            })
-            .collect())
     }
 
     /// Removes the versions written before `cutoff` (never the latest) and the files only
@@ -482,6 +447,45 @@ impl Store {
             )
         }))
     }
+}
+
+/// Rows each index's oldest segment covers and rows its other segments cover, by index
+/// name (from the fragments each segment was built over that the table still has).
+/// Empty for a table Lance does not open natively.
+async fn segment_rows(table: &lancedb::Table) -> Result<HashMap<String, (u64, u64)>> {
+    use lance::index::DatasetIndexExt;
+    let Some(dataset) = table.dataset() else {
+        return Ok(HashMap::new());
+    };
+    let dataset = dataset.get().await?;
+    let fragment_rows: HashMap<u32, u64> = dataset
+        .get_fragments()
+        .iter()
+        .map(|f| {
+            let rows = f.metadata().physical_rows.unwrap_or(0) as u64;
+            (f.id() as u32, rows)
+        })
+        .collect();
+    let indices = dataset.load_indices().await.map_err(lancedb::Error::from)?;
+    let mut segments: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+    for index in indices.iter() {
+        let rows = index.fragment_bitmap.as_ref().map_or(0, |bitmap| {
+            bitmap.iter().filter_map(|id| fragment_rows.get(&id)).sum()
+        });
+        segments
+            .entry(index.name.clone())
+            .or_default()
+            .push((index.dataset_version, rows));
+    }
+    Ok(segments
+        .into_iter()
+        .map(|(name, mut list)| {
+            list.sort_by_key(|(version, _)| *version);
+            let oldest = list.first().map_or(0, |(_, rows)| *rows);
+            let others = list.iter().skip(1).map(|(_, rows)| rows).sum();
+            (name, (oldest, others))
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -146,6 +146,18 @@ impl TestDb {
             .collect()
     }
 
+    /// `table`'s row of `memlife --json stats`' storage (versions, fragments, bytes, indexes).
+    pub fn storage(&self, table: &str) -> serde_json::Value {
+        let stats = self.run_json(&["stats"]);
+        stats["storage"]
+            .as_array()
+            .expect("storage per table")
+            .iter()
+            .find(|t| t["table"] == table)
+            .cloned()
+            .unwrap_or_else(|| panic!("no storage row for {table}: {stats}"))
+    }
+
     pub fn count(&self, table: &str) -> i64 {
         self.scalar(&format!("SELECT COUNT(*) AS n FROM {table}"))
             .parse()

@@ -501,14 +501,7 @@ fn the_scans_are_indexed_by_memory_and_user() {
     import(&db, false);
     run_entities(&db);
     assert_eq!(db.run(&["index", "--scalar"]).status.code(), Some(0));
-    let stats = json(db.run(&["--json", "stats"]));
-    let scans = stats["storage"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["table"] == "entity_scans")
-        .cloned()
-        .unwrap_or_else(|| panic!("no entity_scans storage: {stats}"));
+    let scans = db.storage("entity_scans");
     let mut indexed: Vec<String> = scans["indexes"]
         .as_array()
         .unwrap_or_else(|| panic!("no indexes listed: {scans}"))

@@ -37,22 +37,11 @@ fn busy_store() -> TestDb {
     db
 }
 
-fn storage(db: &TestDb, table: &str) -> Value {
-    let stats = json(&db.run(&["--json", "stats"]));
-    stats["storage"]
-        .as_array()
-        .expect("storage per table")
-        .iter()
-        .find(|t| t["table"] == table)
-        .cloned()
-        .unwrap_or_else(|| panic!("no storage row for {table}: {stats}"))
-}
-
 #[test]
 fn optimize_compacts_and_removes_old_versions_keeping_every_row() {
     let db = busy_store();
     let rows_before = db.rows("SELECT id, text, salience, tier FROM memories ORDER BY id");
-    let before = storage(&db, "memories");
+    let before = db.storage("memories");
     assert!(before["versions"].as_u64().unwrap() > 5, "{before}");
     assert!(before["data_files"].as_u64().unwrap() > 3, "{before}");
 
@@ -68,7 +57,7 @@ fn optimize_compacts_and_removes_old_versions_keeping_every_row() {
     let pruned = json(&db.run(&["--json", "optimize", "--keep-versions-days", "0"]));
     assert_eq!(pruned["status"], "done", "{pruned}");
     assert!(pruned["counts"]["versions_removed"].as_u64().unwrap() > 5);
-    let after = storage(&db, "memories");
+    let after = db.storage("memories");
     assert_eq!(after["versions"], 1, "{after}");
     assert!(
         after["data_files"].as_u64() < before["data_files"].as_u64(),
@@ -121,7 +110,7 @@ fn memory_lines(from: usize, to: usize) -> String {
 }
 
 fn fragments(db: &TestDb) -> u64 {
-    storage(db, "memories")["fragments"]
+    db.storage("memories")["fragments"]
         .as_u64()
         .expect("fragments")
 }
@@ -141,14 +130,14 @@ fn compaction_merges_small_fragments_and_rewrites_a_large_one_only_past_its_dele
     }
     assert_eq!(fragments(&db), 4);
     let rows_before = db.rows("SELECT id, text, salience FROM memories ORDER BY id");
-    let large_bytes = storage(&db, "memories")["live_bytes"].as_u64().unwrap();
+    let large_bytes = db.storage("memories")["live_bytes"].as_u64().unwrap();
 
     // The small ones merge into one; the large one is not copied.
     let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
     assert_eq!(report["counts"]["fragments_compacted"], 3, "{report}");
     assert_eq!(report["counts"]["fragments_written"], 1, "{report}");
     assert_eq!(fragments(&db), 2);
-    let after = storage(&db, "memories");
+    let after = db.storage("memories");
     assert_eq!(
         after["open_files"], 2,
         "one data file per fragment: {after}"
@@ -170,7 +159,7 @@ fn compaction_merges_small_fragments_and_rewrites_a_large_one_only_past_its_dele
     }
     let scored = db.rows("SELECT id, salience, tier, retention FROM memories ORDER BY id");
     // Each column update attached a file to both fragments: a read opens those too.
-    let open = storage(&db, "memories")["open_files"].as_u64().unwrap();
+    let open = db.storage("memories")["open_files"].as_u64().unwrap();
     assert!(open > 2, "scores' column files are opened by reads: {open}");
     let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
     assert_eq!(report["counts"]["fragments_compacted"], 0, "{report}");
@@ -440,7 +429,7 @@ fn a_light_optimize_merges_only_the_small_fragments_and_keeps_every_version() {
     }
     assert_eq!(fragments(&db), 5);
     let rows_before = db.rows("SELECT id, text FROM memories ORDER BY id");
-    let before = storage(&db, "memories");
+    let before = db.storage("memories");
     let indexes = |s: &serde_json::Value| s["indexes"].as_array().unwrap().clone();
     let unindexed = |s: &serde_json::Value| -> u64 {
         indexes(s)
@@ -463,7 +452,7 @@ fn a_light_optimize_merges_only_the_small_fragments_and_keeps_every_version() {
     assert_eq!(report["counts"]["versions_removed"], 0, "{report}");
     // memories is the table recall searches: its indexes take the day's rows every night,
     // and its full-text index stays in one segment.
-    let after = storage(&db, "memories");
+    let after = db.storage("memories");
     assert_eq!(
         report["counts"]["indexes_updated"],
         indexes(&after).len() as u64,
@@ -489,11 +478,11 @@ fn a_light_optimize_merges_only_the_small_fragments_and_keeps_every_version() {
     let version = after["version"].clone();
     let report = json(&db.run(&["--json", "optimize", "--light", "--tables", "memories"]));
     assert_eq!(report["counts"]["fragments_compacted"], 0, "{report}");
-    assert_eq!(storage(&db, "memories")["version"], version);
+    assert_eq!(db.storage("memories")["version"], version);
     // A full run leaves every scalar index of memories in one segment too.
     let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
     assert_eq!(report["status"], "done", "{report}");
-    let full = storage(&db, "memories");
+    let full = db.storage("memories");
     for index in indexes(&full) {
         assert_eq!(index["segments"], 1, "{full}");
         assert_eq!(index["unindexed_rows"], 0, "{full}");
@@ -532,7 +521,7 @@ fn an_index_keeps_its_oldest_segment_and_one_delta_until_the_delta_outgrows_its_
     import(&db);
     assert_eq!(db.run(&["index", "--scalar"]).status.code(), Some(0));
     let segments = |db: &TestDb| -> Vec<(u64, u64)> {
-        storage(db, "links")["indexes"]
+        db.storage("links")["indexes"]
             .as_array()
             .unwrap()
             .iter()
