@@ -405,6 +405,31 @@ fn a_week_of_bench_year_with_and_without_optimize() {
     assert_eq!(memories(&with), memories(&without));
     assert_eq!(with["fresh_copy"]["memories"]["rows"], memories(&with));
     assert!(with["bytes_over_fresh_copy"].as_f64().unwrap() >= 1.0);
+    // Each sampled day after day 0 has its own copy, of that day's rows, and the report
+    // names the day furthest over its copy.
+    let sample = |day: usize| &with["samples"][day];
+    for day in [1, 2] {
+        assert_eq!(
+            sample(day)["fresh_copy"]["memories"]["rows"],
+            sample(day)["storage"]["memories"]["rows"],
+            "{with}"
+        );
+        assert!(sample(day)["bytes_over_fresh_copy"].as_f64().unwrap() >= 1.0);
+    }
+    assert_ne!(
+        sample(1)["fresh_copy"]["memories"]["rows"],
+        sample(2)["fresh_copy"]["memories"]["rows"]
+    );
+    let worst = &with["most_over_fresh_copy"];
+    let ratios: Vec<f64> = [1, 2]
+        .iter()
+        .map(|d| sample(*d)["bytes_over_fresh_copy"].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        worst["bytes_over_fresh_copy"].as_f64().unwrap(),
+        ratios[0].max(ratios[1]),
+        "{with}"
+    );
 }
 
 #[test]
