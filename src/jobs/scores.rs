@@ -9,6 +9,9 @@
 //! `[scores]` parameters, an earlier clock or `--all` recompute every one (`Pass`). Each
 //! recomputed memory gets the clock until which a run would leave it as it is, to within
 //! `[scores] due_tolerance` (`logic::scores::next_due`); writers of score inputs clear it.
+//! A memory that had no date, or any on a full pass, gets one drawn between the next run
+//! and that clock (`logic::scores::spread_first_due`), so that memories scored together do
+//! not come due together: the nightly work is level from the first night.
 //!
 //! Columnar: Lance reads the needed columns in batches, each batch is computed in parallel
 //! (rayon) by the pure functions of `scores`, and only rows whose values change are written
@@ -33,6 +36,7 @@ use rayon::prelude::*;
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::scores::{
     NEVER_DUE, ScoreInput, ScoreOutput, ScoreParams, State, Transition, Ttl, next_due, score,
+    spread_first_due,
 };
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
@@ -136,11 +140,15 @@ fn opt_time(a: &TimestampMicrosecondArray, i: usize) -> Option<i64> {
 }
 
 /// Computes a batch of memories; pure apart from reading the arrays.
+/// Computes one batch of memories at `now`. A memory that had no due date, or every memory
+/// on a full pass (`full`: they were all recomputed together), gets its due date spread
+/// (`logic::scores::spread_first_due`), so they do not all come due on the same later night.
 fn compute(
     params: &ScoreParams,
     batch: &RecordBatch,
     inbound: &HashMap<String, u64>,
     now: i64,
+    full: bool,
 ) -> Result<Computed> {
     let ids = strings(batch, "id")?;
     let users = strings(batch, "user_id")?;
@@ -210,7 +218,10 @@ fn compute(
                 last_recall_interval_days: interval.value(i),
             };
             let out = score(params, &input, now);
-            let due = next_due(params, &input, &out, salience_anchor, now);
+            let mut due = next_due(params, &input, &out, salience_anchor, now);
+            if full || !due_old.is_valid(i) {
+                due = spread_first_due(ids.value(i), now, due);
+            }
             Ok((out, salience_anchor, due))
         })
         .collect();
@@ -691,7 +702,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ScoresArgs) -> Result<JobReport> {
     let mut column_changes = [0u64; UPDATE_COLUMNS.len()];
     for batch in &batches {
         let t = Instant::now();
-        let computed = compute(params, batch, &inbound, now)?;
+        let computed = compute(params, batch, &inbound, now, full)?;
         compute_time += t.elapsed();
         processed += computed.rows;
         left_archived += computed.left_archived;

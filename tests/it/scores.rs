@@ -101,10 +101,24 @@ fn scores_apply_seed_002_and_are_idempotent() {
         "sql",
         "SELECT id, state, tier, salience_anchor FROM memories ORDER BY id",
     ]));
-    // A day later nothing is due: every score is within the tolerance of its exact value.
+    // Each memory got a due date after the run's clock, within `due_max_days`, drawn
+    // before the clock its scores drift past the tolerance (memories scored together do not
+    // come due together); the one archived for good is never due.
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM memories WHERE scores_due_at <= TIMESTAMP '2025-06-01T00:00:00' \
+             OR (scores_due_at > TIMESTAMP '2025-07-01T00:00:00' AND state != 'archived') \
+             OR scores_due_at IS NULL"
+        ),
+        "0"
+    );
+    // A day later only the memories whose date has passed are read.
+    let due = db.scalar(
+        "SELECT COUNT(*) FROM memories WHERE scores_due_at <= TIMESTAMP '2025-06-02T00:00:00'",
+    );
     let quiet = json(&db.run(&["--json", "scores", "--now", "2025-06-02T00:00:00Z"]));
     assert_eq!(quiet["counts"]["full_pass"], 0, "{quiet}");
-    assert_eq!(quiet["counts"]["processed"], 0, "{quiet}");
+    assert_eq!(quiet["counts"]["processed"].to_string(), due, "{quiet}");
     // With no tolerance (new parameters: every memory is read) only salience moves: the
     // columns no row changes are not rewritten.
     let exact = db.path("exact.toml");
@@ -254,13 +268,23 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
     let first = run("2025-06-01T00:00:00Z", &[]);
     assert_eq!(pass(&first), (1, 6), "{first}");
     let due = |id: &str| memory(&db, id, "scores_due_at");
-    // The memory archived for good is read once, to be passed by from then on; nothing
-    // else is due the next day.
+    // Memories due at a clock (the date passed or cleared), and those `also` names.
+    let due_by = |clock: &str, also: &str| -> u64 {
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM memories WHERE scores_due_at IS NULL \
+             OR scores_due_at <= TIMESTAMP '{clock}' OR id IN ('{also}')"
+        ))
+        .parse()
+        .unwrap()
+    };
+    // The memory archived for good is read once, to be passed by from then on; the next
+    // run reads the memories whose (spread) dates have passed, and no other.
     assert_eq!(first["counts"]["left_archived"], 1, "{first}");
     assert_eq!(memory(&db, "gone", "state"), "\"archived\"");
     assert_eq!(memory(&db, "gone", "salience"), "0.001");
     assert!(due("gone").starts_with("\"9999-12-31"), "{}", due("gone"));
-    assert_eq!(pass(&run("2025-06-03T00:00:00Z", &[])), (0, 0));
+    let expected = due_by("2025-06-03T00:00:00", "");
+    assert_eq!(pass(&run("2025-06-03T00:00:00Z", &[])), (0, expected));
 
     // An access (recall) makes a memory due; so does a new link pointing at it, whose
     // inbound count raises its importance.
@@ -293,13 +317,10 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
     };
     import_link("used", "sure", "2025-06-03T18:00:00Z");
     let importance_before: f64 = memory(&db, "sure", "importance").parse().unwrap();
+    let expected = due_by("2025-06-04T00:00:00", "sure");
+    assert!(expected > accessed.len() as u64 || accessed.iter().any(|id| id == "sure"));
     let fourth = run("2025-06-04T00:00:00Z", &[]);
-    let read = if accessed.iter().any(|id| id == "sure") {
-        0
-    } else {
-        1
-    };
-    assert_eq!(pass(&fourth), (0, accessed.len() as u64 + read), "{fourth}");
+    assert_eq!(pass(&fourth), (0, expected), "{fourth}");
     let importance_after: f64 = memory(&db, "sure", "importance").parse().unwrap();
     assert!(
         importance_after > importance_before + 0.03,
@@ -309,7 +330,8 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
     // clock (written by a job at another clock): it is new to the first run whose clock
     // passes its date.
     import_link("sure", "used", "2025-06-20T00:00:00Z");
-    assert_eq!(pass(&run("2025-06-05T00:00:00Z", &[])), (0, 0));
+    let expected = due_by("2025-06-05T00:00:00", "");
+    assert_eq!(pass(&run("2025-06-05T00:00:00Z", &[])), (0, expected));
     let later = run("2025-06-21T00:00:00Z", &[]);
     assert!(
         later["notes"][0]

@@ -432,6 +432,25 @@ pub fn next_due(p: &ScoreParams, m: &ScoreInput, out: &ScoreOutput, anchor: f64,
     same
 }
 
+/// The due date of a memory that had none (never scored, or cleared by a writer of its
+/// inputs), `due` being its exact one (`next_due`): a point drawn uniformly between the next
+/// run and `due` by a hash of its id (the same on every run and machine). Memories imported
+/// or rescored together would otherwise come due together again: an import's memories whose
+/// scores hold for `due_max_days` all on one night a month, and the first nights after an
+/// import lighter than every later one. Drawn this way, each memory's place in its own cycle
+/// is what a store in service would have, so the nightly work is level from the first night;
+/// the cost is one early recomputation per memory. A date is only ever brought forward, so a
+/// memory is never recomputed later than `next_due` says.
+pub fn spread_first_due(id: &str, now: i64, due: i64) -> i64 {
+    if due == NEVER_DUE || due - now <= DUE_STEP {
+        return due;
+    }
+    // 53 bits of the hash as a fraction in [0, 1).
+    let u = (crate::hash::fnv1a(&[id]) >> 11) as f64 / (1u64 << 53) as f64;
+    // Not before the next minute: a second run at the same clock has nothing to redo.
+    now + DUE_STEP + ((due - now - DUE_STEP) as f64 * u) as i64
+}
+
 /// A retrieval (seed 002 "Salience Updates" and the spacing effect): the recall job applies
 /// this when it returns a memory; the simulations below use it to replay access patterns.
 /// `current_salience` is the decayed salience at `now`; the result is the new anchor.
@@ -575,6 +594,82 @@ mod tests {
         let m = memory(State::Active, 0.5);
         let out = score(&exact, &m, T0 + DAY);
         assert!(next_due(&exact, &m, &out, 0.5, T0 + DAY) < T0 + DAY + 2 * DUE_STEP);
+    }
+
+    /// Memories imported together, left alone and recomputed each night when due: with
+    /// their first due dates spread, no night of the next three months takes much more than
+    /// the nights around it. Due exactly, the import's memories whose scores hold for
+    /// `due_max_days` (30) come back together on night 30 and again on night 60.
+    #[test]
+    fn an_import_does_not_come_due_on_one_night() {
+        let p = p();
+        let mut rng = Rng::new(11);
+        let states = [State::Candidate, State::Active, State::Core];
+        let ttls = [Ttl::Decay, Ttl::Decay, Ttl::Ephemeral, Ttl::KeepForever];
+        let imported: Vec<ScoreInput> = (0..3000)
+            .map(|_| {
+                let created = T0 - (rng.unit() * 200.0 * DAY as f64) as i64;
+                let mut m = memory(states[rng.below(3)], rng.unit());
+                m.ttl = ttls[rng.below(4)];
+                m.episodic = rng.below(2) == 0;
+                m.created_at = created;
+                m.salience_anchor = rng.unit();
+                m.emotional_salience = rng.unit();
+                m.inbound_links = rng.below(30) as u64;
+                if m.state != State::Candidate {
+                    m.access_count = 1 + rng.below(12) as i64;
+                    m.recall_frequency = m.access_count;
+                    m.last_accessed_at = Some(created + DAY);
+                }
+                m
+            })
+            .collect();
+        // Memories recomputed on each of 100 nights, as the scores job does: the due ones,
+        // each given its next due date (spread the first time, when `spread`).
+        let nights = |spread: bool| -> Vec<usize> {
+            let mut store: Vec<(ScoreInput, Option<i64>)> =
+                imported.iter().map(|m| (m.clone(), None)).collect();
+            (0..100)
+                .map(|night| {
+                    let now = T0 + night * DAY;
+                    let mut recomputed = 0;
+                    for (k, (m, due)) in store.iter_mut().enumerate() {
+                        if due.is_some_and(|d| d > now) {
+                            continue;
+                        }
+                        recomputed += 1;
+                        let out = score(&p, m, now);
+                        let exact = next_due(&p, m, &out, m.salience_anchor, now);
+                        let next = match (spread, *due) {
+                            (true, None) => spread_first_due(&format!("m{k}"), now, exact),
+                            _ => exact,
+                        };
+                        assert!(next <= exact && (next > now || exact <= now + DUE_STEP));
+                        (m.state, m.salience, m.archived_at) =
+                            (out.state, out.salience, out.archived_at);
+                        *due = Some(next);
+                    }
+                    recomputed
+                })
+                .collect()
+        };
+        // A night against the mean of the five before and the five after it.
+        let peak = |counts: &[usize]| -> (usize, f64) {
+            (10..90)
+                .map(|n| {
+                    let around: usize = (n - 5..n).chain(n + 1..=n + 5).map(|i| counts[i]).sum();
+                    (n, counts[n] as f64 / (around as f64 / 10.0))
+                })
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .unwrap()
+        };
+        let (night, ratio) = peak(&nights(false));
+        assert!(night % 30 == 0 && ratio > 1.3, "exact: night {night} at {ratio:.2}");
+        let spread = nights(true);
+        let (night, ratio) = peak(&spread);
+        assert!(ratio < 1.2, "spread: night {night} at {ratio:.2}: {spread:?}");
+        // The same dates on every run.
+        assert_eq!(nights(true), spread);
     }
 
     #[test]
@@ -808,3 +903,4 @@ mod tests {
         }
     }
 }
+
