@@ -9,9 +9,10 @@
 //! `[scores]` parameters, an earlier clock or `--all` recompute every one (`Pass`). Each
 //! recomputed memory gets the clock until which a run would leave it as it is, to within
 //! `[scores] due_tolerance` (`logic::scores::next_due`); writers of score inputs clear it.
-//! A memory that had no date, or any on a full pass, gets one drawn between the next run
-//! and that clock (`logic::scores::spread_first_due`), so that memories scored together do
-//! not come due together: the nightly work is level from the first night.
+//! That clock is brought forward by a fraction drawn from the memory's id and the clock
+//! (`logic::scores::spread_due`; anywhere before it for a memory that had no date or on a
+//! full pass, in its second half for one at the `due_max_days` horizon), so that memories
+//! recomputed together do not come due together again.
 //!
 //! Columnar: Lance reads the needed columns in batches, each batch is computed in parallel
 //! (rayon) by the pure functions of `scores`, and only rows whose values change are written
@@ -36,7 +37,7 @@ use rayon::prelude::*;
 use super::{ItemFailure, Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::logic::scores::{
     NEVER_DUE, ScoreInput, ScoreOutput, ScoreParams, State, Transition, Ttl, next_due, score,
-    spread_first_due,
+    spread_due,
 };
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
@@ -140,9 +141,10 @@ fn opt_time(a: &TimestampMicrosecondArray, i: usize) -> Option<i64> {
 }
 
 /// Computes a batch of memories; pure apart from reading the arrays.
-/// Computes one batch of memories at `now`. A memory that had no due date, or every memory
-/// on a full pass (`full`: they were all recomputed together), gets its due date spread
-/// (`logic::scores::spread_first_due`), so they do not all come due on the same later night.
+/// Computes one batch of memories at `now`. Due dates are spread (`logic::scores::spread_due`)
+/// so memories recomputed together do not all come due on the same later night: that of a
+/// memory that had none, or of every memory on a full pass (`full`), anywhere before its
+/// exact date; one at the horizon, in the horizon's second half.
 fn compute(
     params: &ScoreParams,
     batch: &RecordBatch,
@@ -218,10 +220,9 @@ fn compute(
                 last_recall_interval_days: interval.value(i),
             };
             let out = score(params, &input, now);
-            let mut due = next_due(params, &input, &out, salience_anchor, now);
-            if full || !due_old.is_valid(i) {
-                due = spread_first_due(ids.value(i), now, due);
-            }
+            let due = next_due(params, &input, &out, salience_anchor, now);
+            let first = full || !due_old.is_valid(i);
+            let due = spread_due(params, ids.value(i), now, due, first);
             Ok((out, salience_anchor, due))
         })
         .collect();

@@ -432,23 +432,39 @@ pub fn next_due(p: &ScoreParams, m: &ScoreInput, out: &ScoreOutput, anchor: f64,
     same
 }
 
-/// The due date of a memory that had none (never scored, or cleared by a writer of its
-/// inputs), `due` being its exact one (`next_due`): a point drawn uniformly between the next
-/// run and `due` by a hash of its id (the same on every run and machine). Memories imported
-/// or rescored together would otherwise come due together again: an import's memories whose
-/// scores hold for `due_max_days` all on one night a month, and the first nights after an
-/// import lighter than every later one. Drawn this way, each memory's place in its own cycle
-/// is what a store in service would have, so the nightly work is level from the first night;
-/// the cost is one early recomputation per memory. A date is only ever brought forward, so a
-/// memory is never recomputed later than `next_due` says.
-pub fn spread_first_due(id: &str, now: i64, due: i64) -> i64 {
+/// Where memory `id`'s due date goes, `due` being its exact one (`next_due`) from a run at
+/// `now`: brought forward by a fraction drawn from a hash of its id and the clock (the same
+/// for the same run on every machine), so that memories scored together do not come due
+/// together again.
+/// - `first` (the memory had no date: never scored, cleared by a writer of its inputs, or
+///   every memory of a full pass): anywhere between the next minute and `due`, the place in
+///   its cycle a store in service would have given it.
+/// - otherwise, a date at the horizon (`due_max_days`: nothing would change before it) goes
+///   anywhere in its second half. The memories one run recomputed and found stable would
+///   otherwise all come back on the same night a month later (on `bench year`, day 1's
+///   6,240 recomputations made nights 31, 61, 91... a third heavier than their neighbours),
+///   and again a month after that; drawn this way, the cohort disperses.
+///
+/// A date is only ever brought forward, so a memory is never recomputed later than
+/// `next_due` says; the cost is some earlier recomputations.
+pub fn spread_due(p: &ScoreParams, id: &str, now: i64, due: i64, first: bool) -> i64 {
     if due == NEVER_DUE || due - now <= DUE_STEP {
         return due;
     }
-    // 53 bits of the hash as a fraction in [0, 1).
-    let u = (crate::hash::fnv1a(&[id]) >> 11) as f64 / (1u64 << 53) as f64;
-    // Not before the next minute: a second run at the same clock has nothing to redo.
-    now + DUE_STEP + ((due - now - DUE_STEP) as f64 * u) as i64
+    // 53 bits of the hash as a fraction in [0, 1), drawn anew each run: a fraction fixed
+    // per memory would give each a whole number of nights as its period, and the periods
+    // would meet again on nights many of them divide (night 60 for 15, 20 and 30).
+    let clock = now.to_string();
+    let u = (crate::hash::fnv1a(&[id, &clock]) >> 11) as f64 / (1u64 << 53) as f64;
+    if first {
+        // Not before the next minute: a second run at the same clock has nothing to redo.
+        return now + DUE_STEP + ((due - now - DUE_STEP) as f64 * u) as i64;
+    }
+    let horizon = now.saturating_add((p.due_max_days.max(0.0) * MICROS_PER_DAY) as i64);
+    if due >= horizon {
+        return now + ((due - now) as f64 * (1.0 - 0.5 * u)) as i64;
+    }
+    due
 }
 
 /// A retrieval (seed 002 "Salience Updates" and the spacing effect): the recall job applies
@@ -597,8 +613,8 @@ mod tests {
     }
 
     /// Memories imported together, left alone and recomputed each night when due: with
-    /// their first due dates spread, no night of the next three months takes much more than
-    /// the nights around it. Due exactly, the import's memories whose scores hold for
+    /// their due dates spread (`spread_due`), no night of the next three months takes much
+    /// more than the nights around it. Due exactly, the import's memories whose scores hold for
     /// `due_max_days` (30) come back together on night 30 and again on night 60.
     #[test]
     fn an_import_does_not_come_due_on_one_night() {
@@ -626,7 +642,13 @@ mod tests {
             .collect();
         // Memories recomputed on each of 100 nights, as the scores job does: the due ones,
         // each given its next due date (spread the first time, when `spread`).
-        let nights = |spread: bool| -> Vec<usize> {
+        #[derive(Clone, Copy)]
+        enum Spread {
+            Exact,
+            AtHorizon,
+            Both,
+        }
+        let nights = |spread: Spread| -> Vec<usize> {
             let mut store: Vec<(ScoreInput, Option<i64>)> =
                 imported.iter().map(|m| (m.clone(), None)).collect();
             (0..100)
@@ -640,9 +662,12 @@ mod tests {
                         recomputed += 1;
                         let out = score(&p, m, now);
                         let exact = next_due(&p, m, &out, m.salience_anchor, now);
-                        let next = match (spread, *due) {
-                            (true, None) => spread_first_due(&format!("m{k}"), now, exact),
-                            _ => exact,
+                        let next = match spread {
+                            Spread::Exact => exact,
+                            Spread::AtHorizon => spread_due(&p, &format!("m{k}"), now, exact, false),
+                            Spread::Both => {
+                                spread_due(&p, &format!("m{k}"), now, exact, due.is_none())
+                            }
                         };
                         assert!(next <= exact && (next > now || exact <= now + DUE_STEP));
                         (m.state, m.salience, m.archived_at) =
@@ -663,13 +688,17 @@ mod tests {
                 .max_by(|a, b| a.1.total_cmp(&b.1))
                 .unwrap()
         };
-        let (night, ratio) = peak(&nights(false));
+        let (night, ratio) = peak(&nights(Spread::Exact));
         assert!(night % 30 == 0 && ratio > 1.3, "exact: night {night} at {ratio:.2}");
-        let spread = nights(true);
-        let (night, ratio) = peak(&spread);
-        assert!(ratio < 1.2, "spread: night {night} at {ratio:.2}: {spread:?}");
-        // The same dates on every run.
-        assert_eq!(nights(true), spread);
+        // Spreading the dates at the horizon alone disperses a cohort a later run formed
+        // (the import's first night here), as well as both rules together.
+        for spread in [Spread::AtHorizon, Spread::Both] {
+            let counts = nights(spread);
+            let (night, ratio) = peak(&counts);
+            assert!(ratio < 1.2, "spread: night {night} at {ratio:.2}: {counts:?}");
+            // The same dates on every run.
+            assert_eq!(nights(spread), counts);
+        }
     }
 
     #[test]
