@@ -19,6 +19,9 @@ use crate::model::clock::Clock;
 use crate::model::schema::{ENTITIES, MEMORIES, TableSpec};
 use crate::store::{sql_list, sql_string};
 
+/// Rows per commit when `--commit-rows` is not given, at least.
+const DEFAULT_COMMIT_ROWS: usize = 1024;
+
 /// Fill missing embeddings of memories and entities (resumable; --all recomputes).
 #[derive(clap::Args, Debug, Clone)]
 pub struct EmbedArgs {
@@ -28,9 +31,12 @@ pub struct EmbedArgs {
     /// Texts per model call.
     #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
-    /// Rows per commit: the most a killed run loses.
-    #[arg(long, default_value_t = 1024)]
-    pub commit_rows: usize,
+    /// Rows per commit: the most a killed run loses. Default: the rows of a fragment that
+    /// compaction leaves alone (a quarter of the table's rows, `[retention]`), at least
+    /// 1024. Each commit writes its rows as a new fragment: smaller ones are merged by the
+    /// next compaction, embeddings and all, a second copy the version window keeps.
+    #[arg(long)]
+    pub commit_rows: Option<usize>,
     /// Which table(s) to embed.
     #[arg(long, value_parser = ["memories", "entities", "all"], default_value = "all")]
     pub table: String,
@@ -199,6 +205,62 @@ fn with_vectors(
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
+/// What a run's chunks embedded, refused and truncated.
+#[derive(Default)]
+struct Tally {
+    embedded: u64,
+    refused: u64,
+    truncated: u64,
+    failures: Vec<ItemFailure>,
+}
+
+/// Embeds one chunk's texts, `batch_size` per model call, and writes its vectors in one
+/// commit (none on a dry run).
+async fn embed_chunk(
+    ctx: &JobCtx<'_>,
+    embedder: &crate::embedders::Embedder,
+    spec: &TableSpec,
+    chunk: &RecordBatch,
+    batch_size: usize,
+    tally: &mut Tally,
+) -> Result<()> {
+    let texts = texts_of(spec, chunk);
+    let ids = chunk
+        .column_by_name("id")
+        .context("id column")?
+        .as_string::<i32>()
+        .clone();
+    let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(chunk.num_rows());
+    for (offset, group) in texts.chunks(batch_size.max(1)).enumerate() {
+        let refs: Vec<&str> = group.iter().map(String::as_str).collect();
+        for (i, outcome) in embedder.embed(&refs).await?.into_iter().enumerate() {
+            let row = offset * batch_size.max(1) + i;
+            match outcome {
+                Embedded::Vector { values, truncated } => {
+                    tally.embedded += 1;
+                    tally.truncated += u64::from(truncated);
+                    vectors.push(Some(values));
+                }
+                Embedded::Refused(reason) => {
+                    tally.refused += 1;
+                    tally.failures.push(ItemFailure {
+                        item: format!("{} {}", spec.name, ids.value(row)),
+                        reason,
+                    });
+                    vectors.push(None);
+                }
+            }
+        }
+    }
+    if !ctx.dry_run {
+        let model = embedder.model_name();
+        let updated = with_vectors(chunk, &vectors, &model, ctx.store.embedding_dim())?;
+        ctx.store.upsert_batch(spec, updated).await?;
+        crate::crash::point("embed.after-chunk");
+    }
+    Ok(())
+}
+
 pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
     let embedder = &ctx
         .app
@@ -206,6 +268,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
         .await?;
     let tables = args.tables();
     let model = embedder.model_name();
+    let policy = super::optimize::compaction_policy(&ctx.app.config().await?.retention);
     let params = serde_json::json!({
         "all": args.all, "model": model, "tables": tables,
         "batch_size": args.batch_size, "commit_rows": args.commit_rows,
@@ -215,8 +278,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
     report
         .notes
         .push(format!("model: {model} ({} dimensions)", embedder.dim()));
-    let (mut embedded, mut truncated, mut refused) = (0u64, 0u64, 0u64);
-    let dim = ctx.store.embedding_dim();
+    let mut tally = Tally::default();
+    let mut commits = BTreeMap::new();
     for spec in [&MEMORIES, &ENTITIES] {
         if !tables.iter().any(|t| t == spec.name) {
             continue;
@@ -257,56 +320,45 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
         if total == 0 {
             continue;
         }
+        let commit_rows = match args.commit_rows {
+            Some(n) => n.max(1),
+            None => policy
+                .fragment_rows(ctx.store.count_rows(spec.name, None).await?)
+                .max(DEFAULT_COMMIT_ROWS),
+        };
+        commits.insert(spec.name, commit_rows);
         let bar = crate::progress::bar(total, spec.name);
         // Rows are read once up front: a chunk's commit must not shift what is left to read.
+        // Chunks are cut across the scan's batches, so that every commit but the last
+        // writes `commit_rows` rows.
         let batches = ctx.store.scan(spec.name, filter.as_deref()).await?;
-        for batch in batches {
-            for start in (0..batch.num_rows()).step_by(args.commit_rows.max(1)) {
-                let length = args.commit_rows.max(1).min(batch.num_rows() - start);
-                let chunk = batch.slice(start, length);
-                let texts = texts_of(spec, &chunk);
-                let ids = chunk
-                    .column_by_name("id")
-                    .context("id column")?
-                    .as_string::<i32>()
-                    .clone();
-                let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(length);
-                for (offset, group) in texts.chunks(args.batch_size.max(1)).enumerate() {
-                    let refs: Vec<&str> = group.iter().map(String::as_str).collect();
-                    for (i, outcome) in embedder.embed(&refs).await?.into_iter().enumerate() {
-                        let row = offset * args.batch_size.max(1) + i;
-                        match outcome {
-                            Embedded::Vector {
-                                values,
-                                truncated: cut,
-                            } => {
-                                embedded += 1;
-                                if cut {
-                                    truncated += 1;
-                                }
-                                vectors.push(Some(values));
-                            }
-                            Embedded::Refused(reason) => {
-                                refused += 1;
-                                report.failures.push(ItemFailure {
-                                    item: format!("{} {}", spec.name, ids.value(row)),
-                                    reason,
-                                });
-                                vectors.push(None);
-                            }
-                        }
-                    }
-                    bar.inc(group.len() as u64);
-                }
-                if !ctx.dry_run {
-                    let updated = with_vectors(&chunk, &vectors, &model, dim)?;
-                    ctx.store.upsert_batch(spec, updated).await?;
-                    crate::crash::point("embed.after-chunk");
+        let mut pending: Vec<RecordBatch> = Vec::new();
+        let mut pending_rows = 0;
+        let last = batches.len().saturating_sub(1);
+        for (b, batch) in batches.into_iter().enumerate() {
+            let mut start = 0;
+            while start < batch.num_rows() {
+                let take = (commit_rows - pending_rows).min(batch.num_rows() - start);
+                pending.push(batch.slice(start, take));
+                (pending_rows, start) = (pending_rows + take, start + take);
+                let ends = b == last && start == batch.num_rows();
+                if pending_rows == commit_rows || ends {
+                    let chunk = arrow::compute::concat_batches(&batch.schema(), &pending)?;
+                    (pending, pending_rows) = (Vec::new(), 0);
+                    embed_chunk(ctx, embedder, spec, &chunk, args.batch_size, &mut tally).await?;
+                    bar.inc(chunk.num_rows() as u64);
                 }
             }
         }
         bar.finish_and_clear();
     }
+    let Tally {
+        embedded,
+        refused,
+        truncated,
+        failures,
+    } = tally;
+    report.failures.extend(failures);
     report.count("embedded", embedded);
     report.count("refused", refused);
     report.count("truncated", truncated);
@@ -315,8 +367,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
             "{truncated} texts were longer than the model reads and were truncated"
         ));
     }
+    for (table, rows) in commits {
+        report
+            .notes
+            .push(format!("{table}: a commit every {rows} rows"));
+    }
     if !ctx.dry_run && embedded > 0 {
-        let policy = super::optimize::compaction_policy(&ctx.app.config().await?.retention);
         for spec in [&MEMORIES, &ENTITIES] {
             if !ctx.store.compact(spec.name, &policy).await? {
                 report.notes.push(format!(

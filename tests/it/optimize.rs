@@ -229,6 +229,75 @@ fn compaction_merges_small_fragments_and_rewrites_a_large_one_only_past_its_dele
     );
 }
 
+/// A fragment that was large when written stays out of later merges as the table grows past
+/// it: merging it would copy it again, a copy the version window keeps.
+#[test]
+fn a_settled_fragment_is_not_merged_again_as_the_table_grows() {
+    let db = TestDb::new();
+    let file = db.path("m.jsonl");
+    // [3000] [900] [5] [5] [5]: 3,915 rows, a target of 978 rows; the 900-row fragment is
+    // under it but more than half of it.
+    for (from, to) in [
+        (0, 3000),
+        (3000, 3900),
+        (3900, 3905),
+        (3905, 3910),
+        (3910, 3915),
+    ] {
+        std::fs::write(&file, memory_lines(from, to)).unwrap();
+        let out = db.run(&["import", &file]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    assert_eq!(fragments(&db), 5);
+    let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
+    assert_eq!(
+        report["counts"]["fragments_compacted"], 3,
+        "the three small ones merge; the 900 rows beside them are not copied again: {report}"
+    );
+    assert_eq!(report["counts"]["fragments_written"], 1, "{report}");
+    assert_eq!(fragments(&db), 3);
+    assert_eq!(db.count("memories"), 3915);
+}
+
+/// `embed` on a fresh import commits fragments that compaction leaves alone: the vectors are
+/// written once, not once per commit and again by the merge of the commits.
+#[test]
+fn an_embedded_import_is_not_rewritten_by_compaction() {
+    let db = TestDb::new();
+    let file = db.path("m.jsonl");
+    std::fs::write(&file, memory_lines(0, 6000)).unwrap();
+    let out = db.run(&["import", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = json(&db.run(&["--json", "embed", "--embedder", "hash"]));
+    assert_eq!(report["counts"]["embedded"], 6000, "{report}");
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("memories: a commit every 1500 rows"),
+        "{notes}"
+    );
+    assert_eq!(
+        fragments(&db),
+        4,
+        "four commits of a quarter of the table each"
+    );
+    let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
+    assert_eq!(report["counts"]["fragments_compacted"], 0, "{report}");
+    // On disk: the live rows, and the import's rows without vectors the window keeps.
+    let storage = db.storage("memories");
+    let (bytes, live) = (
+        storage["bytes"].as_u64().unwrap(),
+        storage["live_bytes"].as_u64().unwrap(),
+    );
+    assert!(
+        bytes < live * 3 / 2,
+        "one copy of the vectors on disk: {bytes} bytes, {live} live"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM memories WHERE embedding IS NULL"),
+        "0"
+    );
+}
+
 #[test]
 fn optimize_names_bad_input() {
     let db = TestDb::new();
