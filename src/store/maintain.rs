@@ -303,19 +303,11 @@ impl Store {
                 columns: index.columns,
             });
         }
-        let open_files = match table.dataset() {
-            Some(dataset) => dataset
-                .get()
-                .await?
-                .get_fragments()
-                .iter()
-                .map(|f| {
-                    let f = f.metadata();
-                    f.files.len() + usize::from(f.deletion_file.is_some())
-                })
-                .sum(),
-            None => 0,
-        };
+        let open_files = fragments_of(&table)
+            .await?
+            .iter()
+            .map(|f| f.files.len() + usize::from(f.deletion_file.is_some()))
+            .sum();
         let on_disk = self
             .table_dir(name)
             .filter(|d| history && d.exists())
@@ -379,28 +371,20 @@ impl Store {
     ) -> Result<(usize, usize)> {
         let table = self.table(name).await?;
         let rows = table.count_rows(None).await?;
-        let fragments = match table.dataset() {
-            Some(dataset) => dataset
-                .get()
-                .await?
-                .get_fragments()
-                .iter()
-                .map(|f| {
-                    let f = f.metadata();
-                    FragmentRows {
-                        id: f.id,
-                        physical: f.physical_rows.unwrap_or(0),
-                        // A deletion file that does not say how many rows it deletes:
-                        // Lance reads it and decides.
-                        deleted: f
-                            .deletion_file
-                            .as_ref()
-                            .map_or(0, |d| d.num_deleted_rows.unwrap_or(usize::MAX)),
-                    }
-                })
-                .collect(),
-            None => Vec::new(),
-        };
+        let fragments: Vec<FragmentRows> = fragments_of(&table)
+            .await?
+            .iter()
+            .map(|f| FragmentRows {
+                id: f.id,
+                physical: f.physical_rows.unwrap_or(0),
+                // A deletion file that does not say how many rows it deletes: Lance reads
+                // it and decides.
+                deleted: f
+                    .deletion_file
+                    .as_ref()
+                    .map_or(0, |d| d.num_deleted_rows.unwrap_or(usize::MAX)),
+            })
+            .collect();
         let done = table
             .optimize(lancedb::table::OptimizeAction::Compact {
                 options: policy.options(rows, &fragments),
@@ -504,6 +488,20 @@ impl Store {
             )
         }))
     }
+}
+
+/// The current version's fragments (none for a table Lance does not open natively).
+async fn fragments_of(table: &lancedb::Table) -> Result<Vec<lance::table::format::Fragment>> {
+    Ok(match table.dataset() {
+        Some(dataset) => dataset
+            .get()
+            .await?
+            .get_fragments()
+            .iter()
+            .map(|f| f.metadata().clone())
+            .collect(),
+        None => Vec::new(),
+    })
 }
 
 /// Rows each index's oldest segment covers and rows its other segments cover, by index
