@@ -385,9 +385,18 @@ impl Store {
                     .map_or(0, |d| d.num_deleted_rows.unwrap_or(usize::MAX)),
             })
             .collect();
+        let options = policy.options(rows, &fragments);
+        tracing::debug!(
+            table = name,
+            rows,
+            target = options.target_rows_per_fragment,
+            fragments = ?fragments.iter().map(|f| (f.id, f.physical, f.deleted)).collect::<Vec<_>>(),
+            left_alone = ?options.excluded_fragment_ids,
+            "compaction plan"
+        );
         let done = table
             .optimize(lancedb::table::OptimizeAction::Compact {
-                options: policy.options(rows, &fragments),
+                options,
                 remap_options: None,
             })
             .await?;
