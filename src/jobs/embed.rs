@@ -19,8 +19,10 @@ use crate::model::clock::Clock;
 use crate::model::schema::{ENTITIES, MEMORIES, TableSpec};
 use crate::store::{sql_list, sql_string};
 
-/// Rows per commit when `--commit-rows` is not given, at least.
-const DEFAULT_COMMIT_ROWS: usize = 1024;
+/// Rows per commit when `--commit-rows` is not given: at least the first, at most the second
+/// (a chunk's texts and vectors are held in memory until its commit: 65,536 vectors of 1536
+/// dimensions are 400 MB).
+const DEFAULT_COMMIT_ROWS: (usize, usize) = (1024, 65_536);
 
 /// Fill missing embeddings of memories and entities (resumable; --all recomputes).
 #[derive(clap::Args, Debug, Clone)]
@@ -33,7 +35,7 @@ pub struct EmbedArgs {
     pub batch_size: usize,
     /// Rows per commit: the most a killed run loses. Default: the rows of a fragment that
     /// compaction leaves alone (a quarter of the table's rows, `[retention]`), at least
-    /// 1024. Each commit writes its rows as a new fragment: smaller ones are merged by the
+    /// 1024 and at most 65,536. Each commit writes its rows as a new fragment: smaller ones are merged by the
     /// next compaction, embeddings and all, a second copy the version window keeps.
     #[arg(long)]
     pub commit_rows: Option<usize>,
@@ -214,51 +216,66 @@ struct Tally {
     failures: Vec<ItemFailure>,
 }
 
-/// Embeds one chunk's texts, `batch_size` per model call, and writes its vectors in one
-/// commit (none on a dry run).
-async fn embed_chunk(
-    ctx: &JobCtx<'_>,
-    embedder: &crate::embedders::Embedder,
-    spec: &TableSpec,
-    chunk: &RecordBatch,
+/// One table's chunks: what `embed` does with each.
+struct Chunk<'a> {
+    spec: &'a TableSpec,
+    /// Texts per model call.
     batch_size: usize,
-    tally: &mut Tally,
-) -> Result<()> {
-    let texts = texts_of(spec, chunk);
-    let ids = chunk
-        .column_by_name("id")
-        .context("id column")?
-        .as_string::<i32>()
-        .clone();
-    let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(chunk.num_rows());
-    for (offset, group) in texts.chunks(batch_size.max(1)).enumerate() {
-        let refs: Vec<&str> = group.iter().map(String::as_str).collect();
-        for (i, outcome) in embedder.embed(&refs).await?.into_iter().enumerate() {
-            let row = offset * batch_size.max(1) + i;
-            match outcome {
-                Embedded::Vector { values, truncated } => {
-                    tally.embedded += 1;
-                    tally.truncated += u64::from(truncated);
-                    vectors.push(Some(values));
-                }
-                Embedded::Refused(reason) => {
-                    tally.refused += 1;
-                    tally.failures.push(ItemFailure {
-                        item: format!("{} {}", spec.name, ids.value(row)),
-                        reason,
-                    });
-                    vectors.push(None);
+    bar: &'a indicatif::ProgressBar,
+}
+
+impl Chunk<'_> {
+    /// Embeds one chunk's rows (`pieces`, cut from the scan's batches), `batch_size` texts per
+    /// model call, and writes their vectors in one commit (none on a dry run).
+    async fn embed(
+        &self,
+        ctx: &JobCtx<'_>,
+        embedder: &crate::embedders::Embedder,
+        pieces: &[RecordBatch],
+        tally: &mut Tally,
+    ) -> Result<()> {
+        let Some(first) = pieces.first() else {
+            return Ok(());
+        };
+        let (spec, batch_size) = (self.spec, self.batch_size.max(1));
+        let chunk = arrow::compute::concat_batches(&first.schema(), pieces)?;
+        let texts = texts_of(spec, &chunk);
+        let ids = chunk
+            .column_by_name("id")
+            .context("id column")?
+            .as_string::<i32>()
+            .clone();
+        let mut vectors: Vec<Option<Vec<f32>>> = Vec::with_capacity(chunk.num_rows());
+        for (offset, group) in texts.chunks(batch_size).enumerate() {
+            let refs: Vec<&str> = group.iter().map(String::as_str).collect();
+            for (i, outcome) in embedder.embed(&refs).await?.into_iter().enumerate() {
+                let row = offset * batch_size + i;
+                match outcome {
+                    Embedded::Vector { values, truncated } => {
+                        tally.embedded += 1;
+                        tally.truncated += u64::from(truncated);
+                        vectors.push(Some(values));
+                    }
+                    Embedded::Refused(reason) => {
+                        tally.refused += 1;
+                        tally.failures.push(ItemFailure {
+                            item: format!("{} {}", spec.name, ids.value(row)),
+                            reason,
+                        });
+                        vectors.push(None);
+                    }
                 }
             }
+            self.bar.inc(group.len() as u64);
         }
+        if !ctx.dry_run {
+            let model = embedder.model_name();
+            let updated = with_vectors(&chunk, &vectors, &model, ctx.store.embedding_dim())?;
+            ctx.store.upsert_batch(spec, updated).await?;
+            crate::crash::point("embed.after-chunk");
+        }
+        Ok(())
     }
-    if !ctx.dry_run {
-        let model = embedder.model_name();
-        let updated = with_vectors(chunk, &vectors, &model, ctx.store.embedding_dim())?;
-        ctx.store.upsert_batch(spec, updated).await?;
-        crate::crash::point("embed.after-chunk");
-    }
-    Ok(())
 }
 
 pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
@@ -324,7 +341,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
             Some(n) => n.max(1),
             None => policy
                 .fragment_rows(ctx.store.count_rows(spec.name, None).await?)
-                .max(DEFAULT_COMMIT_ROWS),
+                .clamp(DEFAULT_COMMIT_ROWS.0, DEFAULT_COMMIT_ROWS.1),
         };
         commits.insert(spec.name, commit_rows);
         let bar = crate::progress::bar(total, spec.name);
@@ -334,21 +351,26 @@ pub async fn run(ctx: &JobCtx<'_>, args: &EmbedArgs) -> Result<JobReport> {
         let batches = ctx.store.scan(spec.name, filter.as_deref()).await?;
         let mut pending: Vec<RecordBatch> = Vec::new();
         let mut pending_rows = 0;
-        let last = batches.len().saturating_sub(1);
-        for (b, batch) in batches.into_iter().enumerate() {
+        let chunk = Chunk {
+            spec,
+            batch_size: args.batch_size,
+            bar: &bar,
+        };
+        for batch in batches {
             let mut start = 0;
             while start < batch.num_rows() {
                 let take = (commit_rows - pending_rows).min(batch.num_rows() - start);
                 pending.push(batch.slice(start, take));
                 (pending_rows, start) = (pending_rows + take, start + take);
-                let ends = b == last && start == batch.num_rows();
-                if pending_rows == commit_rows || ends {
-                    let chunk = arrow::compute::concat_batches(&batch.schema(), &pending)?;
-                    (pending, pending_rows) = (Vec::new(), 0);
-                    embed_chunk(ctx, embedder, spec, &chunk, args.batch_size, &mut tally).await?;
-                    bar.inc(chunk.num_rows() as u64);
+                if pending_rows == commit_rows {
+                    let rows = std::mem::take(&mut pending);
+                    pending_rows = 0;
+                    chunk.embed(ctx, embedder, &rows, &mut tally).await?;
                 }
             }
+        }
+        if pending_rows > 0 {
+            chunk.embed(ctx, embedder, &pending, &mut tally).await?;
         }
         bar.finish_and_clear();
     }
