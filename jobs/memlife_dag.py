@@ -91,7 +91,7 @@ with DAG(
     ).expand(
         bash_command=[f"{MEMLIFE} prune --shard {i}/{SHARDS}" for i in range(SHARDS)],
     )
-    # merge the small fragments the day's commits appended and fold the day's rows into the indexes recall searches (no version removed), so reads between the weekly optimizes neither open a dozen more fragments a day nor scan the rows no index holds
+    # merge the small fragments the day's commits appended and fold the day's rows into the indexes recall searches, so reads between the weekly optimizes neither open a dozen more fragments a day nor scan the rows no index holds; remove the versions that left the retention window that day, so the window holds its 14 days of versions, not up to 20
     optimize_light_task = BashOperator(
         task_id="optimize_light",
         bash_command=f"{MEMLIFE} optimize --light",

@@ -13,8 +13,10 @@
 //! the rest. The run itself is not undoable: it changes how rows are stored, not the rows.
 //!
 //! `--light` (what `nightly` runs on the days a full optimize is not due) merges the small
-//! fragments the day's commits appended and removes no version; of the indexes it updates
-//! only those of the tables recall searches, which take the day's rows every night.
+//! fragments the day's commits appended and removes the versions that left the window that
+//! day; of the indexes it updates only those of the tables recall searches, which take the
+//! day's rows every night. Versions removed only weekly, the window held up to 20 days of
+//! them, not 14: a third more bytes on the store just before each full run.
 //!
 //! The tables recall searches (the ones with a full-text index) keep that index in one
 //! segment: a search loads and scores each segment apart. On a day-118 store of `bench
@@ -55,12 +57,13 @@ pub struct OptimizeArgs {
     /// The clock the run computes at (RFC 3339); default the current time.
     #[arg(long)]
     pub now: Option<Clock>,
-    /// Only merge the small fragments (under 64 rows) the day's commits left and bring the
-    /// indexes of the tables recall searches up to date: no rewrite of a large fragment, no
-    /// version removed. `nightly` runs this on the days a full optimize is not due, so reads
-    /// do not open a dozen more fragments, or scan the rows no index holds, for every day
-    /// since the last one.
-    #[arg(long, conflicts_with = "keep_versions_days")]
+    /// Only merge the small fragments (under 64 rows) the day's commits left, bring the
+    /// indexes of the tables recall searches up to date and remove the versions older than
+    /// the window: no rewrite of a large fragment. `nightly` runs this on the days a full
+    /// optimize is not due, so reads do not open a dozen more fragments, or scan the rows
+    /// no index holds, for every day since the last one, and the window holds its days of
+    /// versions, not up to a week more.
+    #[arg(long)]
     pub light: bool,
     #[command(flatten)]
     pub scope: JobScope,
@@ -101,11 +104,15 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
-fn describe(before: &TableStorage, after: &TableStorage, light: bool) -> String {
+fn describe(before: &TableStorage, after: &TableStorage, light: bool, removed: u64) -> String {
     if light {
         // A light run reads the current version only (`Store::current_storage`).
+        let versions = match removed {
+            0 => String::new(),
+            n => format!(", {n} versions removed"),
+        };
         return format!(
-            "{}: {} -> {} fragments, {} -> {} open files",
+            "{}: {} -> {} fragments, {} -> {} open files{versions}",
             before.table, before.fragments, after.fragments, before.open_files, after.open_files
         );
     }
@@ -161,6 +168,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     let params = json!({
         "light": args.light,
         "keep_versions_days": days,
+        "fold_overlays": retention.fold_overlays,
         "compaction": {
             "deleted_fraction": policy.deleted_fraction,
             "fragment_fraction": policy.fragment_fraction,
@@ -180,8 +188,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     };
     // What each table holds, and its versions older than the window.
     let mut plan = Vec::new();
-    // (A light run removes no version: it reads the current versions alone, a cost that does
-    // not grow with the versions the window keeps.)
+    // (A light run reads the current versions' storage alone, not every version's files, a
+    // cost that grows with the versions the window keeps; it lists the versions' times, one
+    // small read per version, to remove the ones that left the window.)
     let storage_of = |table: &'static str| async move {
         if args.light {
             ctx.store.current_storage(table).await
@@ -191,15 +200,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     };
     for table in &tables {
         let before = storage_of(table).await?;
-        let old: Vec<u64> = if args.light {
-            Vec::new()
-        } else {
-            let times = ctx.store.version_times(table).await?.into_iter();
-            times
-                .filter(|(v, at)| *at < written_before && *v != before.version)
-                .map(|(v, _)| v)
-                .collect()
-        };
+        let times = ctx.store.version_times(table).await?.into_iter();
+        let old: Vec<u64> = times
+            .filter(|(v, at)| *at < written_before && *v != before.version)
+            .map(|(v, _)| v)
+            .collect();
         add(&mut counts, "fragments_before", before.fragments as u64);
         if !args.light {
             add(&mut counts, "versions_before", before.versions as u64);
@@ -209,11 +214,16 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     }
     if ctx.dry_run {
         for (table, before, old) in &plan {
+            // (A light run does not count the versions: `current_storage`.)
+            let versions = if args.light {
+                String::new()
+            } else {
+                format!("{} versions of which ", before.versions)
+            };
             report.notes.push(format!(
-                "{table}: {} fragments ({} small), {} versions of which {} older than the window",
+                "{table}: {} fragments ({} small), {versions}{} older than the window",
                 before.fragments,
                 before.small_fragments,
-                before.versions,
                 old.len()
             ));
             add(&mut counts, "versions_removed", old.len() as u64);
@@ -227,17 +237,21 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         }
         crate::crash::point("optimize.after-audit");
         for (table, before, old) in &plan {
-            let (indexes, removed, added) =
-                compact_and_index(ctx, args.light, table, &policy).await?;
+            let (indexes, removed, added, folded) =
+                compact_and_index(ctx, args.light, table, (&policy, retention.fold_overlays))
+                    .await?;
+            add(&mut counts, "overlays_folded", folded as u64);
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             add(&mut counts, "indexes_updated", indexes as u64);
+            let mut pruned = 0;
             if !old.is_empty() {
                 crate::crash::point("optimize.before-prune");
                 let (versions, files, bytes) = ctx
                     .store
                     .remove_versions_before(table, written_before)
                     .await?;
+                pruned = versions;
                 add(&mut counts, "versions_removed", versions);
                 add(&mut counts, "files_removed", files);
                 add(&mut counts, "bytes_removed", bytes);
@@ -248,8 +262,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
                 add(&mut counts, "versions_after", after.versions as u64);
                 add(&mut counts, "bytes_after", after.bytes);
             }
-            if after != *before {
-                report.notes.push(describe(before, &after, args.light));
+            if after != *before || pruned > 0 {
+                report
+                    .notes
+                    .push(describe(before, &after, args.light, pruned));
             }
         }
     }
@@ -276,8 +292,9 @@ fn one_segment(table: &str, light: bool) -> OneSegment {
     }
 }
 
-/// One table's compaction and index update, in the order each kind of run needs; returns
-/// the indexes updated and the fragments compacted and written. A full run updates the
+/// One table's overlay fold, compaction and index update, in the order each kind of run
+/// needs; returns the indexes updated, the fragments compacted and written, and the
+/// fragments whose overlays were folded. A full run updates the
 /// indexes first: Lance merges only fragments that the same indexes cover, so the week's
 /// new fragments, not yet indexed, would otherwise stay apart from the indexed ones for good
 /// (one more fragment a week); compaction remaps the indexes onto what it writes, and a
@@ -289,9 +306,17 @@ async fn compact_and_index(
     ctx: &JobCtx<'_>,
     light: bool,
     table: &str,
-    policy: &CompactionPolicy,
-) -> Result<(usize, usize, usize)> {
+    (policy, fold_at): (&CompactionPolicy, usize),
+) -> Result<(usize, usize, usize, usize)> {
     let one = one_segment(table, light);
+    // Fragments with many overlays get their overlaid columns written whole first (a
+    // column file, not a rewrite of the fragment: Lance's own trigger would rewrite it,
+    // embeddings and all).
+    let mut folded = 0;
+    if let Some(spec) = ALL_TABLES.iter().find(|s| s.name == table) {
+        folded = ctx.store.fold_overlays(spec, fold_at).await?;
+        crate::crash::point("optimize.after-fold");
+    }
     let mut indexes = 0;
     if !light {
         indexes = ctx.store.update_indexes(table, one).await?;
@@ -303,7 +328,7 @@ async fn compact_and_index(
     } else if added > 0 && !light {
         ctx.store.update_indexes(table, one).await?;
     }
-    Ok((indexes, removed, added))
+    Ok((indexes, removed, added, folded))
 }
 
 /// The PRUNE_VERSIONS audit rows of a run: one per table with versions to remove, naming them

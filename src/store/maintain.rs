@@ -247,6 +247,9 @@ impl CompactionPolicy {
             materialize_deletions: true,
             materialize_deletions_threshold: self.deleted_fraction as f32,
             excluded_fragment_ids: self.left_alone(rows, fragments),
+            // Overlays are folded by `fold_overlays` (their columns written again), not by
+            // rewriting the fragment.
+            max_overlays_per_fragment: None,
             ..Default::default()
         }
     }

@@ -134,7 +134,7 @@ fn nightly_runs_every_step_as_its_own_run_and_optimize_when_due() {
              AND created_at > TIMESTAMP '2025-03-01T12:00:00Z'"
         ),
         "0",
-        "a light run removes no version"
+        "no version is older than the window yet"
     );
     let out = db.run(&[
         "--json",
