@@ -251,10 +251,6 @@ pub struct RetentionSection {
     /// growing tail fragment is rewritten with each week's rows; at 1/4 too, but there are
     /// fewer fragments whose deletions need rewriting.
     pub compact_fragment_fraction: f64,
-    /// Column updates are written as data overlays (only the cells that change); once a
-    /// fragment carries this many, `optimize` writes its overlaid columns again whole, which
-    /// retires them (each is a file a read of those columns opens). At least 1.
-    pub fold_overlays: usize,
 }
 
 impl Default for RetentionSection {
@@ -263,7 +259,6 @@ impl Default for RetentionSection {
             keep_versions_days: 14.0,
             compact_deleted_fraction: 0.2,
             compact_fragment_fraction: 0.25,
-            fold_overlays: crate::store::overlay::FOLD_OVERLAYS,
         }
     }
 }
@@ -283,9 +278,6 @@ impl RetentionSection {
             if !(value > 0.0 && value <= 1.0) {
                 bail!("retention.{key} = {value}: expected a fraction above 0 and at most 1");
             }
-        }
-        if self.fold_overlays == 0 {
-            bail!("retention.fold_overlays = 0: expected a number of overlays, 1 or more");
         }
         Ok(())
     }

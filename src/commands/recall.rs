@@ -703,51 +703,37 @@ fn activation(
     })
 }
 
-/// The columns an activation changes (`Activation::onto`), and `scores_due_at` (an access
-/// is a new input to `scores`).
-const ACTIVATED: &[&str] = &[
-    "access_count",
-    "archived_at",
-    "decay_gradient",
-    "importance",
-    "last_accessed_at",
-    "last_recall_interval_days",
-    "recall_frequency",
-    "retention",
-    "salience",
-    "salience_anchor",
-    "state",
-    "tier",
-    "scores_due_at",
-];
-
 /// Writes logged activations onto the current rows, in one commit (rows activated at this
-/// clock already are left alone). Only the activated columns of the activated rows are
-/// written (`Store::set_memory_columns`, data overlays): a whole-row write deleted each
-/// activated row from its fragment and wrote it, embedding and all, into a new one, and the
-/// deleted rows made compaction rewrite whole fragments weeks later.
+/// clock already are left alone). Whole rows, merged on the key: a column update
+/// (`Store::update_columns`) would rewrite the activated columns of every row of each
+/// fragment a recalled memory sits in, megabytes per recall on a large store.
 async fn apply(store: &Store, changes: &[Activation], now: i64) -> Result<usize> {
     let ids: Vec<String> = changes.iter().map(|c| c.id.clone()).collect();
-    let (rows, _) = store.memories_with_ids(&ids, None, false).await?;
-    let mut by_id: BTreeMap<String, MemoryRow> =
-        rows.into_iter().map(|r| (r.id.clone(), r)).collect();
-    let mut out = Vec::new();
+    let (rows, vectors) = store.memories_with_ids(&ids, None, true).await?;
+    let mut by_id: BTreeMap<String, (MemoryRow, Option<Vec<f32>>)> = rows
+        .into_iter()
+        .zip(vectors)
+        .map(|(r, v)| (r.id.clone(), (r, v)))
+        .collect();
+    let (mut out, mut out_vectors) = (Vec::new(), Vec::new());
     for change in changes {
-        let Some(mut row) = by_id.remove(&change.id) else {
+        let Some((mut row, vector)) = by_id.remove(&change.id) else {
             continue; // gone since (or named twice): nothing to activate
         };
         if row.last_accessed_at == Some(now) {
             continue;
         }
         change.onto(&mut row)?;
+        // An access is a new input to `scores`.
         row.scores_due_at = None;
         out.push(row);
+        out_vectors.push(vector);
     }
     if out.is_empty() {
         return Ok(0);
     }
     store
-        .set_memory_columns(&out, ACTIVATED, now)
+        .upsert_memories(&out, &out_vectors, now)
         .await
         .map_err(|e| anyhow!("activation rows: {e}"))?;
     Ok(out.len())

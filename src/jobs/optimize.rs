@@ -168,7 +168,6 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     let params = json!({
         "light": args.light,
         "keep_versions_days": days,
-        "fold_overlays": retention.fold_overlays,
         "compaction": {
             "deleted_fraction": policy.deleted_fraction,
             "fragment_fraction": policy.fragment_fraction,
@@ -237,10 +236,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         }
         crate::crash::point("optimize.after-audit");
         for (table, before, old) in &plan {
-            let (indexes, removed, added, folded) =
-                compact_and_index(ctx, args.light, table, (&policy, retention.fold_overlays))
-                    .await?;
-            add(&mut counts, "overlays_folded", folded as u64);
+            let (indexes, removed, added) =
+                compact_and_index(ctx, args.light, table, &policy).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             add(&mut counts, "indexes_updated", indexes as u64);
@@ -292,9 +289,8 @@ fn one_segment(table: &str, light: bool) -> OneSegment {
     }
 }
 
-/// One table's overlay fold, compaction and index update, in the order each kind of run
-/// needs; returns the indexes updated, the fragments compacted and written, and the
-/// fragments whose overlays were folded. A full run updates the
+/// One table's compaction and index update, in the order each kind of run needs; returns
+/// the indexes updated and the fragments compacted and written. A full run updates the
 /// indexes first: Lance merges only fragments that the same indexes cover, so the week's
 /// new fragments, not yet indexed, would otherwise stay apart from the indexed ones for good
 /// (one more fragment a week); compaction remaps the indexes onto what it writes, and a
@@ -306,17 +302,9 @@ async fn compact_and_index(
     ctx: &JobCtx<'_>,
     light: bool,
     table: &str,
-    (policy, fold_at): (&CompactionPolicy, usize),
-) -> Result<(usize, usize, usize, usize)> {
+    policy: &CompactionPolicy,
+) -> Result<(usize, usize, usize)> {
     let one = one_segment(table, light);
-    // Fragments with many overlays get their overlaid columns written whole first (a
-    // column file, not a rewrite of the fragment: Lance's own trigger would rewrite it,
-    // embeddings and all).
-    let mut folded = 0;
-    if let Some(spec) = ALL_TABLES.iter().find(|s| s.name == table) {
-        folded = ctx.store.fold_overlays(spec, fold_at).await?;
-        crate::crash::point("optimize.after-fold");
-    }
     let mut indexes = 0;
     if !light {
         indexes = ctx.store.update_indexes(table, one).await?;
@@ -328,7 +316,7 @@ async fn compact_and_index(
     } else if added > 0 && !light {
         ctx.store.update_indexes(table, one).await?;
     }
-    Ok((indexes, removed, added, folded))
+    Ok((indexes, removed, added))
 }
 
 /// The PRUNE_VERSIONS audit rows of a run: one per table with versions to remove, naming them

@@ -108,10 +108,9 @@ pub struct TableStorage {
     pub small_fragments: usize,
     /// Data files on disk, of every version (local folders only; `None` on object storage).
     pub data_files: Option<usize>,
-    /// Files a full read of the current version opens: its fragments' data files, overlay
-    /// files (a column update adds one to each fragment it touches, until `optimize` folds
-    /// them) and deletion files. Each costs a query an open and a metadata read, so this,
-    /// not `data_files`, is what slows reads.
+    /// Files a full read of the current version opens: its fragments' data files (a column
+    /// update adds one to each fragment it touches) and deletion files. Each costs a query
+    /// an open and a metadata read, so this, not `data_files`, is what slows reads.
     pub open_files: usize,
     /// Bytes on disk, of every version, indexes and manifests included (local folders; on
     /// object storage the current version's data and index bytes, from the manifest).
@@ -248,9 +247,6 @@ impl CompactionPolicy {
             materialize_deletions: true,
             materialize_deletions_threshold: self.deleted_fraction as f32,
             excluded_fragment_ids: self.left_alone(rows, fragments),
-            // Overlays are folded by `fold_overlays` (their columns written again), not by
-            // rewriting the fragment.
-            max_overlays_per_fragment: None,
             ..Default::default()
         }
     }
@@ -310,7 +306,7 @@ impl Store {
         let open_files = fragments_of(&table)
             .await?
             .iter()
-            .map(|f| f.files.len() + f.overlays.len() + usize::from(f.deletion_file.is_some()))
+            .map(|f| f.files.len() + usize::from(f.deletion_file.is_some()))
             .sum();
         let on_disk = self
             .table_dir(name)

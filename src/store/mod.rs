@@ -10,7 +10,6 @@
 pub mod audit;
 pub mod index;
 pub mod maintain;
-pub mod overlay;
 pub mod sql;
 
 use arrow::array::{Array, AsArray, RecordBatch, RecordBatchIterator, RecordBatchReader};
@@ -397,9 +396,8 @@ impl Store {
     /// The batches hold the key columns and the columns to replace; no row is inserted. Lance
     /// attaches new files for just these columns to the fragments holding the matched rows
     /// (`RewriteColumns`): the other columns, embeddings included, are neither read nor
-    /// rewritten, but each file covers every row of its fragment. Column updates go through
-    /// `update_columns` (data overlays, `overlay`), which falls back to this.
-    async fn rewrite_columns(
+    /// rewritten.
+    pub async fn update_columns(
         &self,
         spec: &TableSpec,
         rows: Box<dyn RecordBatchReader + Send>,
@@ -674,28 +672,6 @@ impl Store {
         let batch = crate::model::typed::memory_batch(rows, vectors, self.embedding_dim(), now)
             .map_err(StoreError::Rows)?;
         self.upsert_batch(&MEMORIES, batch).await
-    }
-
-    /// Replaces `columns` of existing memories with those of `rows`, matched on the id, in
-    /// one commit (`update_columns`: the cells, not the rows, are written). The id is
-    /// implied; the other columns of `rows` are ignored.
-    pub async fn set_memory_columns(
-        &self,
-        rows: &[MemoryRow],
-        columns: &[&str],
-        now: i64,
-    ) -> Result<WriteStats> {
-        let none = vec![None; rows.len()];
-        let batch = crate::model::typed::memory_batch(rows, &none, self.embedding_dim(), now)
-            .map_err(StoreError::Rows)?;
-        let mut at = vec![batch.schema_ref().index_of("id")?];
-        for c in columns {
-            at.push(batch.schema_ref().index_of(c)?);
-        }
-        let batch = batch.project(&at)?;
-        let schema = batch.schema();
-        let reader = RecordBatchIterator::new([Ok(batch)], schema);
-        self.update_columns(&MEMORIES, Box::new(reader)).await
     }
 
     /// Writes review items in one commit, merged on their id.

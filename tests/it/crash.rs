@@ -372,7 +372,6 @@ const SCENARIOS: &[Scenario] = &[
         points: &[
             "optimize.started",
             "optimize.after-audit",
-            "optimize.after-fold",
             "optimize.after-compact",
             "optimize.before-prune",
             "optimize.finishing",
@@ -380,14 +379,13 @@ const SCENARIOS: &[Scenario] = &[
         witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'PRUNE_VERSIONS'",
     },
     Scenario {
-        name: "optimize --light (the small fragments embed's commits left, merged; scores' \
-               overlays folded; every version older than now removed)",
-        setup: &[IMPORT, EMBED, SCORES],
+        name: "optimize --light (the small fragments embed's commits left, merged; every \
+               version older than now removed)",
+        setup: &[IMPORT, EMBED],
         job: &["optimize", "--light", "--keep-versions-days", "0"],
         points: &[
             "optimize.started",
             "optimize.after-audit",
-            "optimize.after-fold",
             "optimize.after-compact",
             "optimize.before-prune",
             "optimize.finishing",
@@ -837,11 +835,8 @@ fn prepared(scenario: &Scenario, mock_url: Option<&str>) -> TestDb {
     )
     .unwrap();
     // Refine looks at every memory of the fixture (short, new, never accessed).
-    // Optimize folds every overlay it finds (scores' and recall's column updates are
-    // overlays), so its fold is among the steps a kill lands between.
     let refine = "[refine]\nverbose_threshold_chars = 40\nmin_access_count = 0\nmin_age_days = 0\n\
-                  [thresholds.\"hash-lexical-v1\"]\nintegrate = 0.3\n\
-                  [retention]\nfold_overlays = 1\n";
+                  [thresholds.\"hash-lexical-v1\"]\nintegrate = 0.3\n";
     let config = match mock_url {
         Some(url) => {
             let provider = crate::llm::mock_provider("mock", url, "");

@@ -147,9 +147,8 @@ fn compaction_merges_small_fragments_and_rewrites_a_large_one_only_past_its_dele
         "no second copy of the large fragment: {after} (live {large_bytes})"
     );
 
-    // Column updates (scores, every day) add overlays of the changed cells, not a copy of
-    // the fragment: compaction leaves the large fragment alone, and every value reads as
-    // scores left it.
+    // Column updates (scores, every day) replace the columns' files, not the fragment:
+    // compaction leaves the large fragment alone, and every value reads as scores left it.
     for now in [
         "2025-03-01T00:00:00Z",
         "2025-03-02T00:00:00Z",
@@ -159,8 +158,7 @@ fn compaction_merges_small_fragments_and_rewrites_a_large_one_only_past_its_dele
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     let scored = db.rows("SELECT id, salience, tier, retention FROM memories ORDER BY id");
-    // Each column update attached an overlay file to the fragments it changed: a read
-    // opens those too.
+    // Each column update attached a file to both fragments: a read opens those too.
     let open = db.storage("memories")["open_files"].as_u64().unwrap();
     assert!(open > 2, "scores' column files are opened by reads: {open}");
     let report = json(&db.run(&["--json", "optimize", "--tables", "memories"]));
@@ -706,90 +704,4 @@ fn an_index_keeps_its_oldest_segment_and_one_delta_until_the_delta_outgrows_its_
         reaches(&db, from);
     }
     assert_eq!(db.rows("SELECT count(*) AS n FROM links")[0]["n"], 560);
-}
-
-#[test]
-fn column_updates_write_only_the_changed_cells_and_optimize_folds_them() {
-    // One fragment of 2000 memories, embedded (recall searches them), one commit.
-    let db = TestDb::new();
-    let file = db.path("m.jsonl");
-    std::fs::write(&file, memory_lines(0, 2000)).unwrap();
-    assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
-    let out = db.run(&["embed", "--embedder", "hash", "--commit-rows", "2000"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(fragments(&db), 1);
-    let files = |db: &TestDb| db.storage("memories")["open_files"].as_u64().unwrap();
-    let base = files(&db);
-
-    // A recall's activation writes the activated cells: the rows stay where they are (no
-    // new fragment, no deleted row for compaction to rewrite the fragment over), and every
-    // read, the tier's index included, sees the new values.
-    let out = db.run(&[
-        "--json",
-        "recall",
-        "Memory number 17 about topic 3",
-        "--user",
-        "u7",
-        "--embedder",
-        "hash",
-        "--k",
-        "3",
-        "--now",
-        "2025-03-01T00:00:00Z",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let activated = json(&out)["activated"].as_u64().unwrap();
-    assert!(activated > 0, "{}", String::from_utf8_lossy(&out.stdout));
-    assert_eq!(fragments(&db), 1);
-    assert_eq!(files(&db), base + 1, "one overlay file");
-    assert_eq!(db.count("memories"), 2000);
-    let accessed = "SELECT id, access_count, tier, state FROM memories \
-                    WHERE last_accessed_at = TIMESTAMP '2025-03-01T00:00:00Z' ORDER BY id";
-    let rows = db.rows(accessed);
-    assert_eq!(rows.len() as u64, activated);
-    for row in &rows {
-        assert_eq!(row["access_count"], 1, "{row:?}");
-    }
-    let tier = rows[0]["tier"].as_str().unwrap().to_string();
-    let id = rows[0]["id"].as_str().unwrap().to_string();
-    assert_eq!(
-        db.scalar(&format!(
-            "SELECT COUNT(*) FROM memories WHERE tier = '{tier}' AND id = '{id}'"
-        )),
-        "1"
-    );
-
-    // Nightly scores: one overlay each, of the rows whose scores changed.
-    for now in ["2025-03-02T00:00:00Z", "2025-03-03T00:00:00Z"] {
-        let out = db.run(&["scores", "--now", now]);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    }
-    let overlaid = files(&db);
-    assert!(overlaid >= base + 2, "{overlaid}");
-    let values = "SELECT id, access_count, last_accessed_at, salience, tier, state, \
-                  retention, importance, scores_due_at FROM memories ORDER BY id";
-    let before = db.rows(values);
-
-    // Under `fold_overlays` the overlays stay; at it, optimize writes the overlaid columns
-    // again (one file) and retires them, and every value reads the same.
-    let config = db.path("memlife.toml");
-    std::fs::write(&config, "[retention]\nfold_overlays = 24\n").unwrap();
-    let report = json(&db.run(&["--config", &config, "--json", "optimize", "--light"]));
-    assert_eq!(report["counts"]["overlays_folded"], 0, "{report}");
-    assert_eq!(files(&db), overlaid);
-    std::fs::write(&config, "[retention]\nfold_overlays = 2\n").unwrap();
-    let report = json(&db.run(&["--config", &config, "--json", "optimize", "--light"]));
-    assert_eq!(report["status"], "done", "{report}");
-    assert_eq!(report["counts"]["overlays_folded"], 1, "{report}");
-    assert_eq!(files(&db), base + 1, "the base file and the folded columns' file");
-    assert_eq!(fragments(&db), 1, "the fragment is not rewritten");
-    assert_eq!(db.rows(values), before);
-    let report = json(&db.run(&["--config", &config, "--json", "optimize", "--light"]));
-    assert_eq!(report["counts"]["overlays_folded"], 0, "{report}");
-
-    // No fold threshold of 0.
-    std::fs::write(&config, "[retention]\nfold_overlays = 0\n").unwrap();
-    let out = db.run(&["--config", &config, "optimize", "--light"]);
-    assert_ne!(out.status.code(), Some(0));
-    assert!(stderr(&out).contains("retention.fold_overlays"), "{}", stderr(&out));
 }

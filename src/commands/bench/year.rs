@@ -317,12 +317,10 @@ fn prepare(bench: &YearBench, work: &Path, retention: &RetentionSection) -> Resu
         p("memlife.toml"),
         format!(
             "[retention]\nkeep_versions_days = {:?}\n\
-             compact_deleted_fraction = {:?}\ncompact_fragment_fraction = {:?}\n\
-             fold_overlays = {}\n",
+             compact_deleted_fraction = {:?}\ncompact_fragment_fraction = {:?}\n",
             retention.keep_versions_days,
             retention.compact_deleted_fraction,
-            retention.compact_fragment_fraction,
-            retention.fold_overlays
+            retention.compact_fragment_fraction
         ),
     )?;
     // Day 0's night: the whole pipeline once (every cadence is due), so that day 1 is a day
