@@ -186,6 +186,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         *counts.entry(name.to_string()).or_default() += n;
     };
     // What each table holds, and its versions older than the window.
+    let mut plan = Vec::new();
     // (A light run reads the current versions' storage alone, not every version's files, a
     // cost that grows with the versions the window keeps; it lists the versions' times, one
     // small read per version, to remove the ones that left the window.)
@@ -196,24 +197,19 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             ctx.store.table_storage(table).await
         }
     };
-    // The tables side by side: each read is a walk of its own folder and manifests.
-    let plan: Vec<(&str, TableStorage, Vec<u64>)> =
-        futures::future::try_join_all(tables.iter().map(|table| async move {
-            let before = storage_of(table).await?;
-            let times = ctx.store.version_times(table).await?.into_iter();
-            let old: Vec<u64> = times
-                .filter(|(v, at)| *at < written_before && *v != before.version)
-                .map(|(v, _)| v)
-                .collect();
-            anyhow::Ok((*table, before, old))
-        }))
-        .await?;
-    for (_, before, _) in &plan {
+    for table in &tables {
+        let before = storage_of(table).await?;
+        let times = ctx.store.version_times(table).await?.into_iter();
+        let old: Vec<u64> = times
+            .filter(|(v, at)| *at < written_before && *v != before.version)
+            .map(|(v, _)| v)
+            .collect();
         add(&mut counts, "fragments_before", before.fragments as u64);
         if !args.light {
             add(&mut counts, "versions_before", before.versions as u64);
             add(&mut counts, "bytes_before", before.bytes);
         }
+        plan.push((*table, before, old));
     }
     if ctx.dry_run {
         for (table, before, old) in &plan {
@@ -239,44 +235,34 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             ctx.store.write_audit(&rows).await?;
         }
         crate::crash::point("optimize.after-audit");
-        for (table, _, _) in &plan {
+        for (table, before, old) in &plan {
             let (indexes, removed, added) =
                 compact_and_index(ctx, args.light, table, &policy).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             add(&mut counts, "indexes_updated", indexes as u64);
-        }
-        // Then the versions out of the window, of every table at once (each a walk of the
-        // table's files and kept manifests: 30 ms a table on day 365 of `bench year`).
-        if plan.iter().any(|(_, _, old)| !old.is_empty()) {
-            crate::crash::point("optimize.before-prune");
-        }
-        let pruned = futures::future::try_join_all(plan.iter().map(|(table, _, old)| async move {
-            if old.is_empty() {
-                return anyhow::Ok((0, 0, 0));
+            let mut pruned = 0;
+            if !old.is_empty() {
+                crate::crash::point("optimize.before-prune");
+                let (versions, files, bytes) = ctx
+                    .store
+                    .remove_versions_before(table, written_before)
+                    .await?;
+                pruned = versions;
+                add(&mut counts, "versions_removed", versions);
+                add(&mut counts, "files_removed", files);
+                add(&mut counts, "bytes_removed", bytes);
             }
-            Ok(ctx
-                .store
-                .remove_versions_before(table, written_before)
-                .await?)
-        }))
-        .await?;
-        let after = futures::future::try_join_all(plan.iter().map(|(t, ..)| storage_of(t))).await?;
-        for (((_, before, _), (versions, files, bytes)), after) in
-            plan.iter().zip(pruned).zip(after)
-        {
-            add(&mut counts, "versions_removed", versions);
-            add(&mut counts, "files_removed", files);
-            add(&mut counts, "bytes_removed", bytes);
+            let after = storage_of(table).await?;
             add(&mut counts, "fragments_after", after.fragments as u64);
             if !args.light {
                 add(&mut counts, "versions_after", after.versions as u64);
                 add(&mut counts, "bytes_after", after.bytes);
             }
-            if after != *before || versions > 0 {
+            if after != *before || pruned > 0 {
                 report
                     .notes
-                    .push(describe(before, &after, args.light, versions));
+                    .push(describe(before, &after, args.light, pruned));
             }
         }
     }
