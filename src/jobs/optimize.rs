@@ -187,9 +187,9 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     };
     // What each table holds, and its versions older than the window.
     let mut plan = Vec::new();
-    // (A light run reads the current versions' storage alone, not every version's files, a
-    // cost that grows with the versions the window keeps; it lists the versions' times, one
-    // small read per version, to remove the ones that left the window.)
+    // (A light run reads the current version's storage, not every version's files, a walk
+    // whose cost grows with the window; it lists the versions' times, one small read each,
+    // to remove those that left the window.)
     let storage_of = |table: &'static str| async move {
         if args.light {
             ctx.store.current_storage(table).await
