@@ -299,10 +299,20 @@ mod tests {
         (v.action, v.rule)
     }
 
+    /// A case: its name, the row, what holds it, whether it is under review, and the
+    /// action with the reason's start.
+    type KeepCase<'a> = (
+        &'a str,
+        PruneRow,
+        Option<Holder>,
+        bool,
+        (PruneAction, &'a str),
+    );
+
     #[test]
     fn each_keep_rule_protects_what_it_should() {
         use PruneAction::*;
-        let cases: Vec<(&str, PruneRow, Option<Holder>, bool, (PruneAction, &str))> = vec![
+        let cases: Vec<KeepCase> = vec![
             (
                 "a candidate nothing holds",
                 stale("a"),
