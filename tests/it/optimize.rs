@@ -365,8 +365,9 @@ fn the_window_is_measured_on_the_clock_the_runs_ran_at() {
 
 /// `memlife bench year` at a tiny scale: the report's shape, and what optimize does to the
 /// store over a week (fewer versions and files than the same week without it). The week with
-/// optimize is paused after day 1 (a `stop` file) and day 3 (`--until-day`) and resumed: it
-/// ends with the same rows.
+/// optimize is paused after day 1 (a `stop` file) and day 3 (`--until-day`) and resumed, and
+/// lives each sampled day three times (the default `--repeats`), the week without it once:
+/// both end with the same rows.
 #[test]
 fn a_week_of_bench_year_with_and_without_optimize() {
     let dir = tempfile::tempdir().unwrap();
@@ -430,7 +431,11 @@ fn a_week_of_bench_year_with_and_without_optimize() {
         serde_json::from_slice(&std::fs::read(with_dir.join("year-state.json")).unwrap()).unwrap();
     assert_eq!(state["day_done"], 3, "{state}");
     let with = year(&["--resume"]);
-    let without = year(&["--no-optimize"]);
+    let without = year(&["--no-optimize", "--repeats", "1"]);
+    assert!(
+        !with_dir.join("db.repeat").exists(),
+        "the repeats' copy is removed"
+    );
     let days: Vec<u64> = with["samples"]
         .as_array()
         .unwrap()
@@ -441,6 +446,18 @@ fn a_week_of_bench_year_with_and_without_optimize() {
     // ratios compare the last day with day 1, not with that first night.
     assert_eq!(days, [0, 1, 7], "{with}");
     assert!(with["samples"][0]["seconds"]["nightly"].as_f64().is_some());
+    // A sampled day's time is each job's median over its runs, each of which is kept.
+    for (report, repeats) in [(&with, 3), (&without, 1)] {
+        for day in [1, 2] {
+            let sample = &report["samples"][day];
+            let runs = sample["seconds_of_each_run"].as_array().unwrap();
+            assert_eq!(runs.len(), repeats, "{sample}");
+            let recall = sample["seconds"]["recall"].as_f64().unwrap();
+            let mut each: Vec<f64> = runs.iter().map(|r| r["recall"].as_f64().unwrap()).collect();
+            each.sort_by(f64::total_cmp);
+            assert_eq!(recall, each[repeats / 2], "{sample}");
+        }
+    }
     // That night embedded the imported rows before day 1 (its clock is 01:00 on the first
     // day, day 1's is a day later), so day 1's recall searched vectors.
     let out = crate::common::memlife(&[

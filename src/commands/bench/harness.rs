@@ -71,6 +71,23 @@ pub fn cpu_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// Copies the folder `from` to `to`, which must not exist yet (`cp -r`).
+pub(crate) fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(from)
+        .arg(to)
+        .status()
+        .context("cp -r")?;
+    anyhow::ensure!(
+        status.success(),
+        "cp -r {} {} failed",
+        from.display(),
+        to.display()
+    );
+    Ok(())
+}
+
 /// Runs this binary with `args`; returns its JSON report and its wall time in seconds.
 pub(crate) fn memlife(args: &[&str]) -> Result<(Value, f64)> {
     let (text, seconds) = memlife_text(args)?;

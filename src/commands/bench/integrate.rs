@@ -8,12 +8,11 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::harness::{MockServer, Workdir, count, cpu_name, memlife, spawn_mock};
+use super::harness::{MockServer, Workdir, copy_dir, count, cpu_name, memlife, spawn_mock};
 
 #[derive(clap::Args, Debug)]
 pub struct IntegrateBench {
@@ -38,22 +37,6 @@ pub struct IntegrateBench {
 
 fn start_mock(latency_ms: u64) -> Result<(MockServer, String)> {
     spawn_mock(&["--latency-ms".to_string(), latency_ms.to_string()])
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> Result<()> {
-    let status = Command::new("cp")
-        .arg("-r")
-        .arg(from)
-        .arg(to)
-        .status()
-        .context("cp -r")?;
-    anyhow::ensure!(
-        status.success(),
-        "cp -r {} {} failed",
-        from.display(),
-        to.display()
-    );
-    Ok(())
 }
 
 fn round3(x: f64) -> f64 {
