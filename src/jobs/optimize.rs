@@ -190,8 +190,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     // What each table holds, and its versions older than the window.
     let mut plan = Vec::new();
     // (A light run reads the current version's storage, not every version's files, a walk
-    // whose cost grows with the window; it lists the versions' times, one small read each,
-    // to remove those that left the window.)
+    // whose cost grows with the window; the versions that left it are found by name and a
+    // few manifest reads: `Store::versions_before`.)
     let storage_of = |table: &'static str| async move {
         if args.light {
             ctx.store.current_storage(table).await
@@ -201,11 +201,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     };
     for table in &tables {
         let before = storage_of(table).await?;
-        let times = ctx.store.version_times(table).await?.into_iter();
-        let old: Vec<u64> = times
-            .filter(|(v, at)| *at < written_before && *v != before.version)
-            .map(|(v, _)| v)
-            .collect();
+        let old = ctx.store.versions_before(table, written_before).await?;
         add(&mut counts, "fragments_before", before.fragments as u64);
         if !args.light {
             add(&mut counts, "versions_before", before.versions as u64);

@@ -361,6 +361,58 @@ impl Store {
             .collect())
     }
 
+    /// The versions of a table written before `before`, oldest first, never the latest: what
+    /// `remove_versions_before` removes. Versions are numbered in commit order, each written
+    /// after the one before, so they are listed by name (no manifest read) and the first one
+    /// written at or after `before` is found by reading a manifest per halving, not every
+    /// manifest: the window holds every commit of two weeks (217 versions of `memories` on
+    /// day 365 of `bench year`, thousands for an agent that recalls all day), and reading each
+    /// one every night made up a fifth of a light `optimize`. For a table Lance does not open
+    /// natively, every version's time is read.
+    pub async fn versions_before(&self, name: &str, before: DateTime<Utc>) -> Result<Vec<u64>> {
+        let table = self.table(name).await?;
+        let Some(wrapper) = table.dataset() else {
+            let latest = table.version().await?;
+            return Ok(self
+                .version_times(name)
+                .await?
+                .into_iter()
+                .filter(|(v, at)| *at < before && *v != latest)
+                .map(|(v, _)| v)
+                .collect());
+        };
+        let dataset = wrapper.get().await?;
+        let latest = dataset
+            .latest_version_id()
+            .await
+            .map_err(lancedb::Error::from)?;
+        let mut versions: Vec<u64> = dataset
+            .version_refs()
+            .await
+            .map_err(lancedb::Error::from)?
+            .into_iter()
+            .map(|r| r.version)
+            .filter(|v| *v < latest)
+            .collect();
+        let (mut low, mut high) = (0, versions.len());
+        while low < high {
+            let mid = (low + high) / 2;
+            let written = dataset
+                .checkout_version(versions[mid])
+                .await
+                .map_err(lancedb::Error::from)?
+                .version()
+                .timestamp;
+            if written < before {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        versions.truncate(low);
+        Ok(versions)
+    }
+
     /// Compacts a table by `policy`, in one commit (none when nothing qualifies): small
     /// fragments are merged with their neighbours, and a fragment with too many deleted rows
     /// is rewritten whole. Returns the fragments removed and added.
