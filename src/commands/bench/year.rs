@@ -506,7 +506,7 @@ fn live_sampled_day(
     clock: chrono::DateTime<chrono::Utc>,
     inputs: (&Rows, &Rows),
     state: &mut u64,
-) -> Result<(BTreeMap<String, f64>, Vec<BTreeMap<String, f64>>)> {
+) -> Result<(JobSeconds, Vec<JobSeconds>)> {
     let db = work.join("db");
     let copy = work.join("db.repeat");
     let archive = |db: &Path| PathBuf::from(format!("{}.prune-archive", db.display()));
@@ -538,8 +538,11 @@ fn live_sampled_day(
     Ok((medians(&runs), runs))
 }
 
+/// Seconds by job, of one day's run or the medians of several.
+type JobSeconds = BTreeMap<String, f64>;
+
 /// Each job's median over `runs` (the upper one of an even count).
-fn medians(runs: &[BTreeMap<String, f64>]) -> BTreeMap<String, f64> {
+fn medians(runs: &[JobSeconds]) -> JobSeconds {
     let mut all: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for run in runs {
         for (job, s) in run {
