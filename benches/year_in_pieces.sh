@@ -12,7 +12,7 @@ bin="$1"; dir="$2"; config="${3:-}"
 shift $(( $# < 3 ? $# : 3 ))
 year=(bench year --memories 10000 --days 365 --keep "$dir" "$@")
 [ -n "$config" ] && year+=(--config "$config")
-busy() { pgrep -x rustc >/dev/null || pgrep -f "target/debug/" >/dev/null || pgrep -f "cargo test" >/dev/null; }
+busy() { pgrep -x rustc >/dev/null || pgrep -x clippy-driver >/dev/null || pgrep -f "target/debug/" >/dev/null || pgrep -f "cargo test" >/dev/null; }
 quiet() { while busy; do sleep 5; done; }
 # A kept year goes on from the day after its last one done (a session cut short, a kill).
 done_day() { python3 -c "import json; print(json.load(open('$dir/year-state.json'))['day_done'])" 2>/dev/null || echo 0; }
