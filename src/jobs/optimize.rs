@@ -17,8 +17,11 @@
 //! day; of the indexes it updates only those of the tables recall searches, which take the
 //! day's rows every night. Versions removed only weekly, the window held up to 20 days of
 //! them, not 14: on day 300 of `bench year` the store was 136.7 MB with weekly removal and
-//! 101.5 MB with nightly (BENCHMARKS.md, session 42). The removal reads each table's kept
-//! manifests, about 30 ms a table on day 365.
+//! 101.5 MB with nightly (BENCHMARKS.md, session 42). The removal is Lance's cleanup,
+//! which reads each kept manifest of the table; the versions to name in the audit row are
+//! found without reading them (`Store::versions_before`). A light run on day 366 of the year
+//! took 1.17x its time on day 16, the first nights the window is full, and 2.3x its time on
+//! day 2, when nothing is old enough to go (BENCHMARKS.md, session 43).
 //!
 //! The tables recall searches (the ones with a full-text index) keep that index in one
 //! segment: a search loads and scores each segment apart. On a day-118 store of `bench
