@@ -625,6 +625,25 @@ fn a_light_optimize_merges_only_the_small_fragments_and_removes_only_old_version
         ),
         "1"
     );
+    // The row names exactly the versions removed: every one but the latest.
+    let text: String = serde_json::from_str(&db.scalar(
+        "SELECT before_state FROM audit_log WHERE operation = 'PRUNE_VERSIONS' \
+         AND target_id = 'memories'",
+    ))
+    .unwrap();
+    let logged: Value = serde_json::from_str(&text).unwrap();
+    let named: Vec<u64> = logged["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let latest = db.storage("memories")["version"].as_u64().unwrap();
+    assert_eq!(named.len() as u64, versions - 1, "{logged}");
+    assert!(
+        named.iter().all(|v| *v < latest),
+        "{logged} (latest {latest})"
+    );
     assert_eq!(
         db.rows("SELECT id, text FROM memories ORDER BY id"),
         rows_before
