@@ -346,10 +346,18 @@ fn the_window_is_measured_on_the_clock_the_runs_ran_at() {
         "2025-04-15T00:00:00Z",
     ]);
     let report = json(&out);
-    assert!(
-        report["counts"]["versions_removed"].as_u64().unwrap() > 0,
-        "{report}"
-    );
+    let removed = report["counts"]["versions_removed"].as_u64().unwrap();
+    assert!(removed > 0, "{report}");
+    // The PRUNE_VERSIONS rows, written before the removal, named exactly what went.
+    let named: usize = db
+        .rows("SELECT before_state FROM audit_log WHERE operation = 'PRUNE_VERSIONS'")
+        .iter()
+        .map(|row| {
+            let state: Value = serde_json::from_str(row["before_state"].as_str().unwrap()).unwrap();
+            state["versions"].as_array().unwrap().len()
+        })
+        .sum();
+    assert_eq!(named as u64, removed, "{report}");
     // The last run (inside the window) can be undone; the first (outside) cannot.
     let undo = db.run(&["undo", "--last", "scores", "--dry-run"]);
     assert_eq!(undo.status.code(), Some(0), "{}", stderr(&undo));
