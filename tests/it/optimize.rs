@@ -444,6 +444,22 @@ fn a_week_of_bench_year_with_and_without_optimize() {
         !with_dir.join("db.repeat").exists(),
         "the repeats' copy is removed"
     );
+    // The year's own store lived each day once: one integration a day, the sampled days'
+    // repeats (days 1 and 7) included.
+    let integrations = crate::common::memlife(&[
+        "--db",
+        &with_dir.join("db").to_string_lossy(),
+        "sql",
+        "SELECT COUNT(*) AS n FROM runs WHERE job = 'integrate'",
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(
+        stdout(&integrations).trim(),
+        r#"{"n":7}"#,
+        "{}",
+        stderr(&integrations)
+    );
     let days: Vec<u64> = with["samples"]
         .as_array()
         .unwrap()

@@ -521,20 +521,17 @@ fn live_sampled_day(
     };
     let draw = *state;
     let mut runs = Vec::new();
-    for run in 1..=bench.repeats.max(1) {
-        *state = draw;
-        if run == bench.repeats.max(1) {
-            runs.push(live_day(bench, (work, &db), day, clock, inputs, state)?);
-            break;
-        }
+    for _ in 1..bench.repeats.max(1) {
         remove_copy()?;
         copy_dir(&db, &copy)?;
         if archive(&db).exists() {
             copy_dir(&archive(&db), &archive(&copy))?;
         }
         runs.push(live_day(bench, (work, &copy), day, clock, inputs, state)?);
+        *state = draw;
     }
     remove_copy()?;
+    runs.push(live_day(bench, (work, &db), day, clock, inputs, state)?);
     Ok((medians(&runs), runs))
 }
 
