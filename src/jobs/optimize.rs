@@ -281,12 +281,15 @@ fn searched(table: &str) -> bool {
 }
 
 /// The indexes of a table folded into one segment (see the module's notes): on the tables
-/// recall searches, the full-text index on every run, the scalar ones on a full run.
+/// recall searches, every index on a full run. Between full runs the full-text index, like
+/// the others, keeps its oldest segment and takes the night's rows into one delta: merged
+/// whole every night, it was a new copy of the index a night, which the window kept (on
+/// day 365 of the year bench, 18 copies, 6.2 MB, against 0.35 MB for the index itself).
 fn one_segment(table: &str, light: bool) -> OneSegment {
-    let searched = searched(table);
+    let searched = searched(table) && !light;
     OneSegment {
         full_text: searched,
-        scalar: searched && !light,
+        scalar: searched,
     }
 }
 
@@ -306,11 +309,21 @@ async fn compact_and_index(
     policy: &CompactionPolicy,
 ) -> Result<(usize, usize, usize)> {
     let one = one_segment(table, light);
+    // Where indexes keep an oldest segment and a delta (the tables recall does not search),
+    // what that segment covered before the run is left alone: compaction remaps every
+    // segment covering what it rewrites, a copy of the whole index. What merges is the
+    // week's rows and the fragments only the delta covers. (Read before the update: when it
+    // merges everything into one segment, the week's fragments still merge.)
+    let base = if searched(table) {
+        std::collections::HashSet::new()
+    } else {
+        ctx.store.index_base_fragments(table).await?
+    };
     let mut indexes = 0;
     if !light {
         indexes = ctx.store.update_indexes(table, one).await?;
     }
-    let (removed, added) = ctx.store.compact_table(table, policy).await?;
+    let (removed, added) = ctx.store.compact_table(table, policy, &base).await?;
     crate::crash::point("optimize.after-compact");
     if light && searched(table) {
         indexes = ctx.store.update_indexes(table, one).await?;

@@ -4,7 +4,7 @@
 //! compaction and index updates are commits (a reader sees all or none of them); version
 //! removal deletes only files no kept version refers to, and never the latest version.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -224,14 +224,14 @@ impl CompactionPolicy {
     /// all, a copy the version window kept (19 of the 85 MB of the year bench's `memories` on
     /// day 365). So a fragment takes part in a merge only while it is under half the
     /// target: what merges is the week's small fragments and the tail they grow into, never
-    /// a settled fragment.
+    /// a settled fragment. Nor is a fragment an index's oldest segment covers (`in_base`).
     pub fn left_alone(&self, rows: usize, fragments: &[FragmentRows]) -> Vec<u32> {
         let settled = self.fragment_rows(rows).div_ceil(2);
         fragments
             .iter()
             .filter(|f| {
                 let deleted = f.deleted as f64 > f.physical as f64 * self.deleted_fraction;
-                f.physical >= settled && !deleted
+                (f.physical >= settled || f.in_base) && !deleted
             })
             .filter_map(|f| u32::try_from(f.id).ok())
             .collect()
@@ -259,6 +259,10 @@ pub struct FragmentRows {
     /// Rows written, deleted ones included.
     pub physical: usize,
     pub deleted: usize,
+    /// To be left alone as the oldest segment of one of the table's indexes covers it
+    /// (`Store::index_base_fragments`): compaction remaps every segment covering what it
+    /// rewrites, and a remapped segment is a new copy of it.
+    pub in_base: bool,
 }
 
 impl Store {
@@ -420,10 +424,12 @@ impl Store {
     /// Compacts a table by `policy`, in one commit (none when nothing qualifies): small
     /// fragments are merged with their neighbours, and a fragment with too many deleted rows
     /// is rewritten whole. Returns the fragments removed and added.
+    /// The fragments in `base` are left alone unless their deleted rows call for a rewrite.
     pub async fn compact_table(
         &self,
         name: &str,
         policy: &CompactionPolicy,
+        base: &HashSet<u64>,
     ) -> Result<(usize, usize)> {
         let table = self.table(name).await?;
         let rows = table.count_rows(None).await?;
@@ -432,6 +438,7 @@ impl Store {
             .iter()
             .map(|f| FragmentRows {
                 id: f.id,
+                in_base: base.contains(&f.id),
                 physical: f.physical_rows.unwrap_or(0),
                 // A deletion file that does not say how many rows it deletes: Lance reads
                 // it and decides.
@@ -569,6 +576,35 @@ async fn fragments_of(table: &lancedb::Table) -> Result<Vec<lance::table::format
     })
 }
 
+impl Store {
+    /// The fragments the oldest segment of some index of the table covers (none for a table
+    /// Lance does not open natively).
+    pub async fn index_base_fragments(&self, name: &str) -> Result<HashSet<u64>> {
+        base_fragments(&self.table(name).await?).await
+    }
+}
+
+async fn base_fragments(table: &lancedb::Table) -> Result<HashSet<u64>> {
+    use lance::index::DatasetIndexExt;
+    let Some(dataset) = table.dataset() else {
+        return Ok(HashSet::new());
+    };
+    let dataset = dataset.get().await?;
+    let indices = dataset.load_indices().await.map_err(lancedb::Error::from)?;
+    let mut oldest: HashMap<&str, &lance::table::format::IndexMetadata> = HashMap::new();
+    for index in indices.iter() {
+        let slot = oldest.entry(index.name.as_str()).or_insert(index);
+        if index.dataset_version < slot.dataset_version {
+            *slot = index;
+        }
+    }
+    Ok(oldest
+        .values()
+        .filter_map(|index| index.fragment_bitmap.as_ref())
+        .flat_map(|bitmap| bitmap.iter().map(u64::from))
+        .collect())
+}
+
 /// Rows each index's oldest segment covers and rows its other segments cover, by index
 /// name (from the fragments each segment was built over that the table still has).
 /// Empty for a table Lance does not open natively.
@@ -620,6 +656,7 @@ mod tests {
             id,
             physical,
             deleted,
+            in_base: false,
         }
     }
 
@@ -659,6 +696,28 @@ mod tests {
             ),
             vec![1, 2]
         );
+    }
+
+    #[test]
+    fn what_an_index_base_covers_stays_out_of_a_merge_until_its_deletions_call_for_one() {
+        let policy = CompactionPolicy {
+            deleted_fraction: 0.2,
+            fragment_fraction: 0.25,
+            min_rows: CompactionPolicy::MIN_ROWS,
+        };
+        let base = |id, physical, deleted| FragmentRows {
+            in_base: true,
+            ..fragment(id, physical, deleted)
+        };
+        // 14,000 rows: a fragment of 1,750 or more has settled, whatever covers it.
+        let fragments = [
+            base(0, 1_000, 0),   // unsettled, but the oldest segment covers it
+            base(1, 1_000, 300), // 30% deleted: rewritten, the base remapped
+            fragment(2, 600, 0), // the delta's: merges
+            fragment(3, 40, 0),  // the week's: merges
+            fragment(4, 1_750, 0),
+        ];
+        assert_eq!(policy.left_alone(14_000, &fragments), vec![0, 4]);
     }
 
     fn known(count: u32, oldest: u64, deltas: u64) -> Segments {

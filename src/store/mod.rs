@@ -835,7 +835,10 @@ impl Store {
     /// fragments stay as they are, which only costs read speed until the next compaction
     /// (`memlife optimize`), so that is not an error.
     pub async fn compact(&self, table: &str, policy: &maintain::CompactionPolicy) -> Result<bool> {
-        match self.compact_table(table, policy).await {
+        match self
+            .compact_table(table, policy, &std::collections::HashSet::new())
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) if e.is_commit_conflict() => {
                 tracing::info!("compaction of {} left for later: {e}", self.uri);
