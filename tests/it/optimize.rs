@@ -769,18 +769,19 @@ fn an_index_keeps_its_oldest_segment_and_one_delta_until_the_delta_outgrows_its_
 
 #[test]
 fn what_an_index_oldest_segment_covers_is_not_merged_again() {
-    // links [700] [50] [50], one index segment over them: 800 rows, so a fragment under 100
-    // rows has not settled, but merging the two would copy every index of the table.
+    // links [700] [100] [100], one index segment over them: 900 rows, so a fragment under
+    // 128 rows has not settled, but one the oldest segment covers has from 64 rows (merging
+    // the two would copy every index of the table).
     let db = TestDb::new();
     let (memories, links) = (db.path("m.jsonl"), db.path("l.jsonl"));
-    std::fs::write(&memories, memory_lines(0, 900)).unwrap();
+    std::fs::write(&memories, memory_lines(0, 1000)).unwrap();
     assert_eq!(db.run(&["import", &memories]).status.code(), Some(0));
     let import = |db: &TestDb, from: usize, to: usize| {
         std::fs::write(&links, link_lines(from, to)).unwrap();
         let out = db.run(&["import", "--table", "links", &links]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     };
-    for (from, to) in [(0, 700), (700, 750), (750, 800)] {
+    for (from, to) in [(0, 700), (700, 800), (800, 900)] {
         import(&db, from, to);
     }
     assert_eq!(db.run(&["index", "--scalar"]).status.code(), Some(0));
@@ -792,15 +793,15 @@ fn what_an_index_oldest_segment_covers_is_not_merged_again() {
     };
     assert_eq!(fragments(&db), 3);
     // A week's links join a delta; the fragments the oldest segment covers stay as they are.
-    import(&db, 800, 820);
+    import(&db, 900, 920);
     assert_eq!(optimize(&db), 0);
     assert_eq!(fragments(&db), 4);
     // The next week's merge with the delta's.
-    import(&db, 820, 840);
+    import(&db, 920, 940);
     assert_eq!(optimize(&db), 2);
     assert_eq!(fragments(&db), 4);
-    assert_eq!(db.count("links"), 840);
-    for from in [5, 720, 790, 810, 830] {
+    assert_eq!(db.count("links"), 940);
+    for from in [5, 750, 850, 910, 930] {
         let out = db.run(&["--json", "traverse", &format!("m{from:05}"), "--depth", "1"]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let to = format!("m{:05}", from + 10);
