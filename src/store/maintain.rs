@@ -355,6 +355,12 @@ impl Store {
     /// Whether `version` of a table can still be read (`optimize` removes old ones).
     pub async fn has_version(&self, name: &str, version: u64) -> Result<bool> {
         let table = self.table(name).await?;
+        // Listed by name, no manifest read (as `versions_before` lists them).
+        if let Some(wrapper) = table.dataset() {
+            let dataset = wrapper.get().await?;
+            let refs = dataset.version_refs().await.map_err(lancedb::Error::from)?;
+            return Ok(refs.iter().any(|r| r.version == version));
+        }
         Ok(table
             .list_versions()
             .await?
