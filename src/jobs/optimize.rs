@@ -23,13 +23,15 @@
 //! took 1.17x its time on day 16, the first nights the window is full, and 2.3x its time on
 //! day 2, when nothing is old enough to go (BENCHMARKS.md, session 43).
 //!
-//! The tables recall searches (the ones with a full-text index) keep that index in one
-//! segment: a search loads and scores each segment apart. On a day-118 store of `bench
-//! year`, four days after a full run, a recall took 67.7 ms with the indexes as the week
-//! left them and 54.7 ms with them current and the full-text index in one segment
-//! (`benches/recall_index_states.py`; BENCHMARKS.md, session 35). Their scalar indexes
-//! take the night's rows into their delta and are merged into one at each full run, so the
-//! week's fragments, indexed by different segments, merge again. Other indexes are kept as
+//! The indexes of the tables recall searches (the ones with a full-text index) take the
+//! night's rows into a delta and are merged into one segment at each full run, so the
+//! week's fragments, indexed by different segments, merge again: a search loads and scores
+//! each segment apart, and scans the rows none holds. On a day-118 store of `bench year`,
+//! four days after a full run, a recall took 67.7 ms with the indexes as the week left them
+//! and 54.7 ms with them current (`benches/recall_index_states.py`; BENCHMARKS.md, session
+//! 35). Their full-text index was merged whole every night until session 44, a copy the
+//! window kept each night; on a day-160 store its second segment cost a recall nothing
+//! measurable (101.1 ms against 102.4 ms merged). Other indexes are kept as
 //! their oldest segment and one delta, merged whole once the delta holds `DELTA_SHARE` of
 //! the oldest's rows (`store::maintain::segments_to_merge`): a merge rewrites an index and
 //! the window keeps each rewrite, while every lookup (each merge on a table's key) opens

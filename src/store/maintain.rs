@@ -227,9 +227,10 @@ impl CompactionPolicy {
     /// a settled fragment. A fragment an index's oldest segment covers (`in_base`), whose
     /// merge would also remap, so copy, that whole segment, has settled at half that: as
     /// the table grows, it merges again once the table has doubled, not as soon as the
-    /// target passes it (on day 365 of the year bench, 8 MB of `audit_log`'s data files and
-    /// 8.2 MB of its index files in the window were such merges of fragments the growing
-    /// table had unsettled, and the index copies they made). Small ones still merge: the
+    /// target passes it. On day 365 of a year bench, 8 MB of the `audit_log` data files only
+    /// old versions read were such merges of fragments the growing table had unsettled,
+    /// beside 8.5 MB of old index segments; with this rule the year's `audit_log` was 32.7 MB
+    /// on that day instead of 42.5 (BENCHMARKS.md, session 44). Small ones still merge: the
     /// many small fragments an import leaves under an index built over them.
     pub fn left_alone(&self, rows: usize, fragments: &[FragmentRows]) -> Vec<u32> {
         let settled = self.fragment_rows(rows).div_ceil(2);
