@@ -48,7 +48,7 @@ use crate::model::clock::Clock;
 use crate::model::schema::ALL_TABLES;
 use crate::model::typed::RunStart;
 use crate::store::audit::AuditRow;
-use crate::store::maintain::{CompactionPolicy, OneSegment, TableStorage};
+use crate::store::maintain::{CompactionPolicy, TableStorage};
 
 /// Compacts small fragments, updates indexes and removes versions older than the retention
 /// window, table by table.
@@ -282,17 +282,13 @@ fn searched(table: &str) -> bool {
         .any(|(t, _)| *t == table)
 }
 
-/// The indexes of a table folded into one segment (see the module's notes): on the tables
-/// recall searches, every index on a full run. Between full runs the full-text index, like
-/// the others, keeps its oldest segment and takes the night's rows into one delta: merged
-/// whole every night, it was a new copy of the index a night, which the window kept (on
-/// day 365 of the year bench, 18 copies, 6.2 MB, against 0.35 MB for the index itself).
-fn one_segment(table: &str, light: bool) -> OneSegment {
-    let searched = searched(table) && !light;
-    OneSegment {
-        full_text: searched,
-        scalar: searched,
-    }
+/// Whether a table's indexes are folded into one segment (see the module's notes): on the
+/// tables recall searches, on a full run. Between full runs the full-text index, like the
+/// others, keeps its oldest segment and takes the night's rows into one delta: merged whole
+/// every night, it was a new copy of the index a night, which the window kept (on day 365
+/// of the year bench, 18 copies, 6.2 MB, against 0.35 MB for the index itself).
+fn one_segment(table: &str, light: bool) -> bool {
+    searched(table) && !light
 }
 
 /// One table's compaction and index update, in the order each kind of run needs; returns
@@ -312,11 +308,12 @@ async fn compact_and_index(
 ) -> Result<(usize, usize, usize)> {
     let one = one_segment(table, light);
     // Where indexes keep an oldest segment and a delta (the tables recall does not search),
-    // what that segment covered before the run is left alone: compaction remaps every
-    // segment covering what it rewrites, a copy of the whole index. What merges is the
+    // what that segment covered before the run settles at half the rows: compaction remaps
+    // every segment covering what it rewrites, a copy of the whole index. What merges is the
     // week's rows and the fragments only the delta covers. (Read before the update: when it
-    // merges everything into one segment, the week's fragments still merge.)
-    let base = if searched(table) {
+    // merges everything into one segment, the week's fragments still merge.) A light run
+    // merges only fragments under 64 rows, which a base hardly ever covers: not read there.
+    let base = if light || searched(table) {
         std::collections::HashSet::new()
     } else {
         ctx.store.index_base_fragments(table).await?

@@ -70,26 +70,15 @@ pub fn segments_to_merge(segments: Segments, unindexed: usize, one_segment: bool
     }
 }
 
-/// Which indexes of a table an update folds into one segment; the others take deltas
-/// (`segments_to_merge`). Vector indexes always take deltas: merging one rewrites its
+/// Whether an index of this kind can be kept in one segment (`Store::update_indexes`):
+/// every kind but vector indexes, which always take deltas, since merging one rewrites its
 /// partitions whole.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct OneSegment {
-    /// The full-text (inverted) indexes.
-    pub full_text: bool,
-    /// The scalar ones (BTree, bitmap, label list).
-    pub scalar: bool,
-}
-
-impl OneSegment {
-    fn of(&self, kind: &lancedb::index::IndexType) -> bool {
-        use lancedb::index::IndexType;
-        match kind {
-            IndexType::FTS => self.full_text,
-            IndexType::BTree | IndexType::Bitmap | IndexType::LabelList => self.scalar,
-            _ => false,
-        }
-    }
+fn kept_whole(kind: &lancedb::index::IndexType) -> bool {
+    use lancedb::index::IndexType;
+    matches!(
+        kind,
+        IndexType::FTS | IndexType::BTree | IndexType::Bitmap | IndexType::LabelList
+    )
 }
 
 /// What one table holds.
@@ -268,9 +257,9 @@ pub struct FragmentRows {
     /// Rows written, deleted ones included.
     pub physical: usize,
     pub deleted: usize,
-    /// To be left alone as the oldest segment of one of the table's indexes covers it
-    /// (`Store::index_base_fragments`): compaction remaps every segment covering what it
-    /// rewrites, and a remapped segment is a new copy of it.
+    /// Covered by the oldest segment of one of the table's indexes
+    /// (`Store::index_base_fragments`): it settles at half the rows (`left_alone`), since
+    /// compaction remaps, so copies, every segment covering what it rewrites.
     pub in_base: bool,
 }
 
@@ -438,8 +427,9 @@ impl Store {
 
     /// Compacts a table by `policy`, in one commit (none when nothing qualifies): small
     /// fragments are merged with their neighbours, and a fragment with too many deleted rows
-    /// is rewritten whole. Returns the fragments removed and added.
-    /// The fragments in `base` are left alone unless their deleted rows call for a rewrite.
+    /// is rewritten whole. Returns the fragments removed and added. The fragments in `base`
+    /// (`index_base_fragments`) settle at half the rows of the others
+    /// (`CompactionPolicy::left_alone`).
     pub async fn compact_table(
         &self,
         name: &str,
@@ -483,17 +473,17 @@ impl Store {
             .map_or((0, 0), |c| (c.fragments_removed, c.fragments_added)))
     }
 
-    /// Folds rows written since each index last took rows in into it (no retraining); the
-    /// indexes `one_segment` names end in one segment. Returns how many indexes the table
-    /// has. See `fold_into_indexes`.
-    pub async fn update_indexes(&self, name: &str, one_segment: OneSegment) -> Result<usize> {
+    /// Folds rows written since each index last took rows in into it (no retraining); with
+    /// `one_segment`, every index but the vector ones ends in one segment. Returns how many
+    /// indexes the table has. See `fold_into_indexes`.
+    pub async fn update_indexes(&self, name: &str, one_segment: bool) -> Result<usize> {
         let table = self.table(name).await?;
         let names: Vec<(String, bool)> = table
             .list_indices()
             .await?
             .into_iter()
             .map(|i| {
-                let one = one_segment.of(&i.index_type);
+                let one = one_segment && kept_whole(&i.index_type);
                 (i.name, one)
             })
             .collect();
@@ -595,36 +585,43 @@ impl Store {
     /// The fragments the oldest segment of some index of the table covers (none for a table
     /// Lance does not open natively).
     pub async fn index_base_fragments(&self, name: &str) -> Result<HashSet<u64>> {
-        base_fragments(&self.table(name).await?).await
+        let table = self.table(name).await?;
+        let Some(dataset) = table.dataset() else {
+            return Ok(HashSet::new());
+        };
+        let dataset = dataset.get().await?;
+        Ok(segments_oldest_first(&dataset)
+            .await?
+            .values()
+            .filter_map(|segments| segments.first()?.fragment_bitmap.as_ref())
+            .flat_map(|bitmap| bitmap.iter().map(u64::from))
+            .collect())
     }
 }
 
-async fn base_fragments(table: &lancedb::Table) -> Result<HashSet<u64>> {
+/// Each index's segments by index name, oldest first.
+async fn segments_oldest_first(
+    dataset: &lance::Dataset,
+) -> Result<HashMap<String, Vec<lance::table::format::IndexMetadata>>> {
     use lance::index::DatasetIndexExt;
-    let Some(dataset) = table.dataset() else {
-        return Ok(HashSet::new());
-    };
-    let dataset = dataset.get().await?;
     let indices = dataset.load_indices().await.map_err(lancedb::Error::from)?;
-    let mut oldest: HashMap<&str, &lance::table::format::IndexMetadata> = HashMap::new();
+    let mut segments: HashMap<String, Vec<lance::table::format::IndexMetadata>> = HashMap::new();
     for index in indices.iter() {
-        let slot = oldest.entry(index.name.as_str()).or_insert(index);
-        if index.dataset_version < slot.dataset_version {
-            *slot = index;
-        }
+        segments
+            .entry(index.name.clone())
+            .or_default()
+            .push(index.clone());
     }
-    Ok(oldest
-        .values()
-        .filter_map(|index| index.fragment_bitmap.as_ref())
-        .flat_map(|bitmap| bitmap.iter().map(u64::from))
-        .collect())
+    for list in segments.values_mut() {
+        list.sort_by_key(|segment| segment.dataset_version);
+    }
+    Ok(segments)
 }
 
 /// Rows each index's oldest segment covers and rows its other segments cover, by index
 /// name (from the fragments each segment was built over that the table still has).
 /// Empty for a table Lance does not open natively.
 async fn segment_rows(table: &lancedb::Table) -> Result<HashMap<String, (u64, u64)>> {
-    use lance::index::DatasetIndexExt;
     let Some(dataset) = table.dataset() else {
         return Ok(HashMap::new());
     };
@@ -637,23 +634,17 @@ async fn segment_rows(table: &lancedb::Table) -> Result<HashMap<String, (u64, u6
             (f.id() as u32, rows)
         })
         .collect();
-    let indices = dataset.load_indices().await.map_err(lancedb::Error::from)?;
-    let mut segments: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
-    for index in indices.iter() {
-        let rows = index.fragment_bitmap.as_ref().map_or(0, |bitmap| {
+    let rows_of = |segment: &lance::table::format::IndexMetadata| -> u64 {
+        segment.fragment_bitmap.as_ref().map_or(0, |bitmap| {
             bitmap.iter().filter_map(|id| fragment_rows.get(&id)).sum()
-        });
-        segments
-            .entry(index.name.clone())
-            .or_default()
-            .push((index.dataset_version, rows));
-    }
-    Ok(segments
+        })
+    };
+    Ok(segments_oldest_first(&dataset)
+        .await?
         .into_iter()
-        .map(|(name, mut list)| {
-            list.sort_by_key(|(version, _)| *version);
-            let oldest = list.first().map_or(0, |(_, rows)| *rows);
-            let others = list.iter().skip(1).map(|(_, rows)| rows).sum();
+        .map(|(name, list)| {
+            let oldest = list.first().map_or(0, rows_of);
+            let others = list.iter().skip(1).map(rows_of).sum();
             (name, (oldest, others))
         })
         .collect())
