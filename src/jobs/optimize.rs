@@ -38,6 +38,7 @@
 //! every segment.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use serde_json::json;
@@ -204,9 +205,12 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             ctx.store.table_storage(table).await
         }
     };
+    let mut phases = Phases::default();
     for table in &tables {
+        let started = Instant::now();
         let before = storage_of(table).await?;
         let old = ctx.store.versions_before(table, written_before).await?;
+        phases.add("read", started);
         add(&mut counts, "fragments_before", before.fragments as u64);
         if !args.light {
             add(&mut counts, "versions_before", before.versions as u64);
@@ -234,29 +238,35 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         // Logged before any goes, in one commit: which versions of which table, and the
         // window that let them go.
         let rows = prune_rows(ctx, log.run_id(), &plan, cutoff, days);
+        let started = Instant::now();
         if !rows.is_empty() {
             ctx.store.write_audit(&rows).await?;
         }
+        phases.add("audit", started);
         crate::crash::point("optimize.after-audit");
         for (table, before, old) in &plan {
             let (indexes, removed, added) =
-                compact_and_index(ctx, args.light, table, &policy).await?;
+                compact_and_index(ctx, args.light, table, &policy, &mut phases).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             add(&mut counts, "indexes_updated", indexes as u64);
             let mut pruned = 0;
             if !old.is_empty() {
                 crate::crash::point("optimize.before-prune");
+                let started = Instant::now();
                 let (versions, files, bytes) = ctx
                     .store
                     .remove_versions_before(table, written_before)
                     .await?;
+                phases.add("prune", started);
                 pruned = versions;
                 add(&mut counts, "versions_removed", versions);
                 add(&mut counts, "files_removed", files);
                 add(&mut counts, "bytes_removed", bytes);
             }
+            let started = Instant::now();
             let after = storage_of(table).await?;
+            phases.add("read", started);
             add(&mut counts, "fragments_after", after.fragments as u64);
             if !args.light {
                 add(&mut counts, "versions_after", after.versions as u64);
@@ -271,8 +281,30 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     }
     counts.insert("tables".into(), tables.len() as u64);
     report.counts = counts;
+    report.phases_ms = phases.into_ms();
     log.finish(ctx, &mut report).await?;
     Ok(report)
+}
+
+/// Where a run's time goes, summed over the tables: reading what each table holds and which
+/// versions left the window (`read`), the audit rows (`audit`), index updates (`index`),
+/// compaction (`compact`) and the removal of old versions (`prune`), in the report's
+/// `phases_ms`. Summed at full precision and rounded once: a table's step often takes
+/// under a millisecond.
+#[derive(Default)]
+struct Phases(BTreeMap<&'static str, Duration>);
+
+impl Phases {
+    fn add(&mut self, name: &'static str, since: Instant) {
+        *self.0.entry(name).or_default() += since.elapsed();
+    }
+
+    fn into_ms(self) -> BTreeMap<String, u64> {
+        self.0
+            .into_iter()
+            .map(|(name, d)| (name.to_string(), d.as_millis() as u64))
+            .collect()
+    }
 }
 
 /// The tables recall searches: those with a full-text index (`store::index::TEXT_INDEXES`).
@@ -305,8 +337,10 @@ async fn compact_and_index(
     light: bool,
     table: &str,
     policy: &CompactionPolicy,
+    phases: &mut Phases,
 ) -> Result<(usize, usize, usize)> {
     let one = one_segment(table, light);
+    let started = Instant::now();
     // Where indexes keep an oldest segment and a delta (the tables recall does not search),
     // what that segment covered before the run settles at half the rows: compaction remaps
     // every segment covering what it rewrites, a copy of the whole index. What merges is the
@@ -322,13 +356,20 @@ async fn compact_and_index(
     if !light {
         indexes = ctx.store.update_indexes(table, one).await?;
     }
+    phases.add("index", started);
+    let started = Instant::now();
     let (removed, added) = ctx.store.compact_table(table, policy, &base).await?;
+    phases.add("compact", started);
     crate::crash::point("optimize.after-compact");
+    let started = Instant::now();
     if light && searched(table) {
         indexes = ctx.store.update_indexes(table, one).await?;
     } else if added > 0 && !light {
         ctx.store.update_indexes(table, one).await?;
     }
+    crate::crash::point("optimize.before-trim");
+    ctx.store.trim_moved_rows(table).await?;
+    phases.add("index", started);
     Ok((indexes, removed, added))
 }
 

@@ -245,6 +245,12 @@ impl CompactionPolicy {
             materialize_deletions: true,
             materialize_deletions_threshold: self.deleted_fraction as f32,
             excluded_fragment_ids: self.left_alone(rows, fragments),
+            // The indexes are not rewritten onto the new fragments: Lance records which rows
+            // moved where (its fragment reuse index) and reads the indexes through it until
+            // a fold merges a segment, which takes the moves in (`trim_moved_rows`). A remap
+            // writes every segment covering a rewritten fragment anew, a copy of the index
+            // the version window keeps, and the fold rewrote the same segments again.
+            defer_index_remap: true,
             ..Default::default()
         }
     }
@@ -543,6 +549,22 @@ impl Store {
         Ok(())
     }
 
+    /// Drops from Lance's record of moved rows (written by compaction, see
+    /// `CompactionPolicy::options`) the moves every index has taken in, in one commit (none
+    /// when nothing is to drop). What an index still reads through stays.
+    pub async fn trim_moved_rows(&self, name: &str) -> Result<()> {
+        let table = self.table(name).await?;
+        let Some(wrapper) = table.dataset() else {
+            return Ok(());
+        };
+        let mut dataset = (*wrapper.get().await?).clone();
+        lance::dataset::index::frag_reuse::cleanup_frag_reuse_index(&mut dataset)
+            .await
+            .map_err(lancedb::Error::from)?;
+        wrapper.update(dataset);
+        Ok(())
+    }
+
     /// Removes the versions written before `cutoff` (never the latest) and the files only
     /// they referred to. Returns (versions, files, bytes) removed.
     pub async fn remove_versions_before(
@@ -606,7 +628,8 @@ async fn segments_oldest_first(
     use lance::index::DatasetIndexExt;
     let indices = dataset.load_indices().await.map_err(lancedb::Error::from)?;
     let mut segments: HashMap<String, Vec<lance::table::format::IndexMetadata>> = HashMap::new();
-    for index in indices.iter() {
+    // Not Lance's own (the record of moved rows): they index no column.
+    for index in indices.iter().filter(|i| !i.name.starts_with("__lance_")) {
         segments
             .entry(index.name.clone())
             .or_default()
