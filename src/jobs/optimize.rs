@@ -327,11 +327,12 @@ fn one_segment(table: &str, light: bool) -> bool {
 /// the indexes updated and the fragments compacted and written. A full run updates the
 /// indexes first: Lance merges only fragments that the same indexes cover, so the week's
 /// new fragments, not yet indexed, would otherwise stay apart from the indexed ones for good
-/// (one more fragment a week); compaction remaps the indexes onto what it writes, and a
-/// second update covers anything it could not remap. A light run merges the day's small
-/// fragments, none of them indexed yet, first, then folds them into the indexes of the
-/// tables recall searches once (indexed first, they were remapped by the merge: a second
-/// copy of the full-text index a night, which the window keeps).
+/// (one more fragment a week); compaction leaves the indexes' files as they are and records
+/// which rows moved where (Lance's fragment reuse index), which reads go through until a
+/// merge of the segments takes the moves in, and a second update covers anything left
+/// unindexed. Last, the record is trimmed of the moves every index has taken in. A light
+/// run merges the day's small fragments, none of them indexed yet, first, then folds them
+/// into the indexes of the tables recall searches once.
 async fn compact_and_index(
     ctx: &JobCtx<'_>,
     light: bool,
