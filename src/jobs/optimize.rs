@@ -324,15 +324,23 @@ fn one_segment(table: &str, light: bool) -> bool {
 }
 
 /// One table's compaction and index update, in the order each kind of run needs; returns
-/// the indexes updated and the fragments compacted and written. A full run updates the
+/// the indexes updated and the fragments compacted and written.
+///
+/// A full run of a table whose indexes keep an oldest segment and a delta updates the
 /// indexes first: Lance merges only fragments that the same indexes cover, so the week's
 /// new fragments, not yet indexed, would otherwise stay apart from the indexed ones for good
-/// (one more fragment a week); compaction leaves the indexes' files as they are and records
-/// which rows moved where (Lance's fragment reuse index), which reads go through until a
-/// merge of the segments takes the moves in, and a second update covers anything left
-/// unindexed. Last, the record is trimmed of the moves every index has taken in. A light
-/// run merges the day's small fragments, none of them indexed yet, first, then folds them
-/// into the indexes of the tables recall searches once.
+/// (one more fragment a week); compaction remaps the indexes onto what it writes, and a
+/// second update covers anything it could not remap.
+///
+/// A full run of a table recall searches, whose indexes are merged into one segment, compacts
+/// first, and Lance records which rows moved where (its fragment reuse index) instead of
+/// remapping; the merge then rewrites each index once, taking the moves in, and the record
+/// is dropped. Merged first and remapped after, each index was written twice a week, and
+/// the version window kept both copies. The week's fragments, which the delta covers, merge
+/// among themselves, and with the older ones on the next full run.
+///
+/// A light run merges the day's small fragments, none of them indexed yet, first, then
+/// folds them into the indexes of the tables recall searches.
 async fn compact_and_index(
     ctx: &JobCtx<'_>,
     light: bool,
@@ -340,7 +348,23 @@ async fn compact_and_index(
     policy: &CompactionPolicy,
     phases: &mut Phases,
 ) -> Result<(usize, usize, usize)> {
-    let one = one_segment(table, light);
+    use crate::store::maintain::Remap;
+    let none = std::collections::HashSet::new();
+    if one_segment(table, light) {
+        let started = Instant::now();
+        let (removed, added) = ctx
+            .store
+            .compact_table(table, policy, &none, Remap::Deferred)
+            .await?;
+        phases.add("compact", started);
+        crate::crash::point("optimize.after-compact");
+        let started = Instant::now();
+        let indexes = ctx.store.update_indexes(table, true).await?;
+        crate::crash::point("optimize.before-trim");
+        ctx.store.trim_moved_rows(table).await?;
+        phases.add("index", started);
+        return Ok((indexes, removed, added));
+    }
     let started = Instant::now();
     // Where indexes keep an oldest segment and a delta (the tables recall does not search),
     // what that segment covered before the run settles at half the rows: compaction remaps
@@ -349,27 +373,28 @@ async fn compact_and_index(
     // merges everything into one segment, the week's fragments still merge.) A light run
     // merges only fragments under 64 rows, which a base hardly ever covers: not read there.
     let base = if light || searched(table) {
-        std::collections::HashSet::new()
+        none
     } else {
         ctx.store.index_base_fragments(table).await?
     };
     let mut indexes = 0;
     if !light {
-        indexes = ctx.store.update_indexes(table, one).await?;
+        indexes = ctx.store.update_indexes(table, false).await?;
     }
     phases.add("index", started);
     let started = Instant::now();
-    let (removed, added) = ctx.store.compact_table(table, policy, &base).await?;
+    let (removed, added) = ctx
+        .store
+        .compact_table(table, policy, &base, Remap::Now)
+        .await?;
     phases.add("compact", started);
     crate::crash::point("optimize.after-compact");
     let started = Instant::now();
     if light && searched(table) {
-        indexes = ctx.store.update_indexes(table, one).await?;
+        indexes = ctx.store.update_indexes(table, false).await?;
     } else if added > 0 && !light {
-        ctx.store.update_indexes(table, one).await?;
+        ctx.store.update_indexes(table, false).await?;
     }
-    crate::crash::point("optimize.before-trim");
-    ctx.store.trim_moved_rows(table).await?;
     phases.add("index", started);
     Ok((indexes, removed, added))
 }

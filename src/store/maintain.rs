@@ -239,21 +239,30 @@ impl CompactionPolicy {
         &self,
         rows: usize,
         fragments: &[FragmentRows],
+        remap: Remap,
     ) -> lancedb::table::CompactionOptions {
         lancedb::table::CompactionOptions {
             target_rows_per_fragment: self.fragment_rows(rows),
             materialize_deletions: true,
             materialize_deletions_threshold: self.deleted_fraction as f32,
             excluded_fragment_ids: self.left_alone(rows, fragments),
-            // The indexes are not rewritten onto the new fragments: Lance records which rows
-            // moved where (its fragment reuse index) and reads the indexes through it until
-            // a fold merges a segment, which takes the moves in (`trim_moved_rows`). A remap
-            // writes every segment covering a rewritten fragment anew, a copy of the index
-            // the version window keeps, and the fold rewrote the same segments again.
-            defer_index_remap: true,
+            defer_index_remap: remap == Remap::Deferred,
             ..Default::default()
         }
     }
+}
+
+/// What compaction does to the indexes covering the fragments it rewrites.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Remap {
+    /// Rewrites each covering segment onto the new fragments (Lance's default): a copy of
+    /// the segment.
+    Now,
+    /// Leaves the segments as they are and records which rows moved where (Lance's
+    /// fragment reuse index), which reads go through until a merge of the segments takes
+    /// the moves in; then `Store::trim_moved_rows` drops the record. For an index about to
+    /// be merged anyway: the record is carried in every version's manifest until dropped.
+    Deferred,
 }
 
 /// One fragment's rows, as compaction decides on it.
@@ -435,12 +444,14 @@ impl Store {
     /// fragments are merged with their neighbours, and a fragment with too many deleted rows
     /// is rewritten whole. Returns the fragments removed and added. The fragments in `base`
     /// (`index_base_fragments`) settle at half the rows of the others
-    /// (`CompactionPolicy::left_alone`).
+    /// (`CompactionPolicy::left_alone`). `remap` says what becomes of the indexes covering what it
+    /// rewrites.
     pub async fn compact_table(
         &self,
         name: &str,
         policy: &CompactionPolicy,
         base: &HashSet<u64>,
+        remap: Remap,
     ) -> Result<(usize, usize)> {
         let table = self.table(name).await?;
         let rows = table.count_rows(None).await?;
@@ -459,7 +470,7 @@ impl Store {
                     .map_or(0, |d| d.num_deleted_rows.unwrap_or(usize::MAX)),
             })
             .collect();
-        let options = policy.options(rows, &fragments);
+        let options = policy.options(rows, &fragments, remap);
         tracing::debug!(
             table = name,
             rows,
@@ -549,9 +560,9 @@ impl Store {
         Ok(())
     }
 
-    /// Drops from Lance's record of moved rows (written by compaction, see
-    /// `CompactionPolicy::options`) the moves every index has taken in, in one commit (none
-    /// when nothing is to drop). What an index still reads through stays.
+    /// Drops from Lance's record of moved rows (written by a compaction with
+    /// `Remap::Deferred`) the moves every index has taken in, in one commit (none when
+    /// nothing is to drop). What an index still reads through stays.
     pub async fn trim_moved_rows(&self, name: &str) -> Result<()> {
         let table = self.table(name).await?;
         let Some(wrapper) = table.dataset() else {

@@ -836,7 +836,12 @@ impl Store {
     /// (`memlife optimize`), so that is not an error.
     pub async fn compact(&self, table: &str, policy: &maintain::CompactionPolicy) -> Result<bool> {
         match self
-            .compact_table(table, policy, &std::collections::HashSet::new())
+            .compact_table(
+                table,
+                policy,
+                &std::collections::HashSet::new(),
+                maintain::Remap::Now,
+            )
             .await
         {
             Ok(_) => Ok(true),
