@@ -29,7 +29,9 @@
 //! each segment apart, and scans the rows none holds. On a day-118 store of `bench year`,
 //! four days after a full run, a recall took 67.7 ms with the indexes as the week left them
 //! and 54.7 ms with them current (`benches/recall_index_states.py`; BENCHMARKS.md, session
-//! 35). Their full-text index was merged whole every night until session 44, a copy the
+//! 35). On a full run their table is compacted first, with Lance recording the moved rows
+//! instead of remapping the indexes, and the merge then writes each index once: merged
+//! first and remapped after, each was written twice a week (`compact_and_index`). Their full-text index was merged whole every night until session 44, a copy the
 //! window kept each night; on a day-160 store its second segment cost a recall nothing
 //! measurable (101.1 ms against 102.4 ms merged). Other indexes are kept as
 //! their oldest segment and one delta, merged whole once the delta holds `DELTA_SHARE` of
