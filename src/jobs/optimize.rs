@@ -29,9 +29,7 @@
 //! each segment apart, and scans the rows none holds. On a day-118 store of `bench year`,
 //! four days after a full run, a recall took 67.7 ms with the indexes as the week left them
 //! and 54.7 ms with them current (`benches/recall_index_states.py`; BENCHMARKS.md, session
-//! 35). On a full run their table is compacted first, with Lance recording the moved rows
-//! instead of remapping the indexes, and the merge then writes each index once: merged
-//! first and remapped after, each was written twice a week (`compact_and_index`). Their full-text index was merged whole every night until session 44, a copy the
+//! 35). Their full-text index was merged whole every night until session 44, a copy the
 //! window kept each night; on a day-160 store its second segment cost a recall nothing
 //! measurable (101.1 ms against 102.4 ms merged). Other indexes are kept as
 //! their oldest segment and one delta, merged whole once the delta holds `DELTA_SHARE` of
@@ -326,23 +324,14 @@ fn one_segment(table: &str, light: bool) -> bool {
 }
 
 /// One table's compaction and index update, in the order each kind of run needs; returns
-/// the indexes updated and the fragments compacted and written.
-///
-/// A full run of a table whose indexes keep an oldest segment and a delta updates the
+/// the indexes updated and the fragments compacted and written. A full run updates the
 /// indexes first: Lance merges only fragments that the same indexes cover, so the week's
 /// new fragments, not yet indexed, would otherwise stay apart from the indexed ones for good
 /// (one more fragment a week); compaction remaps the indexes onto what it writes, and a
-/// second update covers anything it could not remap.
-///
-/// A full run of a table recall searches, whose indexes are merged into one segment, compacts
-/// first, and Lance records which rows moved where (its fragment reuse index) instead of
-/// remapping; the merge then rewrites each index once, taking the moves in, and the record
-/// is dropped. Merged first and remapped after, each index was written twice a week, and
-/// the version window kept both copies. The week's fragments, which the delta covers, merge
-/// among themselves, and with the older ones on the next full run.
-///
-/// A light run merges the day's small fragments, none of them indexed yet, first, then
-/// folds them into the indexes of the tables recall searches.
+/// second update covers anything it could not remap. A light run merges the day's small
+/// fragments, none of them indexed yet, first, then folds them into the indexes of the
+/// tables recall searches once (indexed first, they were remapped by the merge: a second
+/// copy of the full-text index a night, which the window keeps).
 async fn compact_and_index(
     ctx: &JobCtx<'_>,
     light: bool,
@@ -350,23 +339,7 @@ async fn compact_and_index(
     policy: &CompactionPolicy,
     phases: &mut Phases,
 ) -> Result<(usize, usize, usize)> {
-    use crate::store::maintain::Remap;
-    let none = std::collections::HashSet::new();
-    if one_segment(table, light) {
-        let started = Instant::now();
-        let (removed, added) = ctx
-            .store
-            .compact_table(table, policy, &none, Remap::Deferred)
-            .await?;
-        phases.add("compact", started);
-        crate::crash::point("optimize.after-compact");
-        let started = Instant::now();
-        let indexes = ctx.store.update_indexes(table, true).await?;
-        crate::crash::point("optimize.before-trim");
-        ctx.store.trim_moved_rows(table).await?;
-        phases.add("index", started);
-        return Ok((indexes, removed, added));
-    }
+    let one = one_segment(table, light);
     let started = Instant::now();
     // Where indexes keep an oldest segment and a delta (the tables recall does not search),
     // what that segment covered before the run settles at half the rows: compaction remaps
@@ -375,27 +348,24 @@ async fn compact_and_index(
     // merges everything into one segment, the week's fragments still merge.) A light run
     // merges only fragments under 64 rows, which a base hardly ever covers: not read there.
     let base = if light || searched(table) {
-        none
+        std::collections::HashSet::new()
     } else {
         ctx.store.index_base_fragments(table).await?
     };
     let mut indexes = 0;
     if !light {
-        indexes = ctx.store.update_indexes(table, false).await?;
+        indexes = ctx.store.update_indexes(table, one).await?;
     }
     phases.add("index", started);
     let started = Instant::now();
-    let (removed, added) = ctx
-        .store
-        .compact_table(table, policy, &base, Remap::Now)
-        .await?;
+    let (removed, added) = ctx.store.compact_table(table, policy, &base).await?;
     phases.add("compact", started);
     crate::crash::point("optimize.after-compact");
     let started = Instant::now();
     if light && searched(table) {
-        indexes = ctx.store.update_indexes(table, false).await?;
+        indexes = ctx.store.update_indexes(table, one).await?;
     } else if added > 0 && !light {
-        ctx.store.update_indexes(table, false).await?;
+        ctx.store.update_indexes(table, one).await?;
     }
     phases.add("index", started);
     Ok((indexes, removed, added))

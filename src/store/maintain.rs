@@ -239,30 +239,15 @@ impl CompactionPolicy {
         &self,
         rows: usize,
         fragments: &[FragmentRows],
-        remap: Remap,
     ) -> lancedb::table::CompactionOptions {
         lancedb::table::CompactionOptions {
             target_rows_per_fragment: self.fragment_rows(rows),
             materialize_deletions: true,
             materialize_deletions_threshold: self.deleted_fraction as f32,
             excluded_fragment_ids: self.left_alone(rows, fragments),
-            defer_index_remap: remap == Remap::Deferred,
             ..Default::default()
         }
     }
-}
-
-/// What compaction does to the indexes covering the fragments it rewrites.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Remap {
-    /// Rewrites each covering segment onto the new fragments (Lance's default): a copy of
-    /// the segment.
-    Now,
-    /// Leaves the segments as they are and records which rows moved where (Lance's
-    /// fragment reuse index), which reads go through until a merge of the segments takes
-    /// the moves in; then `Store::trim_moved_rows` drops the record. For an index about to
-    /// be merged anyway: the record is carried in every version's manifest until dropped.
-    Deferred,
 }
 
 /// One fragment's rows, as compaction decides on it.
@@ -444,14 +429,12 @@ impl Store {
     /// fragments are merged with their neighbours, and a fragment with too many deleted rows
     /// is rewritten whole. Returns the fragments removed and added. The fragments in `base`
     /// (`index_base_fragments`) settle at half the rows of the others
-    /// (`CompactionPolicy::left_alone`). `remap` says what becomes of the indexes covering what it
-    /// rewrites.
+    /// (`CompactionPolicy::left_alone`).
     pub async fn compact_table(
         &self,
         name: &str,
         policy: &CompactionPolicy,
         base: &HashSet<u64>,
-        remap: Remap,
     ) -> Result<(usize, usize)> {
         let table = self.table(name).await?;
         let rows = table.count_rows(None).await?;
@@ -470,7 +453,7 @@ impl Store {
                     .map_or(0, |d| d.num_deleted_rows.unwrap_or(usize::MAX)),
             })
             .collect();
-        let options = policy.options(rows, &fragments, remap);
+        let options = policy.options(rows, &fragments);
         tracing::debug!(
             table = name,
             rows,
@@ -560,22 +543,6 @@ impl Store {
         Ok(())
     }
 
-    /// Drops from Lance's record of moved rows (written by a compaction with
-    /// `Remap::Deferred`) the moves every index has taken in, in one commit (none when
-    /// nothing is to drop). What an index still reads through stays.
-    pub async fn trim_moved_rows(&self, name: &str) -> Result<()> {
-        let table = self.table(name).await?;
-        let Some(wrapper) = table.dataset() else {
-            return Ok(());
-        };
-        let mut dataset = (*wrapper.get().await?).clone();
-        lance::dataset::index::frag_reuse::cleanup_frag_reuse_index(&mut dataset)
-            .await
-            .map_err(lancedb::Error::from)?;
-        wrapper.update(dataset);
-        Ok(())
-    }
-
     /// Removes the versions written before `cutoff` (never the latest) and the files only
     /// they referred to. Returns (versions, files, bytes) removed.
     pub async fn remove_versions_before(
@@ -639,8 +606,7 @@ async fn segments_oldest_first(
     use lance::index::DatasetIndexExt;
     let indices = dataset.load_indices().await.map_err(lancedb::Error::from)?;
     let mut segments: HashMap<String, Vec<lance::table::format::IndexMetadata>> = HashMap::new();
-    // Not Lance's own (the record of moved rows): they index no column.
-    for index in indices.iter().filter(|i| !i.name.starts_with("__lance_")) {
+    for index in indices.iter() {
         segments
             .entry(index.name.clone())
             .or_default()

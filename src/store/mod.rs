@@ -836,12 +836,7 @@ impl Store {
     /// (`memlife optimize`), so that is not an error.
     pub async fn compact(&self, table: &str, policy: &maintain::CompactionPolicy) -> Result<bool> {
         match self
-            .compact_table(
-                table,
-                policy,
-                &std::collections::HashSet::new(),
-                maintain::Remap::Now,
-            )
+            .compact_table(table, policy, &std::collections::HashSet::new())
             .await
         {
             Ok(_) => Ok(true),

@@ -373,7 +373,6 @@ const SCENARIOS: &[Scenario] = &[
             "optimize.started",
             "optimize.after-audit",
             "optimize.after-compact",
-            "optimize.before-trim",
             "optimize.before-prune",
             "optimize.finishing",
         ],
