@@ -218,6 +218,10 @@ pub struct JobReport {
     /// goes besides the LLM).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub phases_ms: BTreeMap<String, u64>,
+    /// `phases_ms` at full precision (`phase`): a phase summed over many short steps (a
+    /// table's step of `optimize` often takes under a millisecond) is rounded once.
+    #[serde(skip)]
+    phase_time: BTreeMap<String, std::time::Duration>,
     pub error: Option<String>,
     /// Calls, tokens, retries, failures and cost per provider, for jobs that judge with an LLM.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -245,6 +249,7 @@ impl JobReport {
             notes: Vec::new(),
             duration_ms: 0,
             phases_ms: BTreeMap::new(),
+            phase_time: BTreeMap::new(),
             error: None,
             llm: None,
         }
@@ -252,7 +257,10 @@ impl JobReport {
 
     /// Adds the time since `since` to phase `name`.
     pub fn phase(&mut self, name: &str, since: Instant) {
-        *self.phases_ms.entry(name.to_string()).or_default() += since.elapsed().as_millis() as u64;
+        let total = self.phase_time.entry(name.to_string()).or_default();
+        *total += since.elapsed();
+        self.phases_ms
+            .insert(name.to_string(), total.as_millis() as u64);
     }
 
     pub fn count(&mut self, name: &str, value: u64) {

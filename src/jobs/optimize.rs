@@ -38,7 +38,7 @@
 //! every segment.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Result, bail};
 use serde_json::json;
@@ -205,12 +205,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             ctx.store.table_storage(table).await
         }
     };
-    let mut phases = Phases::default();
     for table in &tables {
         let started = Instant::now();
         let before = storage_of(table).await?;
         let old = ctx.store.versions_before(table, written_before).await?;
-        phases.add("read", started);
+        report.phase("read", started);
         add(&mut counts, "fragments_before", before.fragments as u64);
         if !args.light {
             add(&mut counts, "versions_before", before.versions as u64);
@@ -242,11 +241,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         if !rows.is_empty() {
             ctx.store.write_audit(&rows).await?;
         }
-        phases.add("audit", started);
+        report.phase("audit", started);
         crate::crash::point("optimize.after-audit");
         for (table, before, old) in &plan {
             let (indexes, removed, added) =
-                compact_and_index(ctx, args.light, table, &policy, &mut phases).await?;
+                compact_and_index(ctx, args.light, table, &policy, &mut report).await?;
             add(&mut counts, "fragments_compacted", removed as u64);
             add(&mut counts, "fragments_written", added as u64);
             add(&mut counts, "indexes_updated", indexes as u64);
@@ -258,7 +257,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
                     .store
                     .remove_versions_before(table, written_before)
                     .await?;
-                phases.add("prune", started);
+                report.phase("prune", started);
                 pruned = versions;
                 add(&mut counts, "versions_removed", versions);
                 add(&mut counts, "files_removed", files);
@@ -266,7 +265,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
             }
             let started = Instant::now();
             let after = storage_of(table).await?;
-            phases.add("read", started);
+            report.phase("read", started);
             add(&mut counts, "fragments_after", after.fragments as u64);
             if !args.light {
                 add(&mut counts, "versions_after", after.versions as u64);
@@ -281,30 +280,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     }
     counts.insert("tables".into(), tables.len() as u64);
     report.counts = counts;
-    report.phases_ms = phases.into_ms();
     log.finish(ctx, &mut report).await?;
     Ok(report)
-}
-
-/// Where a run's time goes, summed over the tables: reading what each table holds and which
-/// versions left the window (`read`), the audit rows (`audit`), index updates (`index`),
-/// compaction (`compact`) and the removal of old versions (`prune`), in the report's
-/// `phases_ms`. Summed at full precision and rounded once: a table's step often takes
-/// under a millisecond.
-#[derive(Default)]
-struct Phases(BTreeMap<&'static str, Duration>);
-
-impl Phases {
-    fn add(&mut self, name: &'static str, since: Instant) {
-        *self.0.entry(name).or_default() += since.elapsed();
-    }
-
-    fn into_ms(self) -> BTreeMap<String, u64> {
-        self.0
-            .into_iter()
-            .map(|(name, d)| (name.to_string(), d.as_millis() as u64))
-            .collect()
-    }
 }
 
 /// The tables recall searches: those with a full-text index (`store::index::TEXT_INDEXES`).
@@ -337,7 +314,7 @@ async fn compact_and_index(
     light: bool,
     table: &str,
     policy: &CompactionPolicy,
-    phases: &mut Phases,
+    report: &mut JobReport,
 ) -> Result<(usize, usize, usize)> {
     let one = one_segment(table, light);
     let started = Instant::now();
@@ -356,10 +333,10 @@ async fn compact_and_index(
     if !light {
         indexes = ctx.store.update_indexes(table, one).await?;
     }
-    phases.add("index", started);
+    report.phase("index", started);
     let started = Instant::now();
     let (removed, added) = ctx.store.compact_table(table, policy, &base).await?;
-    phases.add("compact", started);
+    report.phase("compact", started);
     crate::crash::point("optimize.after-compact");
     let started = Instant::now();
     if light && searched(table) {
@@ -367,7 +344,7 @@ async fn compact_and_index(
     } else if added > 0 && !light {
         ctx.store.update_indexes(table, one).await?;
     }
-    phases.add("index", started);
+    report.phase("index", started);
     Ok((indexes, removed, added))
 }
 
