@@ -52,7 +52,7 @@ pub enum BatchesCommand {
 }
 
 /// The names these commands' runs carry in `runs.job` (and their locks).
-const POLL: &str = "batches.poll";
+pub(crate) const POLL: &str = "batches.poll";
 const RETRY: &str = "batches.retry";
 const CLEANUP: &str = "batches.cleanup";
 

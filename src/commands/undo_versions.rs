@@ -32,26 +32,10 @@ use datafusion::common::hash_utils::{RandomState, create_hashes};
 use serde_json::{Value, json};
 
 use crate::jobs::{ItemFailure, JobCtx, JobReport, RunLog, Status};
-use crate::model::schema::{
-    ANCHORS, CLUSTERS, ENTITIES, ENTITY_SCANS, LINKS, MEMORIES, MEMORY_ENTITIES, REVIEW_QUEUE,
-    TableSpec,
-};
+use crate::model::schema::{REVERTIBLE, TableSpec};
 use crate::model::typed::{RunRecord, rows_of};
 use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, sql_string};
-
-/// The tables undo puts back; the logs (`runs`, `audit_log`, `llm_batches`) and `memlife_meta`
-/// stay.
-pub const REVERTIBLE: &[&TableSpec] = &[
-    &MEMORIES,
-    &LINKS,
-    &ENTITIES,
-    &MEMORY_ENTITIES,
-    &CLUSTERS,
-    &ENTITY_SCANS,
-    &REVIEW_QUEUE,
-    &ANCHORS,
-];
 
 type Key = Vec<String>;
 
@@ -225,9 +209,14 @@ struct UndoPlan {
 /// Integrate decisions run `run_id` applied (a `batches poll` of integrate batches): they are
 /// undone from their audit rows, by their integrate run, so each such run is a conflict
 /// here (a version undo would leave the decisions standing and their facts in no table).
+/// They are told by the decision rows `audit_log` gained while the run ran, from its versions,
+/// which `optimize` keeps only `[retention] keep_log_versions_days`: once they are gone, a
+/// poll is refused (nothing tells what it applied), and any other run has none to find
+/// (only integrate and a poll of its batches write decision rows).
 async fn applied_decisions(
     store: &Store,
     run_id: &str,
+    job: &str,
     versions: &Versions,
     after: &BTreeMap<String, u64>,
 ) -> Result<Vec<String>> {
@@ -235,6 +224,20 @@ async fn applied_decisions(
     if let (Some(&b), Some(&a)) = (versions.before.get("audit_log"), after.get("audit_log"))
         && a > b
     {
+        for v in [b, a] {
+            if store.has_version("audit_log", v).await? {
+                continue;
+            }
+            if job != super::batches::POLL {
+                return Ok(conflicts);
+            }
+            bail!(
+                "run {run_id} ({job}) can no longer be undone: version {v} of table audit_log, \
+                 which tells the integrate decisions it applied, is gone. `memlife optimize` \
+                 keeps the logs' versions for [retention] keep_log_versions_days; this run is \
+                 older than that"
+            );
+        }
         let decisions = "operation IN ('ADD', 'UPDATE', 'SUPERSEDE', 'MERGE', 'REVIEW') \
                          AND classification IN ('NEW', 'COEXIST', 'DUPLICATE', 'SUPERSEDE', 'MERGE')";
         #[derive(serde::Deserialize)]
@@ -522,7 +525,7 @@ pub async fn undo(
         }
     }
     let mut conflicts: Vec<String> = Vec::new();
-    conflicts.extend(applied_decisions(store, &run_id, &versions, &after).await?);
+    conflicts.extend(applied_decisions(store, &run_id, &job, &versions, &after).await?);
     conflicts.extend(overlapping_runs(store, &run_id, &versions, &after, &changed_tables).await?);
     let mut plans = Vec::new();
     for spec in changed_tables {

@@ -7,7 +7,11 @@
 //! removed, and every table stays readable after each step.
 //!
 //! Removing versions is the destructive step: `undo` reads old versions, so a run whose
-//! versions are gone can no longer be undone (`undo` says so, naming the window). One
+//! versions are gone can no longer be undone (`undo` says so, naming the window). The
+//! tables undo does not put back, the logs (`runs`, `audit_log`, `llm_batches`), keep theirs
+//! only `[retention] keep_log_versions_days` (default 1): each holds every row in its
+//! current version, and their old versions were a twelfth of the year bench's store on day
+//! 365 (`audit_log`'s re-merged fragments and remapped indexes; BENCHMARKS.md, session 46). One
 //! PRUNE_VERSIONS audit row per table, naming the versions and the cutoff, is written before
 //! they go. A run killed half-way leaves each table at one of its steps; the next run does
 //! the rest. The run itself is not undoable: it changes how rows are stored, not the rows.
@@ -46,7 +50,7 @@ use serde_json::json;
 use super::{Job, JobCtx, JobName, JobReport, JobScope, RunLog};
 use crate::config::RetentionSection;
 use crate::model::clock::Clock;
-use crate::model::schema::ALL_TABLES;
+use crate::model::schema::{ALL_TABLES, REVERTIBLE};
 use crate::model::typed::RunStart;
 use crate::store::audit::AuditRow;
 use crate::store::maintain::{CompactionPolicy, TableStorage};
@@ -59,6 +63,11 @@ pub struct OptimizeArgs {
     /// 14); older ones are removed and runs that wrote them can no longer be undone.
     #[arg(long, value_name = "DAYS")]
     pub keep_versions_days: Option<f64>,
+    /// Keep the versions of the logs (`runs`, `audit_log`, `llm_batches`, and the other
+    /// tables undo does not put back) this many days (default `[retention]
+    /// keep_log_versions_days`, 1). Only undo's check of a `batches poll` run reads them.
+    #[arg(long, value_name = "DAYS")]
+    pub keep_log_versions_days: Option<f64>,
     /// Only these tables (comma-separated; default every table).
     #[arg(long, value_delimiter = ',')]
     pub tables: Vec<String>,
@@ -148,12 +157,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     } else {
         compaction_policy(retention)
     };
-    let days = args
-        .keep_versions_days
-        .unwrap_or(retention.keep_versions_days);
-    if !(days.is_finite() && days >= 0.0) {
-        bail!("--keep-versions-days must be a number of days, 0 or more (got {days})");
-    }
+    let (data, logs) = windows(ctx, args, retention).await?;
     let known: Vec<&str> = ALL_TABLES.iter().map(|s| s.name).collect();
     if let Some(unknown) = args.tables.iter().find(|t| !known.contains(&t.as_str())) {
         bail!(
@@ -166,23 +170,19 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         .copied()
         .filter(|t| args.tables.is_empty() || args.tables.iter().any(|a| a == t))
         .collect();
-    let cutoff = ctx.now - chrono::Duration::seconds((days * 86_400.0) as i64);
-    // Versions carry the wall-clock time they were written at; runs carry the clock they
-    // computed at. A version is older than the window when it was written more than the
-    // window ago, or before a run whose clock was already outside it (on a store run at the
-    // current time the two agree; on one run at simulated clocks, the runs' clocks decide).
-    let window = chrono::Duration::seconds((days * 86_400.0) as i64);
-    let written_before = wall_time_of(ctx, cutoff, window).await?;
+    let window_of = |table: &str| Window::for_table(table, &data, &logs);
     let params = json!({
         "light": args.light,
-        "keep_versions_days": days,
+        "keep_versions_days": data.days,
+        "keep_log_versions_days": logs.days,
         "compaction": {
             "deleted_fraction": policy.deleted_fraction,
             "fragment_fraction": policy.fragment_fraction,
         },
         "tables": tables,
         "now": ctx.now.to_rfc3339(),
-        "cutoff": cutoff.to_rfc3339(),
+        "cutoff": data.cutoff.to_rfc3339(),
+        "log_cutoff": logs.cutoff.to_rfc3339(),
     });
     let log = RunLog::start(ctx, JobName::Optimize.as_str(), &params).await?;
     let mut report = JobReport::new(JobName::Optimize.as_str(), ctx);
@@ -208,7 +208,10 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     for table in &tables {
         let started = Instant::now();
         let before = storage_of(table).await?;
-        let old = ctx.store.versions_before(table, written_before).await?;
+        let old = ctx
+            .store
+            .versions_before(table, window_of(table).written_before)
+            .await?;
         report.phase("read", started);
         add(&mut counts, "fragments_before", before.fragments as u64);
         if !args.light {
@@ -236,7 +239,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
     } else {
         // Logged before any goes, in one commit: which versions of which table, and the
         // window that let them go.
-        let rows = prune_rows(ctx, log.run_id(), &plan, cutoff, days);
+        let rows = prune_rows(ctx, log.run_id(), &plan, window_of);
         let started = Instant::now();
         if !rows.is_empty() {
             ctx.store.write_audit(&rows).await?;
@@ -255,7 +258,7 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
                 let started = Instant::now();
                 let (versions, files, bytes) = ctx
                     .store
-                    .remove_versions_before(table, written_before)
+                    .remove_versions_before(table, window_of(table).written_before)
                     .await?;
                 report.phase("prune", started);
                 pruned = versions;
@@ -350,15 +353,17 @@ async fn compact_and_index(
 
 /// The PRUNE_VERSIONS audit rows of a run: one per table with versions to remove, naming them
 /// and the window that lets them go.
-fn prune_rows(
+fn prune_rows<'w>(
     ctx: &JobCtx<'_>,
     run_id: &str,
     plan: &[(&str, TableStorage, Vec<u64>)],
-    cutoff: chrono::DateTime<chrono::Utc>,
-    days: f64,
+    window_of: impl Fn(&str) -> &'w Window,
 ) -> Vec<AuditRow> {
     plan.iter()
         .filter_map(|(table, _, old)| {
+            let Window {
+                days, key, cutoff, ..
+            } = window_of(table);
             let (first, last) = (old.iter().min()?, old.iter().max()?);
             let mut row = AuditRow::new(
                 run_id,
@@ -369,10 +374,15 @@ fn prune_rows(
             row.target_id = Some(table.to_string());
             row.reasoning = Some(format!(
                 "versions {first} to {last} of {table} ({} versions) were written before {} \
-                     ([retention] keep_versions_days = {days}): logged here, then removed with \
-                     the files only they used; runs that wrote them can no longer be undone",
+                     ([retention] {key} = {days}): logged here, then removed with \
+                     the files only they used; {}",
                 old.len(),
-                cutoff.to_rfc3339()
+                cutoff.to_rfc3339(),
+                if REVERTIBLE.iter().any(|s| s.name == *table) {
+                    "runs that wrote them can no longer be undone"
+                } else {
+                    "undo does not put this table back, and its current version holds its rows"
+                }
             ));
             row.before_state = Some(json!({"versions": old}).to_string());
             Some(row)
@@ -380,20 +390,74 @@ fn prune_rows(
         .collect()
 }
 
-/// The wall-clock time before which versions are older than `cutoff` on the store's clock:
-/// `window` before now, or the start of the latest run whose clock is before `cutoff`,
-/// whichever is later.
-async fn wall_time_of(
+/// The windows of a run: the data's (`--keep-versions-days`) and the logs'
+/// (`--keep-log-versions-days`), each defaulting to `[retention]`.
+async fn windows(
     ctx: &JobCtx<'_>,
-    cutoff: chrono::DateTime<chrono::Utc>,
-    window: chrono::Duration,
-) -> Result<chrono::DateTime<chrono::Utc>> {
+    args: &OptimizeArgs,
+    retention: &RetentionSection,
+) -> Result<(Window, Window)> {
+    let days = args
+        .keep_versions_days
+        .unwrap_or(retention.keep_versions_days);
+    let log_days = args
+        .keep_log_versions_days
+        .unwrap_or(retention.keep_log_versions_days);
+    for (flag, d) in [
+        ("--keep-versions-days", days),
+        ("--keep-log-versions-days", log_days),
+    ] {
+        if !(d.is_finite() && d >= 0.0) {
+            bail!("{flag} must be a number of days, 0 or more (got {d})");
+        }
+    }
     let runs: Vec<RunStart> = ctx.store.scan_rows("runs", None).await?;
-    let latest_outside = runs
-        .iter()
-        .filter_map(|r| (r.time_param("clock")? < cutoff).then_some(r.started_at))
-        .max()
-        .and_then(chrono::DateTime::from_timestamp_micros);
-    let by_wall = chrono::Utc::now() - window;
-    Ok(latest_outside.map_or(by_wall, |t| t.max(by_wall)))
+    Ok((
+        Window::of(ctx, &runs, days, "keep_versions_days"),
+        Window::of(ctx, &runs, log_days, "keep_log_versions_days"),
+    ))
+}
+
+/// A retention window: versions written before `written_before` go.
+struct Window {
+    days: f64,
+    /// The `[retention]` key that sets it.
+    key: &'static str,
+    /// `days` before the run's clock.
+    cutoff: chrono::DateTime<chrono::Utc>,
+    written_before: chrono::DateTime<chrono::Utc>,
+}
+
+impl Window {
+    /// The window of `table`: the data's for the tables undo puts back, else the logs'.
+    fn for_table<'w>(table: &str, data: &'w Window, logs: &'w Window) -> &'w Window {
+        if REVERTIBLE.iter().any(|s| s.name == table) {
+            data
+        } else {
+            logs
+        }
+    }
+
+    /// Versions carry the wall-clock time they were written at; runs carry the clock they
+    /// computed at. A version is older than the window when it was written more than the
+    /// window ago, or before a run whose clock was already outside it (on a store run at the
+    /// current time the two agree; on one run at simulated clocks, the runs' clocks decide):
+    /// `written_before` is the later of `days` before now and the start of the latest run
+    /// whose clock is before `cutoff`.
+    fn of(ctx: &JobCtx<'_>, runs: &[RunStart], days: f64, key: &'static str) -> Window {
+        let window = chrono::Duration::seconds((days * 86_400.0) as i64);
+        let cutoff = ctx.now - window;
+        let latest_outside = runs
+            .iter()
+            .filter_map(|r| (r.time_param("clock")? < cutoff).then_some(r.started_at))
+            .max()
+            .and_then(chrono::DateTime::from_timestamp_micros);
+        let by_wall = chrono::Utc::now() - window;
+        Window {
+            days,
+            key,
+            cutoff,
+            written_before: latest_outside.map_or(by_wall, |t| t.max(by_wall)),
+        }
+    }
 }

@@ -658,6 +658,21 @@ pub static BENCH_RUNS: TableSpec = TableSpec {
 
 pub const BENCH_STATUSES: &[&str] = &["held", "missed", "error", "refused", "skipped"];
 
+/// The tables `memlife undo` puts back from their versions: the store's data. The others
+/// are logs (`runs`, `audit_log`, `llm_batches`, `bench_runs`) and metadata (`memlife_meta`):
+/// undo leaves them as they are, so their old versions repeat what the current one holds
+/// and `optimize` keeps them only `[retention] keep_log_versions_days`.
+pub static REVERTIBLE: &[&TableSpec] = &[
+    &MEMORIES,
+    &LINKS,
+    &ENTITIES,
+    &MEMORY_ENTITIES,
+    &CLUSTERS,
+    &ENTITY_SCANS,
+    &REVIEW_QUEUE,
+    &ANCHORS,
+];
+
 /// Every table of the current schema version, in creation order.
 pub static ALL_TABLES: &[&TableSpec] = &[
     &META,

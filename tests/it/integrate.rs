@@ -841,6 +841,24 @@ fn batch_mode_writes_what_an_online_run_writes() {
         outcome(&online),
         "a refused undo changes nothing"
     );
+    // Once the logs' versions of its time are gone, nothing tells which decisions the poll
+    // applied: refused, naming the window, though the data's versions are all there.
+    let optimized = batch.run_json(&[
+        "optimize",
+        "--keep-log-versions-days",
+        "0",
+        "--keep-versions-days",
+        "1000",
+    ]);
+    assert_eq!(optimized["status"], "done", "{optimized}");
+    let out = batch.run(&["undo", first_poll.trim_matches('"')]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("keep_log_versions_days"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(outcome(&batch), outcome(&online));
     // The judge's answers are logged, one row per request.
     assert_eq!(
         batch.scalar("SELECT COUNT(*) FROM audit_log WHERE operation = 'JUDGE'"),

@@ -46,10 +46,46 @@ fn optimize_compacts_and_removes_old_versions_keeping_every_row() {
     assert!(before["data_files"].as_u64().unwrap() > 3, "{before}");
 
     // Within the window (the default 14 days, on the store's clock: the scores runs ran at
-    // 1 and 2 March) nothing is removed: the last scores run can still be undone afterwards.
-    let kept = json(&db.run(&["--json", "optimize", "--now", "2025-03-03T00:00:00Z"]));
+    // 1 and 2 March) no version goes when the logs' window is as long.
+    let kept = json(&db.run(&[
+        "--json",
+        "optimize",
+        "--now",
+        "2025-03-03T00:00:00Z",
+        "--keep-log-versions-days",
+        "14",
+    ]));
     assert_eq!(kept["status"], "done", "{kept}");
     assert_eq!(kept["counts"]["versions_removed"], 0, "{kept}");
+    // By default the logs keep a day's (`keep_log_versions_days`): theirs from before the
+    // first scores run go, and no version of the data: the last scores run can still be
+    // undone afterwards.
+    let runs_versions = db.storage("runs")["versions"].as_u64().unwrap();
+    let first = json(&db.run(&["--json", "optimize", "--now", "2025-03-03T00:00:00Z"]));
+    assert_eq!(first["status"], "done", "{first}");
+    assert!(
+        db.storage("memories")["versions"].as_u64() >= before["versions"].as_u64(),
+        "no version of memories went (optimize adds its own)"
+    );
+    assert!(db.storage("runs")["versions"].as_u64().unwrap() < runs_versions);
+    let pruned_tables = db.rows(
+        "SELECT DISTINCT target_id FROM audit_log WHERE operation = 'PRUNE_VERSIONS' \
+         ORDER BY target_id",
+    );
+    assert!(
+        pruned_tables.iter().any(|r| r["target_id"] == "runs")
+            && pruned_tables.iter().all(|r| {
+                [
+                    "runs",
+                    "audit_log",
+                    "llm_batches",
+                    "memlife_meta",
+                    "bench_runs",
+                ]
+                .contains(&r["target_id"].as_str().unwrap())
+            }),
+        "only the logs lost versions: {pruned_tables:?}"
+    );
     let undo = db.run(&["undo", "--last", "scores", "--dry-run"]);
     assert_eq!(undo.status.code(), Some(0), "{}", stderr(&undo));
 
@@ -328,6 +364,20 @@ fn optimize_names_bad_input() {
     assert_ne!(out.status.code(), Some(0));
     assert!(
         stderr(&out).contains("keep_versions_days"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(&config, "[retention]\nkeep_log_versions_days = -1\n").unwrap();
+    let out = db.run(&["--config", &config, "optimize"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("retention.keep_log_versions_days = -1"),
+        "{}",
+        stderr(&out)
+    );
+    let out = db.run(&["optimize", "--keep-log-versions-days", "NaN"]);
+    assert!(
+        stderr(&out).contains("--keep-log-versions-days must be a number of days"),
         "{}",
         stderr(&out)
     );

@@ -109,6 +109,48 @@ fn undo_puts_back_exactly_what_each_job_changed_and_the_job_runs_again() {
 }
 
 #[test]
+fn a_run_is_undone_after_the_logs_versions_of_its_time_are_gone() {
+    // `optimize` keeps the logs' versions a day (`keep_log_versions_days`), the data's 14: a
+    // consolidation two days old is undone from the data's versions, though `audit_log`'s
+    // version from its start is gone.
+    let db = loaded();
+    db.run_json(&["embed", "--embedder", "hash"]);
+    db.run_json(&["cluster", "--mode", "full", "--threshold", "0.5"]);
+    let before = tables(&db);
+    let consolidated = db.run_json(&[
+        "consolidate",
+        "--embedder",
+        "hash",
+        "--now",
+        "2025-09-01T00:00:00Z",
+    ]);
+    assert!(
+        tables(&db) != before,
+        "nothing to undo: {}",
+        consolidated["counts"]
+    );
+    let memories_versions = db.storage("memories")["versions"].clone();
+    let optimized = db.run_json(&["optimize", "--now", "2025-09-03T00:00:00Z"]);
+    assert_eq!(optimized["status"], "done", "{optimized}");
+    let pruned = db.rows(
+        "SELECT DISTINCT target_id FROM audit_log WHERE operation = 'PRUNE_VERSIONS' \
+         ORDER BY target_id",
+    );
+    assert!(
+        pruned.iter().any(|r| r["target_id"] == "audit_log")
+            && !pruned.iter().any(|r| r["target_id"] == "memories"),
+        "{pruned:?}"
+    );
+    assert!(
+        db.storage("memories")["versions"].as_u64() >= memories_versions.as_u64(),
+        "no version of memories went (optimize adds its own)"
+    );
+    let undone = db.run_json(&["undo", "--last", "consolidate"]);
+    assert_eq!(undone["status"], "done", "{undone}");
+    assert!(tables(&db) == before, "every table as before the run");
+}
+
+#[test]
 fn undo_refuses_when_a_later_run_changed_the_same_rows_and_changes_nothing() {
     let db = loaded();
     db.run_json(&["scores", "--now", "2025-09-01T00:00:00Z"]);

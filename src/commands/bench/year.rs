@@ -324,9 +324,10 @@ fn prepare(bench: &YearBench, work: &Path, retention: &RetentionSection) -> Resu
     std::fs::write(
         p("memlife.toml"),
         format!(
-            "[retention]\nkeep_versions_days = {:?}\n\
+            "[retention]\nkeep_versions_days = {:?}\nkeep_log_versions_days = {:?}\n\
              compact_deleted_fraction = {:?}\ncompact_fragment_fraction = {:?}\n",
             retention.keep_versions_days,
+            retention.keep_log_versions_days,
             retention.compact_deleted_fraction,
             retention.compact_fragment_fraction
         ),
