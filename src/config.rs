@@ -243,9 +243,9 @@ pub struct RetentionSection {
     /// Versions of the tables undo does not put back (the logs and `memlife_meta`,
     /// `schema::REVERTIBLE` names the others) are kept this many days. Nothing reads them but
     /// undo's check that a `batches poll` run applied no integrate decisions: such a run is
-    /// undoable while they last. On day 365 of the year bench, the window's old copies of
-    /// `audit_log` (its re-merged fragments and remapped indexes) were 10.8 of the store's
-    /// 133 MB.
+    /// undoable while they last. On day 365 of the year bench, `runs` and `audit_log` took
+    /// 35.2 MB with 14 days of versions and 23.2 MB with one, against 21.6 MB for a fresh
+    /// copy (BENCHMARKS.md, session 46).
     pub keep_log_versions_days: f64,
     /// A fragment is rewritten whole once more than this fraction of its rows were deleted
     /// (an update that rewrites whole rows deletes the old ones).

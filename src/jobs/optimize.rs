@@ -10,10 +10,11 @@
 //! versions are gone can no longer be undone (`undo` says so, naming the window). The
 //! tables undo does not put back, the logs (`runs`, `audit_log`, `llm_batches`), keep theirs
 //! only `[retention] keep_log_versions_days` (default 1): each holds every row in its
-//! current version, and their old versions were a twelfth of the year bench's store on day
-//! 365 (`audit_log`'s re-merged fragments and remapped indexes; BENCHMARKS.md, session 46). One
-//! PRUNE_VERSIONS audit row per table, naming the versions and the cutoff, is written before
-//! they go. A run killed half-way leaves each table at one of its steps; the next run does
+//! current version, and on day 365 of the year bench their old versions were 12 of the
+//! store's 125 MB (`audit_log`'s re-merged fragments and remapped indexes; with a day's,
+//! the store was within 2x of a fresh copy on 14 of the 19 sampled days from day 20, against
+//! 9; BENCHMARKS.md, session 46). One PRUNE_VERSIONS audit row per table, naming the versions
+//! and the cutoff, is written before they go. A run killed half-way leaves each table at one of its steps; the next run does
 //! the rest. The run itself is not undoable: it changes how rows are stored, not the rows.
 //!
 //! `--light` (what `nightly` runs on the days a full optimize is not due) merges the small
