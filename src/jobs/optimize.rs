@@ -14,8 +14,9 @@
 //! store's 125 MB (`audit_log`'s re-merged fragments and remapped indexes; with a day's,
 //! the store was within 2x of a fresh copy on 14 of the 19 sampled days from day 20, against
 //! 9; BENCHMARKS.md, session 46). One PRUNE_VERSIONS audit row per table, naming the versions
-//! and the cutoff, is written before they go. A run killed half-way leaves each table at one of its steps; the next run does
-//! the rest. The run itself is not undoable: it changes how rows are stored, not the rows.
+//! and the cutoff, is written before they go. A run killed half-way leaves each table at one
+//! of its steps; the next run does the rest. The run itself is not undoable: it changes how
+//! rows are stored, not the rows.
 //!
 //! `--light` (what `nightly` runs on the days a full optimize is not due) merges the small
 //! fragments the day's commits appended and removes the versions that left the window that
@@ -363,7 +364,11 @@ fn prune_rows<'w>(
     plan.iter()
         .filter_map(|(table, _, old)| {
             let Window {
-                days, key, cutoff, ..
+                days,
+                key,
+                cutoff,
+                consequence,
+                ..
             } = window_of(table);
             let (first, last) = (old.iter().min()?, old.iter().max()?);
             let mut row = AuditRow::new(
@@ -376,14 +381,9 @@ fn prune_rows<'w>(
             row.reasoning = Some(format!(
                 "versions {first} to {last} of {table} ({} versions) were written before {} \
                      ([retention] {key} = {days}): logged here, then removed with \
-                     the files only they used; {}",
+                     the files only they used; {consequence}",
                 old.len(),
                 cutoff.to_rfc3339(),
-                if REVERTIBLE.iter().any(|s| s.name == *table) {
-                    "runs that wrote them can no longer be undone"
-                } else {
-                    "undo does not put this table back, and its current version holds its rows"
-                }
             ));
             row.before_state = Some(json!({"versions": old}).to_string());
             Some(row)
@@ -414,8 +414,20 @@ async fn windows(
     }
     let runs: Vec<RunStart> = ctx.store.scan_rows("runs", None).await?;
     Ok((
-        Window::of(ctx, &runs, days, "keep_versions_days"),
-        Window::of(ctx, &runs, log_days, "keep_log_versions_days"),
+        Window::of(
+            ctx,
+            &runs,
+            days,
+            "keep_versions_days",
+            "runs that wrote them can no longer be undone",
+        ),
+        Window::of(
+            ctx,
+            &runs,
+            log_days,
+            "keep_log_versions_days",
+            "undo does not put this table back, and its current version holds its rows",
+        ),
     ))
 }
 
@@ -424,6 +436,8 @@ struct Window {
     days: f64,
     /// The `[retention]` key that sets it.
     key: &'static str,
+    /// What the removal costs, for the PRUNE_VERSIONS row.
+    consequence: &'static str,
     /// `days` before the run's clock.
     cutoff: chrono::DateTime<chrono::Utc>,
     written_before: chrono::DateTime<chrono::Utc>,
@@ -445,7 +459,13 @@ impl Window {
     /// current time the two agree; on one run at simulated clocks, the runs' clocks decide):
     /// `written_before` is the later of `days` before now and the start of the latest run
     /// whose clock is before `cutoff`.
-    fn of(ctx: &JobCtx<'_>, runs: &[RunStart], days: f64, key: &'static str) -> Window {
+    fn of(
+        ctx: &JobCtx<'_>,
+        runs: &[RunStart],
+        days: f64,
+        key: &'static str,
+        consequence: &'static str,
+    ) -> Window {
         let window = chrono::Duration::seconds((days * 86_400.0) as i64);
         let cutoff = ctx.now - window;
         let latest_outside = runs
@@ -457,6 +477,7 @@ impl Window {
         Window {
             days,
             key,
+            consequence,
             cutoff,
             written_before: latest_outside.map_or(by_wall, |t| t.max(by_wall)),
         }
