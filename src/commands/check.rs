@@ -91,6 +91,12 @@ fn reference_queries() -> Vec<(String, String)> {
              GROUP BY user_id, lower(name), entity_type HAVING COUNT(*) > 1",
         ),
         (
+            // `recall` logs an activation before it writes it as pending.
+            "activations: the recall that wrote it is logged",
+            "SELECT memory_id, recall_id FROM activations \
+             WHERE recall_id NOT IN (SELECT id FROM audit_log WHERE operation = 'RECALL')",
+        ),
+        (
             "entity_scans: the memory exists",
             "SELECT memory_id FROM entity_scans WHERE memory_id NOT IN (SELECT id FROM memories)",
         ),

@@ -4,7 +4,10 @@
 //! when it was written, `logic::temporal`) and its successor when it has one. Every returned
 //! memory is activated (seed 002: access_count, recall_frequency, last_accessed_at, salience +
 //! the access boost, state and tier recomputed, the spacing interval) in one write per call,
-//! unless `--no-activate`.
+//! unless `--no-activate`. The activation is written as pending (`store::activations`): the
+//! next `scores` run writes it onto the memory row, and until then a recall of the same
+//! memory counts on from it. Rewriting the row whole at each recall cost the store a
+//! fragment rewrite for every fifth of its rows recalled.
 //!
 //! The activation is logged first, as a `RECALL` audit row keyed by the user, the query, the
 //! mode and the clock: a recall killed between the log and the write is finished by the same
@@ -25,9 +28,10 @@ use crate::exit::ExitStatus;
 use crate::logic::recall::{Mode, RecallCandidate, Signals, parts, rank, rank_score};
 use crate::logic::scores::{ScoreInput, State, Ttl, on_access, score};
 use crate::model::clock::Clock;
-use crate::model::encoding::{format_timestamp, parse_timestamp};
+use crate::model::encoding::format_timestamp;
 use crate::model::typed::MemoryRow;
 use crate::store::audit::{AuditRow, derived_id};
+use crate::store::activations::{Activation, Pending};
 use crate::store::{Store, sql_list, sql_string, sql_timestamp};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -614,47 +618,6 @@ async fn named_entities(store: &Store, user: &str, query: &str) -> Result<Vec<(S
     Ok(out)
 }
 
-/// What an activation changes in a memory row, as the RECALL audit row logs it (fields in
-/// the order the log has always had them; timestamps as RFC 3339 text).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Activation {
-    access_count: i64,
-    archived_at: Option<String>,
-    decay_gradient: f64,
-    id: String,
-    importance: f64,
-    last_accessed_at: String,
-    last_recall_interval_days: f64,
-    recall_frequency: i64,
-    retention: f64,
-    salience: f64,
-    salience_anchor: f64,
-    state: String,
-    tier: String,
-}
-
-impl Activation {
-    /// The activation written onto `row`.
-    fn onto(&self, row: &mut MemoryRow) -> Result<()> {
-        let time = |t: &str| {
-            parse_timestamp(t).ok_or_else(|| anyhow!("memory {}: bad time {t:?}", self.id))
-        };
-        row.access_count = self.access_count;
-        row.archived_at = self.archived_at.as_deref().map(time).transpose()?;
-        row.decay_gradient = self.decay_gradient;
-        row.importance = self.importance;
-        row.last_accessed_at = Some(time(&self.last_accessed_at)?);
-        row.last_recall_interval_days = self.last_recall_interval_days;
-        row.recall_frequency = self.recall_frequency;
-        row.retention = self.retention;
-        row.salience = self.salience;
-        row.salience_anchor = Some(self.salience_anchor);
-        row.state = self.state.clone();
-        row.tier = self.tier.clone();
-        Ok(())
-    }
-}
-
 /// The activation of one memory row at `now`: the columns it changes.
 fn activation(
     p: &crate::logic::scores::ScoreParams,
@@ -703,40 +666,52 @@ fn activation(
     })
 }
 
-/// Writes logged activations onto the current rows, in one commit (rows activated at this
-/// clock already are left alone). Whole rows, merged on the key: a column update
-/// (`Store::update_columns`) would rewrite the activated columns of every row of each
-/// fragment a recalled memory sits in, megabytes per recall on a large store.
-async fn apply(store: &Store, changes: &[Activation], now: i64) -> Result<usize> {
-    let ids: Vec<String> = changes.iter().map(|c| c.id.clone()).collect();
-    let (rows, vectors) = store.memories_with_ids(&ids, None, true).await?;
-    let mut by_id: BTreeMap<String, (MemoryRow, Option<Vec<f32>>)> = rows
-        .into_iter()
-        .zip(vectors)
-        .map(|(r, v)| (r.id.clone(), (r, v)))
-        .collect();
-    let (mut out, mut out_vectors) = (Vec::new(), Vec::new());
+/// Writes logged activations as pending (`store::activations`), in one commit, for `scores`
+/// to write onto the memories: rows activated at this clock already (by this recall or
+/// another), and rows gone since, are left alone.
+async fn defer(
+    store: &Store,
+    rows: &[MemoryRow],
+    changes: &[Activation],
+    recall_id: &str,
+    now: i64,
+) -> Result<usize> {
+    let by_id: BTreeMap<&str, &MemoryRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    let mut pending = Vec::new();
     for change in changes {
-        let Some((mut row, vector)) = by_id.remove(&change.id) else {
-            continue; // gone since (or named twice): nothing to activate
+        let Some(row) = by_id.get(change.id.as_str()) else {
+            continue; // gone since: nothing to activate
         };
-        if row.last_accessed_at == Some(now) {
+        if row.last_accessed_at == Some(now) || pending.iter().any(|p: &Pending| p.memory_id == change.id) {
             continue;
         }
-        change.onto(&mut row)?;
-        // An access is a new input to `scores`.
-        row.scores_due_at = None;
-        out.push(row);
-        out_vectors.push(vector);
-    }
-    if out.is_empty() {
-        return Ok(0);
+        pending.push(Pending {
+            memory_id: change.id.clone(),
+            user_id: row.user_id.clone(),
+            recall_id: recall_id.to_string(),
+            recalled_at: now,
+            activation: change.clone(),
+        });
     }
     store
-        .upsert_memories(&out, &out_vectors, now)
+        .defer_activations(&pending)
         .await
         .map_err(|e| anyhow!("activation rows: {e}"))?;
-    Ok(out.len())
+    Ok(pending.len())
+}
+
+/// The memory rows of `ids` as they stand with their pending activations written on.
+async fn activated_rows(store: &Store, ids: &[String]) -> Result<Vec<MemoryRow>> {
+    let (mut rows, _) = store.memories_with_ids(ids, None, false).await?;
+    let pending = store.pending_activations_of(ids).await?;
+    for row in &mut rows {
+        if let Some(a) = pending.get(&row.id) {
+            if a.newer_than(row.last_accessed_at)? {
+                a.onto(row)?;
+            }
+        }
+    }
+    Ok(rows)
 }
 
 pub async fn run(app: &App, args: &RecallArgs, out: &mut dyn Write) -> Result<ExitStatus> {
@@ -965,6 +940,8 @@ async fn activate(
     let logged = store
         .scan_rows::<Logged>("audit_log", Some(&format!("id = {}", sql_string(&id))))
         .await?;
+    let ids: Vec<String> = report.memories.iter().map(|m| m.id.clone()).collect();
+    let rows = activated_rows(store, &ids).await?;
     let changes: Vec<Activation> = if let Some(row) = logged.first() {
         // The same recall at the same clock: finish what it logged, add nothing.
         report
@@ -979,14 +956,12 @@ async fn activate(
             .map_err(|e| anyhow!("recall audit row {id}: unreadable activations: {e}"))?
             .activated
     } else {
-        let ids: Vec<String> = report.memories.iter().map(|m| m.id.clone()).collect();
-        let (rows, _) = store.memories_with_ids(&ids, None, false).await?;
         let changes = rows
             .iter()
             .map(|r| activation(scores, r, now))
             .collect::<Result<Vec<_>>>()?;
         let mut audit = AuditRow::new("recall", "RECALL", &key, now);
-        audit.id = id;
+        audit.id = id.clone();
         audit.run_id = format!("recall-{}", &audit.id[..8]);
         audit.user_id = Some(args.user.clone());
         audit.source_ids = ids;
@@ -996,7 +971,7 @@ async fn activate(
         changes
     };
     crate::crash::point("recall.after-audit");
-    report.activated = apply(store, &changes, now).await?;
+    report.activated = defer(store, &rows, &changes, &id, now).await?;
     crate::crash::point("recall.after-activation");
     Ok(())
 }

@@ -494,10 +494,21 @@ pub async fn undo(
         ));
         return Ok(());
     }
-    if let Some(spec) = REVERTIBLE
-        .iter()
-        .find(|s| !after.contains_key(s.name) || !versions.before.contains_key(s.name))
-    {
+    let mut unrecorded = None;
+    for spec in REVERTIBLE {
+        let (before, later) = (versions.before.contains_key(spec.name), after.contains_key(spec.name));
+        if before && later {
+            continue;
+        }
+        // A table a migration created after the run began: the run cannot have written it.
+        let created = store.table_created_at(spec.name).await?;
+        if !before && !later && created.is_some_and(|at| at > run.started_at) {
+            continue;
+        }
+        unrecorded = Some(spec);
+        break;
+    }
+    if let Some(spec) = unrecorded {
         bail!(
             "run {run_id} ({job}) did not record the version of table {} (it could not be read \
              then): its changes cannot be told apart",

@@ -4,9 +4,11 @@
 //! salience decay, lifecycle state, TTL, retention and tier, importance; then the removal of
 //! expired entity notes (seed 002 "Note Cleanup").
 //!
-//! A run recomputes the memories that are due (`memories.scores_due_at` passed or null) and
-//! those that links dated between the last run's clock and its own point at; the first run, new
-//! `[scores]` parameters, an earlier clock or `--all` recompute every one (`Pass`). Each
+//! A run recomputes the memories that are due (`memories.scores_due_at` passed or null), those
+//! that links dated between the last run's clock and its own point at, and those with a
+//! recall's activation pending (`store::activations`, dated by its clock at the latest): it
+//! writes the activation onto the row in the same column update, then removes it. The first
+//! run, new `[scores]` parameters, an earlier clock or `--all` recompute every one (`Pass`). Each
 //! recomputed memory gets the clock until which a run would leave it as it is, to within
 //! `[scores] due_tolerance` (`logic::scores::next_due`); writers of score inputs clear it.
 //! That clock is brought forward by a fraction drawn from the memory's id and the clock
@@ -42,6 +44,7 @@ use crate::logic::scores::{
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::schema::{ENTITIES, MEMORIES, timestamp_type};
+use crate::store::activations::Activation;
 use crate::store::audit::AuditRow;
 use crate::store::sql_string;
 
@@ -140,13 +143,14 @@ fn opt_time(a: &TimestampMicrosecondArray, i: usize) -> Option<i64> {
     a.is_valid(i).then(|| a.value(i))
 }
 
-/// Computes a batch of memories; pure apart from reading the arrays.
-/// Computes one batch of memories at `now`. Due dates are spread (`logic::scores::spread_due`)
+/// Computes one batch of memories at `now`: `batch` as `stored` holds it with its pending
+/// activations written on (`with_activations`); what differs from `stored` is written. Due dates are spread (`logic::scores::spread_due`)
 /// so memories recomputed together do not all come due on the same later night: that of a
 /// memory that had none, or of every memory on a full pass (`full`), anywhere before its
 /// exact date; one at the horizon, in the horizon's second half.
 fn compute(
     params: &ScoreParams,
+    stored: &RecordBatch,
     batch: &RecordBatch,
     inbound: &HashMap<String, u64>,
     now: i64,
@@ -173,6 +177,20 @@ fn compute(
     let archived_old = times(batch, "archived_at")?;
 
     let due_old = times(batch, "scores_due_at")?;
+    let before = Stored {
+        salience: f64s(stored, "salience")?,
+        anchor: f64s(stored, "salience_anchor")?,
+        state: strings(stored, "state")?,
+        tier: strings(stored, "tier")?,
+        retention: f64s(stored, "retention")?,
+        importance: f64s(stored, "importance")?,
+        archived_at: times(stored, "archived_at")?,
+        access: i64s(stored, "access_count")?,
+        recalls: i64s(stored, "recall_frequency")?,
+        accessed: times(stored, "last_accessed_at")?,
+        interval: f64s(stored, "last_recall_interval_days")?,
+        gradient: f64s(stored, "decay_gradient")?,
+    };
     let outputs: Vec<Result<Scored, String>> = (0..batch.num_rows())
         .into_par_iter()
         .map(|i| {
@@ -269,14 +287,19 @@ fn compute(
         }
         // In the order of UPDATE_COLUMNS.
         let column_differs = [
-            out.salience != salience.value(i),
-            !anchor.is_valid(i),
-            out.state.as_str() != states.value(i),
-            out.tier != tiers_old.value(i),
-            out.retention != retention_old.value(i),
-            out.importance != importance_old.value(i),
-            out.archived_at != opt_time(archived_old, i),
+            out.salience != before.salience.value(i),
+            !before.anchor.is_valid(i) || before.anchor.value(i) != used_anchor.clamp(0.0, 1.0),
+            out.state.as_str() != before.state.value(i),
+            out.tier != before.tier.value(i),
+            out.retention != before.retention.value(i),
+            out.importance != before.importance.value(i),
+            out.archived_at != opt_time(before.archived_at, i),
             Some(due) != opt_time(due_old, i),
+            access.value(i) != before.access.value(i),
+            recalls.value(i) != before.recalls.value(i),
+            opt_time(accessed, i) != opt_time(before.accessed, i),
+            interval.value(i) != before.interval.value(i),
+            gradient.value(i) != before.gradient.value(i),
         ];
         for (count, differs) in computed.column_changes.iter_mut().zip(column_differs) {
             *count += u64::from(differs);
@@ -293,12 +316,30 @@ fn compute(
     Ok(computed)
 }
 
+/// The stored values `compute` compares its results with.
+struct Stored<'a> {
+    salience: &'a Float64Array,
+    anchor: &'a Float64Array,
+    state: &'a StringArray,
+    tier: &'a StringArray,
+    retention: &'a Float64Array,
+    importance: &'a Float64Array,
+    archived_at: &'a TimestampMicrosecondArray,
+    access: &'a arrow::array::Int64Array,
+    recalls: &'a arrow::array::Int64Array,
+    accessed: &'a TimestampMicrosecondArray,
+    interval: &'a Float64Array,
+    gradient: &'a Float64Array,
+}
+
 /// The key and every update column of the changed rows (`changed`: their row numbers in
-/// `batch`), with their new values.
+/// `batch`), with their new values: the scores computed (`kept`), and the access columns as
+/// `batch` holds them (its pending activations written on).
 fn update_batch(batch: &RecordBatch, changed: Vec<u32>, kept: &[Scored]) -> Result<RecordBatch> {
     let take = arrow::array::UInt32Array::from(changed);
-    let id_column = arrow::compute::take(batch.column_by_name("id").unwrap(), &take, None)?;
-    let columns: Vec<ArrayRef> = vec![
+    let taken = |name: &str| arrow::compute::take(batch.column_by_name(name).unwrap(), &take, None);
+    let id_column = taken("id")?;
+    let mut columns: Vec<ArrayRef> = vec![
         id_column,
         Arc::new(Float64Array::from_iter_values(
             kept.iter().map(|(o, ..)| o.salience),
@@ -329,11 +370,15 @@ fn update_batch(batch: &RecordBatch, changed: Vec<u32>, kept: &[Scored]) -> Resu
                 .with_timezone("UTC"),
         ),
     ];
+    for name in &UPDATE_COLUMNS[ACCESS_COLUMNS..] {
+        columns.push(taken(name)?);
+    }
     Ok(RecordBatch::try_new(update_schema(), columns)?)
 }
 
-/// The columns scores writes, besides the key `id`.
-const UPDATE_COLUMNS: [&str; 8] = [
+/// The columns scores writes, besides the key `id`: those it computes, then (from
+/// `ACCESS_COLUMNS` on) those only a pending activation changes.
+const UPDATE_COLUMNS: [&str; 13] = [
     "salience",
     "salience_anchor",
     "state",
@@ -342,7 +387,95 @@ const UPDATE_COLUMNS: [&str; 8] = [
     "importance",
     "archived_at",
     "scores_due_at",
+    "access_count",
+    "recall_frequency",
+    "last_accessed_at",
+    "last_recall_interval_days",
+    "decay_gradient",
 ];
+const ACCESS_COLUMNS: usize = 8;
+
+/// `batch` with the pending activations of its memories written on (those newer than what
+/// the row holds), as scores reads a memory: the inputs of its scores, and the access
+/// columns it writes back.
+fn with_activations(
+    batch: &RecordBatch,
+    pending: &HashMap<&str, &Activation>,
+) -> Result<RecordBatch> {
+    let ids = strings(batch, "id")?;
+    let accessed = times(batch, "last_accessed_at")?;
+    let mut found = Vec::new();
+    for i in 0..batch.num_rows() {
+        if let Some(a) = pending.get(ids.value(i)) {
+            if a.newer_than(opt_time(accessed, i))? {
+                found.push((i, *a));
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(batch.clone());
+    }
+    let mut rows: Vec<Option<&Activation>> = vec![None; batch.num_rows()];
+    for (i, a) in &found {
+        rows[*i] = Some(a);
+    }
+    let f64_column = |name: &str, get: fn(&Activation) -> f64| -> Result<ArrayRef> {
+        let old = f64s(batch, name)?;
+        Ok(Arc::new(Float64Array::from_iter((0..rows.len()).map(|i| {
+            rows[i].map(get).or_else(|| old.is_valid(i).then(|| old.value(i)))
+        }))))
+    };
+    let i64_column = |name: &str, get: fn(&Activation) -> i64| -> Result<ArrayRef> {
+        let old = i64s(batch, name)?;
+        Ok(Arc::new(arrow::array::Int64Array::from_iter((0..rows.len()).map(|i| {
+            rows[i].map(get).or_else(|| old.is_valid(i).then(|| old.value(i)))
+        }))))
+    };
+    let str_column = |name: &str, get: fn(&Activation) -> &str| -> Result<ArrayRef> {
+        let old = strings(batch, name)?;
+        Ok(Arc::new(StringArray::from_iter((0..rows.len()).map(|i| {
+            rows[i].map(get).or_else(|| old.is_valid(i).then(|| old.value(i)))
+        }))))
+    };
+    let time_column = |name: &str, activated: bool| -> Result<ArrayRef> {
+        let old = times(batch, name)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (i, row) in rows.iter().enumerate() {
+            out.push(match row {
+                Some(a) if activated => Some(a.accessed_at()?),
+                Some(a) => a.archived_at()?,
+                None => opt_time(old, i),
+            });
+        }
+        Ok(Arc::new(
+            TimestampMicrosecondArray::from(out).with_timezone_opt(old.timezone()),
+        ))
+    };
+    let replaced: Vec<(&str, ArrayRef)> = vec![
+        ("access_count", i64_column("access_count", |a| a.access_count)?),
+        ("recall_frequency", i64_column("recall_frequency", |a| a.recall_frequency)?),
+        ("last_accessed_at", time_column("last_accessed_at", true)?),
+        ("archived_at", time_column("archived_at", false)?),
+        (
+            "last_recall_interval_days",
+            f64_column("last_recall_interval_days", |a| a.last_recall_interval_days)?,
+        ),
+        ("decay_gradient", f64_column("decay_gradient", |a| a.decay_gradient)?),
+        ("salience", f64_column("salience", |a| a.salience)?),
+        ("salience_anchor", f64_column("salience_anchor", |a| a.salience_anchor)?),
+        ("importance", f64_column("importance", |a| a.importance)?),
+        ("retention", f64_column("retention", |a| a.retention)?),
+        ("state", str_column("state", |a| a.state.as_str())?),
+        ("tier", str_column("tier", |a| a.tier.as_str())?),
+    ];
+    let schema = batch.schema();
+    let mut columns = batch.columns().to_vec();
+    for (name, column) in replaced {
+        let index = schema.index_of(name)?;
+        columns[index] = column;
+    }
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
 
 /// A memory's scores at the run's clock, the salience anchor they decay from, and until
 /// when they hold (`logic::scores::next_due`).
@@ -633,17 +766,29 @@ async fn read_memories(
     ctx: &JobCtx<'_>,
     pass: Pass,
     now: i64,
+    activated: &[String],
 ) -> Result<(Vec<RecordBatch>, HashMap<String, u64>, String)> {
-    // Archived for good: not recomputed; read once, to be given a due date of never.
-    let kept = "(state != 'archived' OR ttl_policy = 'keep_forever' \
-                OR last_accessed_at > archived_at OR scores_due_at IS NULL)";
+    // Archived for good: not recomputed; read once, to be given a due date of never. A
+    // memory with a pending activation is read whatever it holds.
+    let mut kept = "(state != 'archived' OR ttl_policy = 'keep_forever' \
+                OR last_accessed_at > archived_at OR scores_due_at IS NULL"
+        .to_string();
+    if activated.len() > DUE_LOOKUP_LIMIT {
+        kept = "(true".into();
+    } else if !activated.is_empty() {
+        kept = format!("{kept} OR id IN ({})", crate::store::sql_list(activated));
+    }
+    kept.push(')');
+    let kept = kept.as_str();
     let since = match pass {
         Pass::Full(_) => None,
         Pass::Due { since } => Some(since),
     };
     let t = Instant::now();
-    let (inbound, targets) = links_in(ctx, since, now).await?;
+    let (inbound, mut targets) = links_in(ctx, since, now).await?;
     let links_ms = t.elapsed().as_millis();
+    let linked = targets.len();
+    targets.extend(activated.iter().cloned());
     let (filter, note) = match (pass, targets.len() > DUE_LOOKUP_LIMIT) {
         (Pass::Full(why), _) => (ctx.user_filter_and(kept), format!("every memory ({why})")),
         (Pass::Due { .. }, true) => (
@@ -659,9 +804,10 @@ async fn read_memories(
                 due = format!("{due} OR id IN ({})", crate::store::sql_list(&targets));
             }
             let note = format!(
-                "memories due, or pointed at by the {} links made since {}",
-                targets.len(),
-                format_timestamp(since)
+                "memories due, pointed at by the {linked} links made since {}, or with \
+                 one of the {} pending activations",
+                format_timestamp(since),
+                activated.len()
             );
             (ctx.user_filter_and(&format!("({due})")), note)
         }
@@ -693,7 +839,19 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ScoresArgs) -> Result<JobReport> {
     let log = RunLog::start(ctx, JobName::Scores.as_str(), &run_params).await?;
     let mut report = JobReport::new(JobName::Scores.as_str(), ctx);
     let started = Instant::now();
-    let (batches, inbound, read_note) = read_memories(ctx, pass, now).await?;
+    let pending = ctx
+        .store
+        .pending_activations(Some(&ctx.user_filter_and(&format!(
+            "recalled_at <= {}",
+            crate::store::sql_timestamp(now)
+        ))))
+        .await?;
+    let activated: Vec<String> = pending.iter().map(|p| p.memory_id.clone()).collect();
+    let by_memory: HashMap<&str, &Activation> = pending
+        .iter()
+        .map(|p| (p.memory_id.as_str(), &p.activation))
+        .collect();
+    let (batches, inbound, read_note) = read_memories(ctx, pass, now, &activated).await?;
     let read_at = started.elapsed();
     let mut compute_time = std::time::Duration::ZERO;
     let (mut updates, mut archived) = (Vec::new(), Vec::new());
@@ -703,7 +861,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ScoresArgs) -> Result<JobReport> {
     let mut column_changes = [0u64; UPDATE_COLUMNS.len()];
     for batch in &batches {
         let t = Instant::now();
-        let computed = compute(params, batch, &inbound, now, full)?;
+        let input = with_activations(batch, &by_memory)?;
+        let computed = compute(params, batch, &input, &inbound, now, full)?;
         compute_time += t.elapsed();
         processed += computed.rows;
         left_archived += computed.left_archived;
@@ -754,6 +913,21 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ScoresArgs) -> Result<JobReport> {
                 .await?;
             crate::crash::point("scores.after-update");
         }
+        // Written (or older than the row): no longer pending. A memory that could not be
+        // scored keeps its activation for the next run.
+        let failed: std::collections::HashSet<&str> = report
+            .failures
+            .iter()
+            .filter_map(|f| f.item.strip_prefix("memory "))
+            .collect();
+        let folded: Vec<_> = pending
+            .iter()
+            .filter(|p| !failed.contains(p.memory_id.as_str()))
+            .cloned()
+            .collect();
+        ctx.store.remove_activations(&folded).await?;
+        report.count("activations_written", folded.len() as u64);
+        crate::crash::point("scores.after-activations");
     }
     let (entities, notes) = clean_notes(ctx, now).await?;
     report.count("entities_notes_cleaned", entities);

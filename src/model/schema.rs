@@ -10,14 +10,15 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// The schema version this build writes. Opening a database with a newer version fails;
 /// older versions are migrated in place by `store::migrate`.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// What each version added, for the migration in `store` (version 1 is the first).
 /// 2: table `llm_batches`; column `runs.llm_usage`. 3: column `memories.salience_anchor`.
 /// 4: table `clusters`. 5: table `entity_scans`; columns `entities.aliases`, `entities.archived_at`.
 /// 6: column `entities.name_embedding`. 7: table `review_queue`. 8: column
 /// `runs.table_versions`. 9: table `anchors`. 10: table `bench_runs`. 11: column
-/// `memories.link_mark`. 12: columns `memories.entity_mark`, `memories.scores_due_at`.
+/// `memories.link_mark`. 12: columns `memories.entity_mark`, `memories.scores_due_at`. 13:
+/// table `activations`.
 pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (2, "llm_batches table; runs.llm_usage column"),
     (3, "memories.salience_anchor column"),
@@ -33,6 +34,7 @@ pub const SCHEMA_HISTORY: &[(i64, &str)] = &[
     (10, "bench_runs table"),
     (11, "memories.link_mark column"),
     (12, "memories.entity_mark, memories.scores_due_at columns"),
+    (13, "activations table"),
 ];
 
 /// Embedding width used when `init` is not told otherwise (all-MiniLM-L6-v2).
@@ -558,6 +560,26 @@ pub static CLUSTERS: TableSpec = TableSpec {
 };
 
 /// Database-level facts: schema version, embedding width, creation time.
+/// Recalls' activations not yet written onto their memories, one row per memory: the
+/// latest activation, as absolute values (`activation`: the JSON the `RECALL` audit row logs
+/// for it). A recall writes here, not to `memories`: rewriting the activated rows whole
+/// deleted them from the fragments they sat in, and compaction then rewrote those
+/// fragments, vectors and all, for the deletions. `scores` folds the pending activations
+/// into its nightly column update and removes them (v13).
+pub static ACTIVATIONS: TableSpec = TableSpec {
+    name: "activations",
+    key: &["memory_id"],
+    id_basis: &[],
+    fields: &[
+        field("memory_id", K::Str, R::NonEmpty, D::Required),
+        field("user_id", K::Str, R::NonEmpty, D::Required),
+        // The `RECALL` audit row that logged it.
+        field("recall_id", K::Str, R::NonEmpty, D::Required),
+        field("recalled_at", K::Timestamp, R::Free, D::Required),
+        field("activation", K::Str, R::NonEmpty, D::Required),
+    ],
+};
+
 pub static META: TableSpec = TableSpec {
     name: "memlife_meta",
     key: &["key"],
@@ -671,6 +693,7 @@ pub static REVERTIBLE: &[&TableSpec] = &[
     &ENTITY_SCANS,
     &REVIEW_QUEUE,
     &ANCHORS,
+    &ACTIVATIONS,
 ];
 
 /// Every table of the current schema version, in creation order.
@@ -688,6 +711,7 @@ pub static ALL_TABLES: &[&TableSpec] = &[
     &REVIEW_QUEUE,
     &ANCHORS,
     &BENCH_RUNS,
+    &ACTIVATIONS,
 ];
 
 /// Tables a user may load with `memlife import --table`.

@@ -7,6 +7,7 @@
 //! deletes); `sql` exposes the tables to DataFusion, `index` builds vector indexes, `audit`
 //! writes the audit log.
 
+pub mod activations;
 pub mod audit;
 pub mod index;
 pub mod maintain;
@@ -205,12 +206,14 @@ impl Store {
     /// before it acts, so a migration killed half-way is finished by the next open.
     async fn migrate(&self, from: i64) -> Result<()> {
         let existing = self.table_names().await?;
+        let mut created = Vec::new();
         for spec in ALL_TABLES {
             if !existing.iter().any(|n| n == spec.name) {
                 self.connection
                     .create_empty_table(spec.name, spec.arrow_schema(self.embedding_dim))
                     .execute()
                     .await?;
+                created.push(format!("{}{}", TABLE_CREATED, spec.name));
                 continue;
             }
             let table = self.table(spec.name).await?;
@@ -232,8 +235,28 @@ impl Store {
             }
         }
         tracing::info!(uri = %self.uri, from, to = SCHEMA_VERSION, "schema migrated");
-        self.write_meta(&[("schema_version", SCHEMA_VERSION.to_string())])
-            .await
+        // When each new table appeared: runs recorded before it lack its version, and undo
+        // then knows they cannot have written it.
+        let now = chrono::Utc::now().to_rfc3339();
+        let mut entries: Vec<(&str, String)> =
+            created.iter().map(|k| (k.as_str(), now.clone())).collect();
+        entries.push(("schema_version", SCHEMA_VERSION.to_string()));
+        self.write_meta(&entries).await
+    }
+
+    /// When a migration created `table` (`None` for the tables a store was created with).
+    pub async fn table_created_at(&self, table: &str) -> Result<Option<i64>> {
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            value: String,
+        }
+        let key = format!("{TABLE_CREATED}{table}");
+        let rows: Vec<Entry> = self
+            .scan_rows(META.name, Some(&format!("key = {}", sql_string(&key))))
+            .await?;
+        Ok(rows
+            .first()
+            .and_then(|e| crate::model::encoding::parse_timestamp(&e.value)))
     }
 
     pub fn uri(&self) -> &str {
@@ -1002,6 +1025,9 @@ async fn read_meta(
     }
     Ok(meta)
 }
+
+/// The meta key under which a migration records when it created a table.
+const TABLE_CREATED: &str = "table_created:";
 
 /// Overwrites a meta entry; used by tests of version checks and by migrations.
 pub async fn set_meta(store: &Store, key: &str, value: &str) -> Result<()> {

@@ -58,6 +58,16 @@ struct Scenario {
 
 const IMPORT: &[&str] = &["import", "{memories}"];
 const EMBED: &[&str] = &["embed", "--embedder", "hash", "--commit-rows", "4"];
+const RECALL_BEFORE: &[&str] = &[
+    "recall",
+    "Noor drinks milk in her coffee",
+    "--user",
+    "noor",
+    "--embedder",
+    "hash",
+    "--now",
+    "2025-08-30T00:00:00Z",
+];
 
 const SCENARIOS: &[Scenario] = &[
     Scenario {
@@ -81,12 +91,14 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "scores",
-        setup: &[IMPORT],
+        // A recall's activations wait for the run to write them.
+        setup: &[IMPORT, EMBED, RECALL_BEFORE],
         job: &["scores", "--now", "2025-09-01T00:00:00Z"],
         points: &[
             "scores.started",
             "scores.after-audit",
             "scores.after-update",
+            "scores.after-activations",
             "scores.finishing",
         ],
         witness: "SELECT COUNT(*) AS n FROM audit_log WHERE operation = 'ARCHIVE'",
@@ -408,7 +420,7 @@ const SCENARIOS: &[Scenario] = &[
             "2025-09-01T00:00:00Z",
         ],
         points: &["recall.after-audit", "recall.after-activation"],
-        witness: "SELECT COUNT(*) AS n FROM memories WHERE last_accessed_at = '2025-09-01T00:00:00Z'",
+        witness: "SELECT COUNT(*) AS n FROM activations WHERE recalled_at = '2025-09-01T00:00:00Z'",
     },
     Scenario {
         name: "traverse (heal-on-read)",
@@ -872,7 +884,9 @@ fn state(db: &TestDb) -> String {
         "SELECT id, text, state, tier, ROUND(salience, 6) AS salience, ROUND(importance, 6) AS importance, \
          archived_at, embedding_model, embedding IS NOT NULL AS embedded, \
          refinement_rejection_count, last_refined_at, updated_at, valid_until, superseded_by, \
-         supersession_chain_id FROM memories ORDER BY id",
+         supersession_chain_id, access_count, recall_frequency, last_accessed_at FROM memories \
+         ORDER BY id",
+        "SELECT memory_id, recall_id, recalled_at, activation FROM activations ORDER BY memory_id",
         "SELECT fact_id, candidate_id, classification, status FROM review_queue ORDER BY fact_id",
         "SELECT source_id, target_id, link_type, confidence FROM links \
          ORDER BY source_id, target_id, link_type",

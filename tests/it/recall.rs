@@ -178,33 +178,51 @@ fn returned_memories_are_activated_once_per_recall() {
         ))[0]
             .clone()
     };
-    let hot = state("hot");
+    // The activation waits for `scores`, the memory row as it was.
+    let pending = |id: &str| -> Value {
+        let rows = db.rows(&format!(
+            "SELECT activation FROM activations WHERE memory_id = '{id}'"
+        ));
+        assert_eq!(rows.len(), 1, "one pending activation of {id}: {rows:?}");
+        serde_json::from_str(rows[0]["activation"].as_str().unwrap()).unwrap()
+    };
+    let hot = pending("hot");
     assert_eq!(hot["access_count"], 1);
     assert_eq!(hot["recall_frequency"], 1);
-    assert_eq!(hot["at"], "2025-06-01T00:00:00Z");
+    assert_eq!(hot["last_accessed_at"], "2025-06-01T00:00:00Z");
+    assert_eq!(state("hot")["access_count"], 0);
+    assert_eq!(db.count("activations"), 2);
     // The same recall at the same clock (a retry) activates nothing twice.
     let again = recall(&db, q, &["--k", "2"]);
     assert_eq!(again["activated"], 0, "{again}");
-    assert_eq!(state("hot")["access_count"], 1);
-    // A later recall is another retrieval.
-    let out = db.run(&[
-        "--json",
-        "recall",
-        q,
-        "--user",
-        "u",
-        "--embedder",
-        "hash",
-        "--k",
-        "2",
-        "--now",
-        "2025-06-08T00:00:00Z",
-    ]);
+    assert_eq!(pending("hot")["access_count"], 1);
+    // A later recall is another retrieval, counted on from the pending one.
+    let later = |now: &str| {
+        let out = db.run(&[
+            "--json", "recall", q, "--user", "u", "--embedder", "hash", "--k", "2", "--now", now,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    assert_eq!(later("2025-06-08T00:00:00Z")["activated"], 2);
+    assert_eq!(pending("hot")["access_count"], 2);
+    assert_eq!(pending("hot")["recall_frequency"], 2);
+    // `scores` writes the pending activations onto the rows and clears them.
+    let out = db.run(&["--json", "scores", "--now", "2025-06-09T00:00:00Z"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(state("hot")["access_count"], 2);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["counts"]["activations_written"], 2, "{report}");
+    let hot = state("hot");
+    assert_eq!(hot["access_count"], 2);
+    assert_eq!(hot["recall_frequency"], 2);
+    assert_eq!(hot["at"], "2025-06-08T00:00:00Z");
+    assert_eq!(db.count("activations"), 0);
+    // A recall after that counts on from the row.
+    assert_eq!(later("2025-06-10T00:00:00Z")["activated"], 2);
+    assert_eq!(pending("hot")["access_count"], 3);
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM audit_log WHERE operation = 'RECALL'"),
-        "2",
+        "3",
         "one logged recall per call"
     );
     assert_eq!(db.count("memories"), 7, "nothing added");

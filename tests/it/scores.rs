@@ -286,8 +286,8 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
     let expected = due_by("2025-06-03T00:00:00", "");
     assert_eq!(pass(&run("2025-06-03T00:00:00Z", &[])), (0, expected));
 
-    // An access (recall) makes a memory due; so does a new link pointing at it, whose
-    // inbound count raises its importance.
+    // An access (recall, pending until this run writes it) makes a memory due; so does a
+    // new link pointing at it, whose inbound count raises its importance.
     let embedded = db.run(&["embed", "--embedder", "hash"]);
     assert_eq!(embedded.status.code(), Some(0), "{}", stderr(&embedded));
     let recalled = db.run_json(&[
@@ -302,7 +302,7 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
     ]);
     assert!(recalled["activated"].as_u64().unwrap() >= 1, "{recalled}");
     let accessed: Vec<String> = db
-        .rows("SELECT id FROM memories WHERE scores_due_at IS NULL ORDER BY id")
+        .rows("SELECT memory_id AS id FROM activations ORDER BY memory_id")
         .iter()
         .map(|r| r["id"].as_str().unwrap().to_string())
         .collect();
@@ -317,10 +317,16 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
     };
     import_link("used", "sure", "2025-06-03T18:00:00Z");
     let importance_before: f64 = memory(&db, "sure", "importance").parse().unwrap();
-    let expected = due_by("2025-06-04T00:00:00", "sure");
+    let expected = due_by("2025-06-04T00:00:00", &format!("sure','{}", accessed.join("','")));
     assert!(expected > accessed.len() as u64 || accessed.iter().any(|id| id == "sure"));
     let fourth = run("2025-06-04T00:00:00Z", &[]);
     assert_eq!(pass(&fourth), (0, expected), "{fourth}");
+    assert_eq!(fourth["counts"]["activations_written"], accessed.len(), "{fourth}");
+    for id in &accessed {
+        let at = memory(&db, id, "last_accessed_at");
+        assert!(at.starts_with("\"2025-06-03T12:00:00"), "{id}: {at}");
+    }
+    assert_eq!(db.count("activations"), 0);
     let importance_after: f64 = memory(&db, "sure", "importance").parse().unwrap();
     assert!(
         importance_after > importance_before + 0.03,

@@ -27,6 +27,7 @@ fn tables(db: &TestDb) -> Vec<String> {
         ("clusters", "cluster_id"),
         ("entity_scans", "memory_id"),
         ("review_queue", "id"),
+        ("activations", "memory_id"),
     ] {
         out.push(format!("-- {table}"));
         out.extend(
@@ -147,6 +148,46 @@ fn a_run_is_undone_after_the_logs_versions_of_its_time_are_gone() {
     );
     let undone = db.run_json(&["undo", "--last", "consolidate"]);
     assert_eq!(undone["status"], "done", "{undone}");
+    assert!(tables(&db) == before, "every table as before the run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_recorded_before_a_table_was_added_is_undone() {
+    // A store written by a build that had no `activations` table: its runs' version records
+    // lack it. The upgrade creates the table; undo of such a run knows the run cannot have
+    // written it.
+    let db = loaded();
+    let before = tables(&db);
+    let scored = db.run_json(&["scores", "--now", "2025-09-01T00:00:00Z"]);
+    assert!(tables(&db) != before, "nothing to undo: {}", scored["counts"]);
+    {
+        let connection = lancedb::connect(&db.uri).execute().await.unwrap();
+        connection.drop_table("activations", &[]).await.unwrap();
+        let runs = connection.open_table("runs").execute().await.unwrap();
+        let recorded = db.scalar("SELECT table_versions FROM runs WHERE job = 'scores'");
+        let text: String = serde_json::from_str(&recorded).unwrap();
+        let mut versions: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for side in ["before", "after"] {
+            versions[side].as_object_mut().unwrap().remove("activations");
+        }
+        let literal = versions.to_string().replace('\'', "''");
+        runs.update()
+            .only_if("job = 'scores'")
+            .column("table_versions", format!("'{literal}'"))
+            .execute()
+            .await
+            .unwrap();
+        let meta = connection.open_table("memlife_meta").execute().await.unwrap();
+        meta.update()
+            .only_if("key = 'schema_version'")
+            .column("value", "'12'")
+            .execute()
+            .await
+            .unwrap();
+    }
+    let undone = db.run(&["--json", "undo", "--last", "scores"]);
+    assert_eq!(undone.status.code(), Some(0), "{}{}", stdout(&undone), stderr(&undone));
+    assert_eq!(db.count("activations"), 0, "the upgrade created the table");
     assert!(tables(&db) == before, "every table as before the run");
 }
 
