@@ -30,8 +30,8 @@ use crate::logic::scores::{ScoreInput, State, Ttl, on_access, score};
 use crate::model::clock::Clock;
 use crate::model::encoding::format_timestamp;
 use crate::model::typed::MemoryRow;
-use crate::store::audit::{AuditRow, derived_id};
 use crate::store::activations::{Activation, Pending};
+use crate::store::audit::{AuditRow, derived_id};
 use crate::store::{Store, sql_list, sql_string, sql_timestamp};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -682,7 +682,9 @@ async fn defer(
         let Some(row) = by_id.get(change.id.as_str()) else {
             continue; // gone since: nothing to activate
         };
-        if row.last_accessed_at == Some(now) || pending.iter().any(|p: &Pending| p.memory_id == change.id) {
+        if row.last_accessed_at == Some(now)
+            || pending.iter().any(|p: &Pending| p.memory_id == change.id)
+        {
             continue;
         }
         pending.push(Pending {

@@ -496,7 +496,10 @@ pub async fn undo(
     }
     let mut unrecorded = None;
     for spec in REVERTIBLE {
-        let (before, later) = (versions.before.contains_key(spec.name), after.contains_key(spec.name));
+        let (before, later) = (
+            versions.before.contains_key(spec.name),
+            after.contains_key(spec.name),
+        );
         if before && later {
             continue;
         }

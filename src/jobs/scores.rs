@@ -177,20 +177,7 @@ fn compute(
     let archived_old = times(batch, "archived_at")?;
 
     let due_old = times(batch, "scores_due_at")?;
-    let before = Stored {
-        salience: f64s(stored, "salience")?,
-        anchor: f64s(stored, "salience_anchor")?,
-        state: strings(stored, "state")?,
-        tier: strings(stored, "tier")?,
-        retention: f64s(stored, "retention")?,
-        importance: f64s(stored, "importance")?,
-        archived_at: times(stored, "archived_at")?,
-        access: i64s(stored, "access_count")?,
-        recalls: i64s(stored, "recall_frequency")?,
-        accessed: times(stored, "last_accessed_at")?,
-        interval: f64s(stored, "last_recall_interval_days")?,
-        gradient: f64s(stored, "decay_gradient")?,
-    };
+    let (before, input) = (Stored::of(stored)?, Stored::of(batch)?);
     let outputs: Vec<Result<Scored, String>> = (0..batch.num_rows())
         .into_par_iter()
         .map(|i| {
@@ -286,21 +273,8 @@ fn compute(
             }
         }
         // In the order of UPDATE_COLUMNS.
-        let column_differs = [
-            out.salience != before.salience.value(i),
-            !before.anchor.is_valid(i) || before.anchor.value(i) != used_anchor.clamp(0.0, 1.0),
-            out.state.as_str() != before.state.value(i),
-            out.tier != before.tier.value(i),
-            out.retention != before.retention.value(i),
-            out.importance != before.importance.value(i),
-            out.archived_at != opt_time(before.archived_at, i),
-            Some(due) != opt_time(due_old, i),
-            access.value(i) != before.access.value(i),
-            recalls.value(i) != before.recalls.value(i),
-            opt_time(accessed, i) != opt_time(before.accessed, i),
-            interval.value(i) != before.interval.value(i),
-            gradient.value(i) != before.gradient.value(i),
-        ];
+        let column_differs =
+            before.differs(&input, i, &out, used_anchor, due, opt_time(due_old, i));
         for (count, differs) in computed.column_changes.iter_mut().zip(column_differs) {
             *count += u64::from(differs);
         }
@@ -316,7 +290,8 @@ fn compute(
     Ok(computed)
 }
 
-/// The stored values `compute` compares its results with.
+/// The values of a batch `compute` compares its results with: as stored, and as read with
+/// the pending activations written on.
 struct Stored<'a> {
     salience: &'a Float64Array,
     anchor: &'a Float64Array,
@@ -330,6 +305,53 @@ struct Stored<'a> {
     accessed: &'a TimestampMicrosecondArray,
     interval: &'a Float64Array,
     gradient: &'a Float64Array,
+}
+
+impl<'a> Stored<'a> {
+    fn of(batch: &'a RecordBatch) -> Result<Stored<'a>> {
+        Ok(Stored {
+            salience: f64s(batch, "salience")?,
+            anchor: f64s(batch, "salience_anchor")?,
+            state: strings(batch, "state")?,
+            tier: strings(batch, "tier")?,
+            retention: f64s(batch, "retention")?,
+            importance: f64s(batch, "importance")?,
+            archived_at: times(batch, "archived_at")?,
+            access: i64s(batch, "access_count")?,
+            recalls: i64s(batch, "recall_frequency")?,
+            accessed: times(batch, "last_accessed_at")?,
+            interval: f64s(batch, "last_recall_interval_days")?,
+            gradient: f64s(batch, "decay_gradient")?,
+        })
+    }
+
+    /// Which of `UPDATE_COLUMNS` (in its order) row `i` changes: its computed scores and
+    /// due date against these stored values, and the access columns of `input`.
+    fn differs(
+        &self,
+        input: &Stored,
+        i: usize,
+        out: &ScoreOutput,
+        anchor: f64,
+        due: i64,
+        due_old: Option<i64>,
+    ) -> [bool; UPDATE_COLUMNS.len()] {
+        [
+            out.salience != self.salience.value(i),
+            !self.anchor.is_valid(i) || self.anchor.value(i) != anchor.clamp(0.0, 1.0),
+            out.state.as_str() != self.state.value(i),
+            out.tier != self.tier.value(i),
+            out.retention != self.retention.value(i),
+            out.importance != self.importance.value(i),
+            out.archived_at != opt_time(self.archived_at, i),
+            Some(due) != due_old,
+            input.access.value(i) != self.access.value(i),
+            input.recalls.value(i) != self.recalls.value(i),
+            opt_time(input.accessed, i) != opt_time(self.accessed, i),
+            input.interval.value(i) != self.interval.value(i),
+            input.gradient.value(i) != self.gradient.value(i),
+        ]
+    }
 }
 
 /// The key and every update column of the changed rows (`changed`: their row numbers in
@@ -421,20 +443,30 @@ fn with_activations(
     }
     let f64_column = |name: &str, get: fn(&Activation) -> f64| -> Result<ArrayRef> {
         let old = f64s(batch, name)?;
-        Ok(Arc::new(Float64Array::from_iter((0..rows.len()).map(|i| {
-            rows[i].map(get).or_else(|| old.is_valid(i).then(|| old.value(i)))
-        }))))
+        Ok(Arc::new(Float64Array::from_iter((0..rows.len()).map(
+            |i| {
+                rows[i]
+                    .map(get)
+                    .or_else(|| old.is_valid(i).then(|| old.value(i)))
+            },
+        ))))
     };
     let i64_column = |name: &str, get: fn(&Activation) -> i64| -> Result<ArrayRef> {
         let old = i64s(batch, name)?;
-        Ok(Arc::new(arrow::array::Int64Array::from_iter((0..rows.len()).map(|i| {
-            rows[i].map(get).or_else(|| old.is_valid(i).then(|| old.value(i)))
-        }))))
+        Ok(Arc::new(arrow::array::Int64Array::from_iter(
+            (0..rows.len()).map(|i| {
+                rows[i]
+                    .map(get)
+                    .or_else(|| old.is_valid(i).then(|| old.value(i)))
+            }),
+        )))
     };
     let str_column = |name: &str, get: fn(&Activation) -> &str| -> Result<ArrayRef> {
         let old = strings(batch, name)?;
         Ok(Arc::new(StringArray::from_iter((0..rows.len()).map(|i| {
-            rows[i].map(get).or_else(|| old.is_valid(i).then(|| old.value(i)))
+            rows[i]
+                .map(get)
+                .or_else(|| old.is_valid(i).then(|| old.value(i)))
         }))))
     };
     let time_column = |name: &str, activated: bool| -> Result<ArrayRef> {
@@ -452,17 +484,29 @@ fn with_activations(
         ))
     };
     let replaced: Vec<(&str, ArrayRef)> = vec![
-        ("access_count", i64_column("access_count", |a| a.access_count)?),
-        ("recall_frequency", i64_column("recall_frequency", |a| a.recall_frequency)?),
+        (
+            "access_count",
+            i64_column("access_count", |a| a.access_count)?,
+        ),
+        (
+            "recall_frequency",
+            i64_column("recall_frequency", |a| a.recall_frequency)?,
+        ),
         ("last_accessed_at", time_column("last_accessed_at", true)?),
         ("archived_at", time_column("archived_at", false)?),
         (
             "last_recall_interval_days",
             f64_column("last_recall_interval_days", |a| a.last_recall_interval_days)?,
         ),
-        ("decay_gradient", f64_column("decay_gradient", |a| a.decay_gradient)?),
+        (
+            "decay_gradient",
+            f64_column("decay_gradient", |a| a.decay_gradient)?,
+        ),
         ("salience", f64_column("salience", |a| a.salience)?),
-        ("salience_anchor", f64_column("salience_anchor", |a| a.salience_anchor)?),
+        (
+            "salience_anchor",
+            f64_column("salience_anchor", |a| a.salience_anchor)?,
+        ),
         ("importance", f64_column("importance", |a| a.importance)?),
         ("retention", f64_column("retention", |a| a.retention)?),
         ("state", str_column("state", |a| a.state.as_str())?),

@@ -47,7 +47,10 @@ impl Activation {
     }
 
     pub fn archived_at(&self) -> Result<Option<i64>> {
-        self.archived_at.as_deref().map(|t| self.time(t)).transpose()
+        self.archived_at
+            .as_deref()
+            .map(|t| self.time(t))
+            .transpose()
     }
 
     /// The activation written onto `row`.

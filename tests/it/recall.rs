@@ -199,7 +199,17 @@ fn returned_memories_are_activated_once_per_recall() {
     // A later recall is another retrieval, counted on from the pending one.
     let later = |now: &str| {
         let out = db.run(&[
-            "--json", "recall", q, "--user", "u", "--embedder", "hash", "--k", "2", "--now", now,
+            "--json",
+            "recall",
+            q,
+            "--user",
+            "u",
+            "--embedder",
+            "hash",
+            "--k",
+            "2",
+            "--now",
+            now,
         ]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         serde_json::from_slice::<Value>(&out.stdout).unwrap()

@@ -317,11 +317,18 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
     };
     import_link("used", "sure", "2025-06-03T18:00:00Z");
     let importance_before: f64 = memory(&db, "sure", "importance").parse().unwrap();
-    let expected = due_by("2025-06-04T00:00:00", &format!("sure','{}", accessed.join("','")));
+    let expected = due_by(
+        "2025-06-04T00:00:00",
+        &format!("sure','{}", accessed.join("','")),
+    );
     assert!(expected > accessed.len() as u64 || accessed.iter().any(|id| id == "sure"));
     let fourth = run("2025-06-04T00:00:00Z", &[]);
     assert_eq!(pass(&fourth), (0, expected), "{fourth}");
-    assert_eq!(fourth["counts"]["activations_written"], accessed.len(), "{fourth}");
+    assert_eq!(
+        fourth["counts"]["activations_written"],
+        accessed.len(),
+        "{fourth}"
+    );
     for id in &accessed {
         let at = memory(&db, id, "last_accessed_at");
         assert!(at.starts_with("\"2025-06-03T12:00:00"), "{id}: {at}");

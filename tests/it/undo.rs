@@ -159,7 +159,11 @@ async fn a_run_recorded_before_a_table_was_added_is_undone() {
     let db = loaded();
     let before = tables(&db);
     let scored = db.run_json(&["scores", "--now", "2025-09-01T00:00:00Z"]);
-    assert!(tables(&db) != before, "nothing to undo: {}", scored["counts"]);
+    assert!(
+        tables(&db) != before,
+        "nothing to undo: {}",
+        scored["counts"]
+    );
     {
         let connection = lancedb::connect(&db.uri).execute().await.unwrap();
         connection.drop_table("activations", &[]).await.unwrap();
@@ -168,7 +172,10 @@ async fn a_run_recorded_before_a_table_was_added_is_undone() {
         let text: String = serde_json::from_str(&recorded).unwrap();
         let mut versions: serde_json::Value = serde_json::from_str(&text).unwrap();
         for side in ["before", "after"] {
-            versions[side].as_object_mut().unwrap().remove("activations");
+            versions[side]
+                .as_object_mut()
+                .unwrap()
+                .remove("activations");
         }
         let literal = versions.to_string().replace('\'', "''");
         runs.update()
@@ -177,7 +184,11 @@ async fn a_run_recorded_before_a_table_was_added_is_undone() {
             .execute()
             .await
             .unwrap();
-        let meta = connection.open_table("memlife_meta").execute().await.unwrap();
+        let meta = connection
+            .open_table("memlife_meta")
+            .execute()
+            .await
+            .unwrap();
         meta.update()
             .only_if("key = 'schema_version'")
             .column("value", "'12'")
@@ -186,7 +197,13 @@ async fn a_run_recorded_before_a_table_was_added_is_undone() {
             .unwrap();
     }
     let undone = db.run(&["--json", "undo", "--last", "scores"]);
-    assert_eq!(undone.status.code(), Some(0), "{}{}", stdout(&undone), stderr(&undone));
+    assert_eq!(
+        undone.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&undone),
+        stderr(&undone)
+    );
     assert_eq!(db.count("activations"), 0, "the upgrade created the table");
     assert!(tables(&db) == before, "every table as before the run");
 }
