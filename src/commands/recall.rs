@@ -702,6 +702,22 @@ async fn defer(
     Ok(pending.len())
 }
 
+/// Candidates as their pending activations leave them (`store::activations`): a memory
+/// recalled since the last `scores` run ranks by its boosted salience and its last access.
+async fn with_pending(store: &Store, found: &mut [Found]) -> Result<()> {
+    let ids: Vec<String> = found.iter().map(|f| f.id.clone()).collect();
+    let pending = store.pending_activations_of(&ids).await?;
+    for f in found.iter_mut() {
+        if let Some(a) = pending.get(&f.id) {
+            if a.newer_than(f.last_access)? {
+                f.salience = a.salience;
+                f.last_access = Some(a.accessed_at()?);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The memory rows of `ids` as they stand with their pending activations written on.
 async fn activated_rows(store: &Store, ids: &[String]) -> Result<Vec<MemoryRow>> {
     let (mut rows, _) = store.memories_with_ids(ids, None, false).await?;
@@ -1066,6 +1082,7 @@ pub async fn recall(
     } else {
         gather(&tiers).await?
     };
+    with_pending(store, &mut found).await?;
     // The focused query: without the names most candidates carry (the person the store is
     // about, say), embedded by the query's own embedder.
     if let (true, Some(embedder)) = (params.focused > 0.0, embedder) {

@@ -169,8 +169,40 @@ fn current_facts_by_default_history_and_as_of_on_request() {
 fn returned_memories_are_activated_once_per_recall() {
     let db = loaded();
     let q = "walks the dog Biscuit";
+    // Salience and recency weighed (the defaults, tuned on LoCoMo, leave them out).
+    let weighed = db.path("weighed.toml");
+    std::fs::write(
+        &weighed,
+        "[recall]\nsalience = [0.1, 0.1, 0.1, 0.1]\nrecency = [0.1, 0.1, 0.1, 0.1]\n",
+    )
+    .unwrap();
+    let explained = |db: &TestDb| -> Value {
+        let args = [
+            "--k",
+            "2",
+            "--no-activate",
+            "--explain",
+            "--config",
+            &weighed,
+        ];
+        let out = recall(db, q, &args);
+        out["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == "hot")
+            .unwrap()["explain"]
+            .clone()
+    };
+    let unused = explained(&db);
     let first = recall(&db, q, &["--k", "2"]);
     assert_eq!(first["activated"], 2, "{first}");
+    // Ranking already counts the pending activation: its salience, the access just now.
+    let used = explained(&db);
+    assert!(
+        used["recency"].as_f64().unwrap() > unused["recency"].as_f64().unwrap(),
+        "{unused} -> {used}"
+    );
     let state = |id: &str| {
         db.rows(&format!(
             "SELECT access_count, recall_frequency, CAST(last_accessed_at AS VARCHAR) AS at, \
@@ -192,6 +224,12 @@ fn returned_memories_are_activated_once_per_recall() {
     assert_eq!(hot["last_accessed_at"], "2025-06-01T00:00:00Z");
     assert_eq!(state("hot")["access_count"], 0);
     assert_eq!(db.count("activations"), 2);
+    let weighed_salience = used["salience"].as_f64().unwrap();
+    let pending_salience = hot["salience"].as_f64().unwrap();
+    assert!(
+        (weighed_salience - 0.1 * pending_salience).abs() < 1e-4,
+        "ranked by the pending salience {pending_salience}: {used}"
+    );
     // The same recall at the same clock (a retry) activates nothing twice.
     let again = recall(&db, q, &["--k", "2"]);
     assert_eq!(again["activated"], 0, "{again}");
