@@ -708,11 +708,11 @@ async fn with_pending(store: &Store, found: &mut [Found]) -> Result<()> {
     let ids: Vec<String> = found.iter().map(|f| f.id.clone()).collect();
     let pending = store.pending_activations_of(&ids).await?;
     for f in found.iter_mut() {
-        if let Some(a) = pending.get(&f.id) {
-            if a.newer_than(f.last_access)? {
-                f.salience = a.salience;
-                f.last_access = Some(a.accessed_at()?);
-            }
+        if let Some(a) = pending.get(&f.id)
+            && a.newer_than(f.last_access)?
+        {
+            f.salience = a.salience;
+            f.last_access = Some(a.accessed_at()?);
         }
     }
     Ok(())
@@ -723,10 +723,10 @@ async fn activated_rows(store: &Store, ids: &[String]) -> Result<Vec<MemoryRow>>
     let (mut rows, _) = store.memories_with_ids(ids, None, false).await?;
     let pending = store.pending_activations_of(ids).await?;
     for row in &mut rows {
-        if let Some(a) = pending.get(&row.id) {
-            if a.newer_than(row.last_accessed_at)? {
-                a.onto(row)?;
-            }
+        if let Some(a) = pending.get(&row.id)
+            && a.newer_than(row.last_accessed_at)?
+        {
+            a.onto(row)?;
         }
     }
     Ok(rows)

@@ -428,10 +428,10 @@ fn with_activations(
     let accessed = times(batch, "last_accessed_at")?;
     let mut found = Vec::new();
     for i in 0..batch.num_rows() {
-        if let Some(a) = pending.get(ids.value(i)) {
-            if a.newer_than(opt_time(accessed, i))? {
-                found.push((i, *a));
-            }
+        if let Some(a) = pending.get(ids.value(i))
+            && a.newer_than(opt_time(accessed, i))?
+        {
+            found.push((i, *a));
         }
     }
     if found.is_empty() {
