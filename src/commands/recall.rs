@@ -721,14 +721,7 @@ async fn with_pending(store: &Store, found: &mut [Found]) -> Result<()> {
 /// The memory rows of `ids` as they stand with their pending activations written on.
 async fn activated_rows(store: &Store, ids: &[String]) -> Result<Vec<MemoryRow>> {
     let (mut rows, _) = store.memories_with_ids(ids, None, false).await?;
-    let pending = store.pending_activations_of(ids).await?;
-    for row in &mut rows {
-        if let Some(a) = pending.get(&row.id)
-            && a.newer_than(row.last_accessed_at)?
-        {
-            a.onto(row)?;
-        }
-    }
+    store.with_pending_activations(&mut rows).await?;
     Ok(rows)
 }
 

@@ -224,16 +224,15 @@ async fn rows_of_users<'a, T: serde::de::DeserializeOwned>(
     Ok(out)
 }
 
-/// The users' memories (their vectors left out), by id.
+/// The users' memories (their vectors left out), by id, with recalls' pending activations
+/// written on (a consolidated memory sums its members' access counts).
 async fn users_rows<'a>(
     store: &Store,
     users: impl IntoIterator<Item = &'a str>,
 ) -> Result<BTreeMap<String, MemoryRow>> {
-    Ok(rows_of_users::<MemoryRow>(store, "memories", users)
-        .await?
-        .into_iter()
-        .map(|r| (r.id.clone(), r))
-        .collect())
+    let mut rows = rows_of_users::<MemoryRow>(store, "memories", users).await?;
+    store.with_pending_activations(&mut rows).await?;
+    Ok(rows.into_iter().map(|r| (r.id.clone(), r)).collect())
 }
 
 /// Signatures of clusters whose proposal was declined or rejected before, per user.

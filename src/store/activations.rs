@@ -138,6 +138,34 @@ impl Store {
             .collect())
     }
 
+    /// Writes the pending activations of `rows` onto them (those newer than what a row
+    /// holds): the rows as the next `scores` run will leave their access columns.
+    pub async fn with_pending_activations<'a>(
+        &self,
+        rows: impl IntoIterator<Item = &'a mut MemoryRow>,
+    ) -> Result<()> {
+        let mut rows: Vec<&mut MemoryRow> = rows.into_iter().collect();
+        let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        // Past a few hundred ids, reading every pending row beats an IN list this long.
+        let pending = if ids.len() <= 500 {
+            self.pending_activations_of(&ids).await?
+        } else {
+            self.pending_activations(None)
+                .await?
+                .into_iter()
+                .map(|p| (p.memory_id, p.activation))
+                .collect()
+        };
+        for row in rows.iter_mut() {
+            if let Some(a) = pending.get(&row.id)
+                && a.newer_than(row.last_accessed_at)?
+            {
+                a.onto(row)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes activations as pending, in one commit (each replaces its memory's older one).
     pub async fn defer_activations(&self, rows: &[Pending]) -> Result<()> {
         if rows.is_empty() {

@@ -62,6 +62,42 @@ fn consolidate(db: &TestDb, extra: &[&str]) -> Value {
 }
 
 #[test]
+fn a_members_pending_activation_counts_in_the_consolidated_memory() {
+    let db = loaded();
+    let stored: i64 = db
+        .scalar("SELECT SUM(access_count) FROM memories WHERE id IN ('s1','s2','s3')")
+        .parse()
+        .unwrap();
+    let out = db.run(&[
+        "--json",
+        "recall",
+        "Lina lives in Utrecht",
+        "--user",
+        "u1",
+        "--embedder",
+        "hash",
+        "--k",
+        "3",
+        "--now",
+        "2025-02-01T08:00:00Z",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pending = db.rows("SELECT memory_id FROM activations WHERE memory_id IN ('s1','s2','s3')");
+    assert!(!pending.is_empty(), "the recall returned a member");
+    let report = consolidate(&db, &[]);
+    assert_eq!(report["counts"]["consolidated"], 1, "{report:#}");
+    let new = &db
+        .rows("SELECT access_count, last_accessed_at FROM memories WHERE source = 'consolidate'")
+        [0];
+    assert_eq!(
+        new["access_count"].as_i64().unwrap(),
+        stored + pending.len() as i64,
+        "the members' counts with their pending accesses: {new}"
+    );
+    assert_eq!(new["last_accessed_at"], "2025-02-01T08:00:00Z", "{new}");
+}
+
+#[test]
 fn an_approved_cluster_becomes_one_memory_that_takes_over_its_links() {
     let db = loaded();
     let report = consolidate(&db, &[]);
