@@ -161,6 +161,9 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
         sql_timestamp(now)
     );
     let rows: Vec<Summary> = store.scan_rows("memories", Some(&live)).await?;
+    // Recalls since the last `scores` run count: their activations are pending.
+    let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+    let pending = store.pending_activations_of(&ids).await?;
     let relevance = relevance(app, args, store, &live, rows.len()).await?;
     let candidates: Vec<SummaryCandidate> = rows
         .into_iter()
@@ -170,7 +173,10 @@ async fn inject(app: &App, args: &InjectArgs, out: &mut dyn Write) -> Result<Exi
                 .map(|m| m.get(&r.id).copied().unwrap_or(0.0)),
             text: r.text,
             updated_at: r.updated_at.unwrap_or(r.created_at),
-            access_count: r.access_count.unwrap_or(0),
+            access_count: pending
+                .get(&r.id)
+                .map_or(0, |a| a.access_count)
+                .max(r.access_count.unwrap_or(0)),
             confidence: r.confidence.unwrap_or(0.0),
             id: r.id,
         })

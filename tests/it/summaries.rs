@@ -217,6 +217,28 @@ fn the_session_decides_what_ranks_first() {
     assert_eq!(ids(&report)[0], "s-diet");
     let report = inject(&db, &context, &["--prioritize", "activation"]);
     assert_eq!(ids(&report)[0], "s-family");
+    // Recalls count before `scores` writes their activations onto the rows.
+    for day in 1..=11 {
+        let now = format!("2025-06-{day:02}T09:00:00Z");
+        let out = db.run(&[
+            "--json",
+            "recall",
+            "billing service SQL parser grammar tests",
+            "--user",
+            "u",
+            "--embedder",
+            "hash",
+            "--k",
+            "1",
+            "--now",
+            &now,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let pending = db.scalar("SELECT activation FROM activations WHERE memory_id = 's-parser'");
+    assert!(pending.contains(r#"\"access_count\":13"#), "{pending}");
+    let report = inject(&db, &context, &["--prioritize", "activation"]);
+    assert_eq!(ids(&report)[0], "s-parser", "{report}");
     // A session on the parser: the parser summary leads.
     let report = inject(
         &db,
