@@ -261,3 +261,20 @@ fn uuid_like() -> String {
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// Records an older schema version in the store's meta table through lancedb itself (no
+/// migration runs), as an older build left it: the next `memlife` run migrates.
+pub async fn set_schema_version(uri: &str, version: i64) {
+    let connection = lancedb::connect(uri).execute().await.unwrap();
+    let meta = connection
+        .open_table("memlife_meta")
+        .execute()
+        .await
+        .unwrap();
+    meta.update()
+        .only_if("key = 'schema_version'")
+        .column("value", format!("'{version}'"))
+        .execute()
+        .await
+        .unwrap();
+}

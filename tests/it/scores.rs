@@ -223,21 +223,7 @@ async fn an_older_database_is_migrated_in_place() {
         let memories = connection.open_table("memories").execute().await.unwrap();
         memories.drop_columns(&["salience_anchor"]).await.unwrap();
     }
-    {
-        // Re-open through the low-level path to set the old version without migrating.
-        let connection = lancedb::connect(&db.uri).execute().await.unwrap();
-        let meta = connection
-            .open_table("memlife_meta")
-            .execute()
-            .await
-            .unwrap();
-        meta.update()
-            .only_if("key = 'schema_version'")
-            .column("value", "'1'")
-            .execute()
-            .await
-            .unwrap();
-    }
+    crate::common::set_schema_version(&db.uri, 1).await;
     let out = db.run(&["--json", "scores", "--now", "2025-06-01T00:00:00Z"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(

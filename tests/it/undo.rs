@@ -184,18 +184,8 @@ async fn a_run_recorded_before_a_table_was_added_is_undone() {
             .execute()
             .await
             .unwrap();
-        let meta = connection
-            .open_table("memlife_meta")
-            .execute()
-            .await
-            .unwrap();
-        meta.update()
-            .only_if("key = 'schema_version'")
-            .column("value", "'12'")
-            .execute()
-            .await
-            .unwrap();
     }
+    crate::common::set_schema_version(&db.uri, 12).await;
     let undone = db.run(&["--json", "undo", "--last", "scores"]);
     assert_eq!(
         undone.status.code(),
