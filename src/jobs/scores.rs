@@ -144,10 +144,11 @@ fn opt_time(a: &TimestampMicrosecondArray, i: usize) -> Option<i64> {
 }
 
 /// Computes one batch of memories at `now`: `batch` as `stored` holds it with its pending
-/// activations written on (`with_activations`); what differs from `stored` is written. Due dates are spread (`logic::scores::spread_due`)
-/// so memories recomputed together do not all come due on the same later night: that of a
-/// memory that had none, or of every memory on a full pass (`full`), anywhere before its
-/// exact date; one at the horizon, in the horizon's second half.
+/// activations written on (`with_activations`); what differs from `stored` is written. Due
+/// dates are spread (`logic::scores::spread_due`) so memories recomputed together do not all
+/// come due on the same later night: that of a memory that had none, or of every memory on a
+/// full pass (`full`), anywhere before its exact date; one at the horizon, in the horizon's
+/// second half.
 fn compute(
     params: &ScoreParams,
     stored: &RecordBatch,

@@ -192,23 +192,25 @@ impl Store {
         Ok(())
     }
 
-    /// Removes the activations `scores` wrote onto their memories, in one commit: a row
-    /// another recall replaced since (another `recall_id`) stays pending.
+    /// Removes the activations `scores` wrote onto their memories, in one commit per 10,000
+    /// (each removal stands alone: a row left by a cut run is written again, to the same
+    /// values, and removed by the next): a row another recall replaced since (another
+    /// `recall_id`) stays pending.
     pub async fn remove_activations(&self, folded: &[Pending]) -> Result<()> {
-        if folded.is_empty() {
-            return Ok(());
+        for chunk in folded.chunks(10_000) {
+            let mut memories: Vec<&str> = chunk.iter().map(|p| p.memory_id.as_str()).collect();
+            let mut recalls: Vec<&str> = chunk.iter().map(|p| p.recall_id.as_str()).collect();
+            memories.sort_unstable();
+            memories.dedup();
+            recalls.sort_unstable();
+            recalls.dedup();
+            let predicate = format!(
+                "memory_id IN ({}) AND recall_id IN ({})",
+                sql_list(&memories),
+                sql_list(&recalls)
+            );
+            self.delete_where(ACTIVATIONS.name, &predicate).await?;
         }
-        let mut memories: Vec<&str> = folded.iter().map(|p| p.memory_id.as_str()).collect();
-        let mut recalls: Vec<&str> = folded.iter().map(|p| p.recall_id.as_str()).collect();
-        memories.sort_unstable();
-        memories.dedup();
-        recalls.sort_unstable();
-        recalls.dedup();
-        let predicate = format!(
-            "memory_id IN ({}) AND recall_id IN ({})",
-            sql_list(&memories),
-            sql_list(&recalls)
-        );
-        Ok(self.delete_where(ACTIVATIONS.name, &predicate).await?)
+        Ok(())
     }
 }
