@@ -112,6 +112,10 @@ pub struct Report {
     /// Every candidate ranked: id, session, signals unweighted (what `eval recall` tunes on).
     #[serde(skip)]
     pub pool: Vec<(String, Option<String>, Signals)>,
+    /// The candidates' pending activations (`store::activations`), read once for ranking and
+    /// counted on by the activation.
+    #[serde(skip)]
+    pending: std::collections::HashMap<String, Activation>,
 }
 
 /// A candidate memory's columns as a search reads them (with its vector, and `_distance` or
@@ -704,11 +708,11 @@ async fn defer(
 
 /// Candidates as their pending activations leave them (`store::activations`): a memory
 /// recalled since the last `scores` run ranks by its boosted salience and its last access.
-async fn with_pending(store: &Store, found: &mut [Found]) -> Result<()> {
+async fn with_pending(store: &Store, found: &mut [Found], report: &mut Report) -> Result<()> {
     let ids: Vec<String> = found.iter().map(|f| f.id.clone()).collect();
-    let pending = store.pending_activations_of(&ids).await?;
+    report.pending = store.pending_activations_of(&ids).await?;
     for f in found.iter_mut() {
-        if let Some(a) = pending.get(&f.id)
+        if let Some(a) = report.pending.get(&f.id)
             && a.newer_than(f.last_access)?
         {
             f.salience = a.salience;
@@ -718,10 +722,21 @@ async fn with_pending(store: &Store, found: &mut [Found]) -> Result<()> {
     Ok(())
 }
 
-/// The memory rows of `ids` as they stand with their pending activations written on.
-async fn activated_rows(store: &Store, ids: &[String]) -> Result<Vec<MemoryRow>> {
+/// The memory rows of `ids` as they stand with their pending activations (read for ranking,
+/// `Report::pending`) written on.
+async fn activated_rows(
+    store: &Store,
+    ids: &[String],
+    pending: &std::collections::HashMap<String, Activation>,
+) -> Result<Vec<MemoryRow>> {
     let (mut rows, _) = store.memories_with_ids(ids, None, false).await?;
-    store.with_pending_activations(&mut rows).await?;
+    for row in &mut rows {
+        if let Some(a) = pending.get(&row.id)
+            && a.newer_than(row.last_accessed_at)?
+        {
+            a.onto(row)?;
+        }
+    }
     Ok(rows)
 }
 
@@ -952,7 +967,7 @@ async fn activate(
         .scan_rows::<Logged>("audit_log", Some(&format!("id = {}", sql_string(&id))))
         .await?;
     let ids: Vec<String> = report.memories.iter().map(|m| m.id.clone()).collect();
-    let rows = activated_rows(store, &ids).await?;
+    let rows = activated_rows(store, &ids, &report.pending).await?;
     let changes: Vec<Activation> = if let Some(row) = logged.first() {
         // The same recall at the same clock: finish what it logged, add nothing.
         report
@@ -1019,6 +1034,7 @@ pub async fn recall(
         answer: None,
         notes: Vec::new(),
         pool: Vec::new(),
+        pending: Default::default(),
     };
     let pool = params.pool(args.k);
     let tiers: Vec<&str> = args.mode.tiers().to_vec();
@@ -1075,7 +1091,7 @@ pub async fn recall(
     } else {
         gather(&tiers).await?
     };
-    with_pending(store, &mut found).await?;
+    with_pending(store, &mut found, &mut report).await?;
     // The focused query: without the names most candidates carry (the person the store is
     // about, say), embedded by the query's own embedder.
     if let (true, Some(embedder)) = (params.focused > 0.0, embedder) {
