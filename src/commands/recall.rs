@@ -730,13 +730,7 @@ async fn activated_rows(
     pending: &std::collections::HashMap<String, Activation>,
 ) -> Result<Vec<MemoryRow>> {
     let (mut rows, _) = store.memories_with_ids(ids, None, false).await?;
-    for row in &mut rows {
-        if let Some(a) = pending.get(&row.id)
-            && a.newer_than(row.last_accessed_at)?
-        {
-            a.onto(row)?;
-        }
-    }
+    crate::store::activations::write_pending(&mut rows, pending)?;
     Ok(rows)
 }
 

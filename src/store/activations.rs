@@ -78,6 +78,22 @@ impl Activation {
     }
 }
 
+/// Writes each row's pending activation (from `pending`, by memory id) onto it where the
+/// activation is newer than the row.
+pub fn write_pending<'a>(
+    rows: impl IntoIterator<Item = &'a mut MemoryRow>,
+    pending: &HashMap<String, Activation>,
+) -> Result<()> {
+    for row in rows {
+        if let Some(a) = pending.get(&row.id)
+            && a.newer_than(row.last_accessed_at)?
+        {
+            a.onto(row)?;
+        }
+    }
+    Ok(())
+}
+
 /// One pending activation, as `activations` holds it.
 #[derive(Debug, Clone)]
 pub struct Pending {
@@ -144,7 +160,7 @@ impl Store {
         &self,
         rows: impl IntoIterator<Item = &'a mut MemoryRow>,
     ) -> Result<()> {
-        let mut rows: Vec<&mut MemoryRow> = rows.into_iter().collect();
+        let rows: Vec<&mut MemoryRow> = rows.into_iter().collect();
         let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
         // Past a few hundred ids, reading every pending row beats an IN list this long.
         let pending = if ids.len() <= 500 {
@@ -156,14 +172,7 @@ impl Store {
                 .map(|p| (p.memory_id, p.activation))
                 .collect()
         };
-        for row in rows.iter_mut() {
-            if let Some(a) = pending.get(&row.id)
-                && a.newer_than(row.last_accessed_at)?
-            {
-                a.onto(row)?;
-            }
-        }
-        Ok(())
+        write_pending(rows, &pending)
     }
 
     /// Writes activations as pending, in one commit (each replaces its memory's older one).
