@@ -136,10 +136,17 @@ impl Store {
 /// the judgements of the night's pairs by their target (`audit_log.target_id`); `entities`
 /// reads the scans of the users it reads and merges the night's scans on `memory_id` (without
 /// the index Lance joins them against every scan: 24 ms on day 1 of `bench year`, 41 on day
-/// 365).
+/// 365). Every job writes its `runs` row twice (started, finished), merged on `run_id`:
+/// without the index Lance joins each against every run. `integrate` looks up its own run's
+/// audit rows by `run_id` to resume, and `entities` reads a user's `memory_entities` by
+/// `user_id`. With these three and the bitmaps on `runs.job` and `audit_log.operation`, day
+/// 366 of `bench year` took every job 16-25% less time (integrate 0.175 -> 0.135 s, entities
+/// 0.121 -> 0.091; BENCHMARKS.md, session 49).
 pub const SCALAR_INDEXES: &[(&str, &str)] = &[
+    ("runs", "run_id"),
     ("audit_log", "id"),
     ("audit_log", "target_id"),
+    ("audit_log", "run_id"),
     ("memories", "id"),
     ("memories", "user_id"),
     ("links", "user_id"),
@@ -147,6 +154,7 @@ pub const SCALAR_INDEXES: &[(&str, &str)] = &[
     ("links", "target_id"),
     ("memory_entities", "memory_id"),
     ("memory_entities", "entity_id"),
+    ("memory_entities", "user_id"),
     ("entities", "id"),
     ("entity_scans", "memory_id"),
     ("entity_scans", "user_id"),
@@ -171,7 +179,28 @@ pub const BITMAP_INDEXES: &[(&str, &str)] = &[
     // the indexes instead of joining against the whole table (1 s of a debug integrate's
     // round at 68k links, day 365 of `bench year`).
     ("links", "link_type"),
+    // Every job looks for a run of its own still running (`job = .. AND status = ..`), and
+    // `scores` for its last finished one.
+    ("runs", "job"),
+    // Which runs `undo` reverted (`operation = 'UNDO'`), asked by every job that skips what
+    // an earlier run did, and the nightly summary's consolidations.
+    ("audit_log", "operation"),
 ];
+
+/// Tables indexed from fewer rows than the jobs' threshold (`refresh_scalar_indexes`):
+/// `runs` grows by a few rows a night and would never reach it, yet every job merges into it
+/// twice.
+const MIN_ROWS_OF: &[(&str, usize)] = &[("runs", 1_000)];
+
+/// The rows `table` needs before its indexes are built (and unindexed ones folded in), for a
+/// caller's threshold `min_rows`.
+fn min_rows_of(table: &str, min_rows: usize) -> usize {
+    MIN_ROWS_OF
+        .iter()
+        .find(|(t, _)| *t == table)
+        .map_or(min_rows, |(_, own)| min_rows.min(*own))
+        .max(1)
+}
 
 /// What `refresh_scalar_indexes` did to one index.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -187,8 +216,8 @@ pub struct ScalarIndexChange {
 
 impl Store {
     /// Creates the missing `SCALAR_INDEXES`, `BITMAP_INDEXES` and `TEXT_INDEXES` of tables
-    /// holding at least `min_rows` rows, and
-    /// folds rows written since into existing ones once `min_rows` of them are unindexed
+    /// holding at least `min_rows` rows (fewer for the tables of `MIN_ROWS_OF`), and
+    /// folds rows written since into existing ones once that many of them are unindexed
     /// (Lance scans unindexed rows anyway, so a query is right either way; this keeps it fast).
     pub async fn refresh_scalar_indexes(&self, min_rows: usize) -> Result<Vec<ScalarIndexChange>> {
         let mut changes = Vec::new();
@@ -210,7 +239,8 @@ impl Store {
         for name in tables {
             let table = self.table(name).await?;
             let rows = table.count_rows(None).await?;
-            if rows < min_rows.max(1) {
+            let min_rows = min_rows_of(name, min_rows);
+            if rows < min_rows {
                 continue;
             }
             let indices = table.list_indices().await?;

@@ -872,3 +872,64 @@ fn what_an_index_oldest_segment_covers_is_not_merged_again() {
         );
     }
 }
+
+#[test]
+fn runs_and_the_audit_log_are_indexed_and_each_run_keeps_one_row() {
+    // Every job merges its `runs` row on `run_id` twice (started, finished). Once `runs` is
+    // indexed, Lance finds the row through the index and through the rows written since,
+    // which no index holds yet: a run started after the index was built must still end
+    // with one row, finished, not a second one.
+    let db = TestDb::new();
+    let file = db.path("m.jsonl");
+    std::fs::write(&file, memory_lines(0, 300)).unwrap();
+    assert_eq!(db.run(&["import", &file]).status.code(), Some(0));
+    db.run_json(&["scores", "--now", "2025-02-01T00:00:00Z"]);
+    // An undo, so that the audit log has a row to index.
+    db.run_json(&["scores", "--now", "2025-02-02T00:00:00Z"]);
+    let undone = db.run_json(&["undo", "--last", "scores"]);
+    assert_eq!(undone["status"], "done", "{undone}");
+    assert_eq!(db.run(&["index", "--scalar"]).status.code(), Some(0));
+    let indexed = |table: &str| -> Vec<String> {
+        let storage = db.storage(table);
+        let mut columns: Vec<String> = storage["indexes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no indexes listed: {storage}"))
+            .iter()
+            .map(|i| i["columns"][0].as_str().unwrap().to_string())
+            .collect();
+        columns.sort();
+        columns
+    };
+    assert_eq!(indexed("runs"), ["job", "run_id"]);
+    assert_eq!(
+        indexed("audit_log"),
+        ["id", "operation", "run_id", "target_id"]
+    );
+    for day in ["2025-02-03", "2025-02-04"] {
+        let report = db.run_json(&["scores", "--now", &format!("{day}T00:00:00Z")]);
+        assert_eq!(report["status"], "done", "{report}");
+    }
+    // An undo's audit row, written after the index, is found by the next undo's check.
+    let undone = db.run_json(&["undo", "--last", "scores"]);
+    assert_eq!(undone["status"], "done", "{undone}");
+    let again = db.run_json(&["undo", "--last", "scores"]);
+    assert!(again.to_string().contains("undone already"), "{again}");
+    let runs = db.rows(
+        "SELECT job, status, COUNT(*) AS n FROM runs GROUP BY job, status ORDER BY job, status",
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) - COUNT(DISTINCT run_id) AS n FROM runs"),
+        "0",
+        "one row per run: {runs:?}"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM runs WHERE job = 'scores'"),
+        "4",
+        "{runs:?}"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) AS n FROM runs WHERE status = 'running'"),
+        "0",
+        "{runs:?}"
+    );
+}
