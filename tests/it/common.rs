@@ -158,6 +158,19 @@ impl TestDb {
             .unwrap_or_else(|| panic!("no storage row for {table}: {stats}"))
     }
 
+    /// The columns `table`'s indexes are on (one per index), sorted, from `storage`.
+    pub fn indexed_columns(&self, table: &str) -> Vec<String> {
+        let storage = self.storage(table);
+        let mut columns: Vec<String> = storage["indexes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no indexes listed: {storage}"))
+            .iter()
+            .map(|i| i["columns"][0].as_str().unwrap().to_string())
+            .collect();
+        columns.sort();
+        columns
+    }
+
     pub fn count(&self, table: &str) -> i64 {
         self.scalar(&format!("SELECT COUNT(*) AS n FROM {table}"))
             .parse()

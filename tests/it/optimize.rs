@@ -889,20 +889,9 @@ fn runs_and_the_audit_log_are_indexed_and_each_run_keeps_one_row() {
     let undone = db.run_json(&["undo", "--last", "scores"]);
     assert_eq!(undone["status"], "done", "{undone}");
     assert_eq!(db.run(&["index", "--scalar"]).status.code(), Some(0));
-    let indexed = |table: &str| -> Vec<String> {
-        let storage = db.storage(table);
-        let mut columns: Vec<String> = storage["indexes"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no indexes listed: {storage}"))
-            .iter()
-            .map(|i| i["columns"][0].as_str().unwrap().to_string())
-            .collect();
-        columns.sort();
-        columns
-    };
-    assert_eq!(indexed("runs"), ["job", "run_id"]);
+    assert_eq!(db.indexed_columns("runs"), ["job", "run_id"]);
     assert_eq!(
-        indexed("audit_log"),
+        db.indexed_columns("audit_log"),
         ["id", "operation", "run_id", "target_id"]
     );
     for day in ["2025-02-03", "2025-02-04"] {
