@@ -898,7 +898,8 @@ fn runs_and_the_audit_log_are_indexed_and_each_run_keeps_one_row() {
         let report = db.run_json(&["scores", "--now", &format!("{day}T00:00:00Z")]);
         assert_eq!(report["status"], "done", "{report}");
     }
-    // An undo's audit row, written after the index, is found by the next undo's check.
+    // An undo's `runs` row, written after the index on `runs.job`, is found by the next
+    // undo's check for the runs undone already.
     let undone = db.run_json(&["undo", "--last", "scores"]);
     assert_eq!(undone["status"], "done", "{undone}");
     let again = db.run_json(&["undo", "--last", "scores"]);
