@@ -139,9 +139,10 @@ impl Store {
 /// 365). Every job writes its `runs` row twice (started, finished), merged on `run_id`:
 /// without the index Lance joins each against every run. `integrate` looks up its own run's
 /// audit rows by `run_id` to resume, and `entities` reads a user's `memory_entities` by
-/// `user_id`. With these three and the bitmaps on `runs.job` and `audit_log.operation`, day
-/// 366 of `bench year` took every job 16-25% less time (integrate 0.175 -> 0.135 s, entities
-/// 0.121 -> 0.091; BENCHMARKS.md, session 49).
+/// `user_id`. With these three and the bitmaps on `runs.job` and `audit_log.operation`,
+/// `integrate` took 0.61x its time and `link` 0.86x on a store whose `runs` held 99k rows and
+/// `audit_log` 647k; at the year bench's 2,400 and 65k they change nothing measurable
+/// (BENCHMARKS.md, session 49).
 pub const SCALAR_INDEXES: &[(&str, &str)] = &[
     ("runs", "run_id"),
     ("audit_log", "id"),
