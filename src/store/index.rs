@@ -329,3 +329,19 @@ impl Store {
         Ok(query.execute().await?.try_collect().await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::min_rows_of;
+
+    #[test]
+    fn runs_is_indexed_from_fewer_rows_than_the_jobs_threshold_and_no_other_table_is() {
+        // The jobs' threshold: `runs` from 1,000 rows, every other table from 10,000.
+        assert_eq!(min_rows_of("runs", 10_000), 1_000);
+        assert_eq!(min_rows_of("audit_log", 10_000), 10_000);
+        assert_eq!(min_rows_of("memories", 10_000), 10_000);
+        // `index --scalar` asks for every table from one row, `runs` too.
+        assert_eq!(min_rows_of("runs", 1), 1);
+        assert_eq!(min_rows_of("memories", 0), 1);
+    }
+}
