@@ -304,19 +304,10 @@ fn prepare(bench: &YearBench, work: &Path, retention: &RetentionSection) -> Resu
     ])?;
     let (rows, _) = split_rows(&all, bench.memories)?;
     let base = p("base.jsonl");
-    // Without synth's readable ids (`user-03-000085`): the store derives each id, as it does
-    // for every fact the year integrates. With them, every id a day added sorted before all
-    // of day 0's (hex digits before `u`), so on the first days a night's keys fell outside
-    // every page of the indexes on memory ids and their lookups and merges loaded none, where
-    // a store of one id scheme (a real one) loads them from its first night.
     std::fs::write(
         &base,
         rows.iter()
-            .map(|r| {
-                let mut r = r.clone();
-                r.remove("id");
-                Value::Object(r).to_string() + "\n"
-            })
+            .map(|r| Value::Object(r.clone()).to_string() + "\n")
             .collect::<String>(),
     )?;
     memlife(&["--db", &db, "init"])?;
