@@ -136,8 +136,8 @@ impl Store {
 /// the judgements of the night's pairs by their target (`audit_log.target_id`); `entities`
 /// reads the scans of the users it reads and merges the night's scans on `memory_id` (without
 /// the index Lance joins them against every scan: 24 ms on day 1 of `bench year`, 41 on day
-/// 365). Every job writes its `runs` row twice (started, finished), merged on `run_id`:
-/// without the index Lance joins each against every run. `integrate` looks up its own run's
+/// 365). Every job writes its `runs` row twice, appended when it starts and merged on
+/// `run_id` when it finishes: without the index Lance joins the merge against every run. `integrate` looks up its own run's
 /// audit rows by `run_id` to resume, and `entities` reads a user's `memory_entities` by
 /// `user_id`. With these three and the bitmaps on `runs.job` and `audit_log.operation`,
 /// `integrate` took 0.61x its time and `link` 0.86x on a store whose `runs` held 99k rows and
