@@ -131,18 +131,19 @@ impl Store {
 
 /// The scalar (BTree) indexes lookups by id need: traversal walks `links` by either end and
 /// reads the memories it reaches by id (or, walking many times, a user's whole graph by
-/// `user_id`); entity jobs read `memory_entities` both ways; every audit write merges on
-/// `audit_log.id`, and resuming jobs and recall look their rows up by it; `link` looks up
+/// `user_id`); entity jobs read `memory_entities` both ways; audit writes that may repeat
+/// (a resumed job's, a batch applied again) merge on `audit_log.id`, and resuming jobs and
+/// recall look their rows up by it; `link` looks up
 /// the judgements of the night's pairs by their target (`audit_log.target_id`); `entities`
 /// reads the scans of the users it reads and merges the night's scans on `memory_id` (without
 /// the index Lance joins them against every scan: 24 ms on day 1 of `bench year`, 41 on day
 /// 365). Every job writes its `runs` row twice, appended when it starts and merged on
-/// `run_id` when it finishes: without the index Lance joins the merge against every run. `integrate` looks up its own run's
-/// audit rows by `run_id` to resume, and `entities` reads a user's `memory_entities` by
-/// `user_id`. With these three and the bitmaps on `runs.job` and `audit_log.operation`,
-/// `integrate` took 0.61x its time and `link` 0.86x on a store whose `runs` held 99k rows and
-/// `audit_log` 647k; at the year bench's 2,400 and 65k they change nothing measurable
-/// (BENCHMARKS.md, session 49).
+/// `run_id` when it finishes: without the index Lance joins the merge against every run.
+/// `integrate` looks up its own run's audit rows by `run_id` to resume, and `entities` reads
+/// a user's `memory_entities` by `user_id`. With these three and the bitmaps on `runs.job`
+/// and `audit_log.operation`, `integrate` took 0.61x its time and `link` 0.86x on a store
+/// whose `runs` held 99k rows and `audit_log` 647k; at the year bench's 2,400 and 65k they
+/// change nothing measurable (BENCHMARKS.md, session 49).
 pub const SCALAR_INDEXES: &[(&str, &str)] = &[
     ("runs", "run_id"),
     ("audit_log", "id"),
@@ -189,8 +190,8 @@ pub const BITMAP_INDEXES: &[(&str, &str)] = &[
 ];
 
 /// Tables indexed from fewer rows than the jobs' threshold (`refresh_scalar_indexes`):
-/// `runs` grows by a few rows a night and would never reach it, yet every job merges into it
-/// twice.
+/// `runs` grows by a few rows a night and would never reach it, yet every job merges its row
+/// into it when it finishes.
 const MIN_ROWS_OF: &[(&str, usize)] = &[("runs", 1_000)];
 
 /// The rows `table` needs before its indexes are built (and unindexed ones folded in), for a

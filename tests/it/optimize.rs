@@ -875,10 +875,10 @@ fn what_an_index_oldest_segment_covers_is_not_merged_again() {
 
 #[test]
 fn runs_and_the_audit_log_are_indexed_and_each_run_keeps_one_row() {
-    // Every job merges its `runs` row on `run_id` twice (started, finished). Once `runs` is
-    // indexed, Lance finds the row through the index and through the rows written since,
-    // which no index holds yet: a run started after the index was built must still end
-    // with one row, finished, not a second one.
+    // Every job appends its `runs` row when it starts and merges it on `run_id` when it
+    // finishes. Once `runs` is indexed, Lance finds the row through the index and through
+    // the rows written since, which no index holds yet: a run started after the index was
+    // built must still end with one row, finished, not a second one.
     let db = TestDb::new();
     let file = db.path("m.jsonl");
     std::fs::write(&file, memory_lines(0, 300)).unwrap();
