@@ -757,9 +757,7 @@ impl RunLog {
             // appended, without the merge's lookup of `runs` (its index opened, a page
             // loaded, then the join). On day 366 of `bench year`, paired both ways round:
             // `embed` 0.73-0.79x its time, `entities` 0.86-0.92x, `link` 0.88x.
-            let schema = row.schema();
-            let reader = arrow::array::RecordBatchIterator::new(vec![Ok(row)], schema);
-            ctx.store.append(&RUNS, Box::new(reader)).await?;
+            ctx.store.append_batch(&RUNS, row).await?;
         } else {
             ctx.store.upsert_batch(&RUNS, row).await?;
         }

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, Float64Array, ListBuilder, RecordBatch, RecordBatchIterator, StringArray,
-    StringBuilder, TimestampMicrosecondArray,
+    ArrayRef, Float64Array, ListBuilder, RecordBatch, StringArray, StringBuilder,
+    TimestampMicrosecondArray,
 };
 
 use super::{Result, Store, StoreError, WriteStats};
@@ -99,10 +99,8 @@ impl Store {
         if rows.is_empty() {
             return Ok(WriteStats::default());
         }
-        let batch = audit_batch(rows, self.embedding_dim)?;
-        let schema = batch.schema();
-        let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
-        self.append(&AUDIT_LOG, Box::new(reader)).await
+        self.append_batch(&AUDIT_LOG, audit_batch(rows, self.embedding_dim)?)
+            .await
     }
 }
 

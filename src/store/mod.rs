@@ -527,6 +527,14 @@ impl Store {
         Ok(rows as u64)
     }
 
+    /// Appends one in-memory batch in one commit, without matching keys (`append`): for rows
+    /// whose keys are new by construction (a run's first row, an online run's audit rows).
+    pub async fn append_batch(&self, spec: &TableSpec, batch: RecordBatch) -> Result<WriteStats> {
+        let schema = batch.schema();
+        let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+        self.append(spec, Box::new(reader)).await
+    }
+
     /// Upserts one in-memory batch (run log, meta, links, audit rows, vectors) on the key.
     pub async fn upsert_batch(&self, spec: &TableSpec, batch: RecordBatch) -> Result<WriteStats> {
         let schema = batch.schema();
