@@ -97,7 +97,7 @@ fn default_sub_vectors(dim: usize) -> u32 {
 pub async fn run(app: &App, args: &IndexArgs, out: &mut dyn Write) -> Result<ExitStatus> {
     let (store, json) = (app.store().await?, app.json);
     if args.scalar {
-        let changes = store.refresh_scalar_indexes(1).await?;
+        let changes = store.refresh_scalar_indexes(1, None).await?;
         if json {
             serde_json::to_writer_pretty(&mut *out, &changes)?;
             writeln!(out)?;

@@ -686,24 +686,36 @@ impl RunLog {
         }
         if !ctx.dry_run {
             crate::crash::point(&format!("{}.finishing", self.job));
-            // Lookups by id stay fast as tables grow; a failure here loses nothing.
+            let mut versions_after = ctx.store.table_versions().await;
+            // Lookups by id stay fast as tables grow; a failure here loses nothing. Only the
+            // tables this run wrote (or another process wrote meanwhile) can have new rows
+            // to fold in: the others were looked at by the run that wrote them last.
+            let written = tables_written(self.versions_before.as_ref(), &versions_after);
             match ctx
                 .store
-                .refresh_scalar_indexes(SCALAR_INDEX_MIN_ROWS)
+                .refresh_scalar_indexes(SCALAR_INDEX_MIN_ROWS, Some(&written))
                 .await
             {
-                Ok(changes) => report.notes.extend(changes.iter().map(|c| {
-                    format!(
-                        "index {}.{}: {} ({} rows, {} ms)",
-                        c.table, c.column, c.action, c.rows, c.ms
-                    )
-                })),
-                Err(e) => report
-                    .notes
-                    .push(format!("scalar indexes not refreshed: {e}")),
+                Ok(changes) => {
+                    if !changes.is_empty() {
+                        versions_after = ctx.store.table_versions().await;
+                    }
+                    report.notes.extend(changes.iter().map(|c| {
+                        format!(
+                            "index {}.{}: {} ({} rows, {} ms)",
+                            c.table, c.column, c.action, c.rows, c.ms
+                        )
+                    }))
+                }
+                Err(e) => {
+                    versions_after = ctx.store.table_versions().await;
+                    report
+                        .notes
+                        .push(format!("scalar indexes not refreshed: {e}"))
+                }
             }
             report.run_id = Some(self.run_id.clone());
-            self.write(ctx, Some(report)).await?;
+            self.write(ctx, Some((report, versions_after))).await?;
         }
         if let Some(lock) = self.lock {
             lock.release();
@@ -711,7 +723,16 @@ impl RunLog {
         Ok(())
     }
 
-    async fn write(&self, ctx: &JobCtx<'_>, report: Option<&JobReport>) -> Result<()> {
+    /// The run's row: at its start (`None`), or finished, with the tables' versions after it.
+    async fn write(
+        &self,
+        ctx: &JobCtx<'_>,
+        finished: Option<(&JobReport, BTreeMap<String, u64>)>,
+    ) -> Result<()> {
+        let (report, versions_after) = match finished {
+            Some((report, versions)) => (Some(report), Some(versions)),
+            None => (None, None),
+        };
         let finished_at = Utc::now().timestamp_micros();
         let counts = report
             .map(|r| serde_json::to_string(&r.counts))
@@ -724,10 +745,6 @@ impl RunLog {
             .and_then(|r| r.llm.as_ref())
             .map(serde_json::to_string)
             .transpose()?;
-        let versions_after = match report {
-            Some(_) => Some(ctx.store.table_versions().await),
-            None => None,
-        };
         let table_versions = self.versions_before.as_ref().map(|before| {
             serde_json::json!({"before": before, "after": versions_after}).to_string()
         });
@@ -763,6 +780,19 @@ impl RunLog {
         }
         Ok(())
     }
+}
+
+/// The tables whose version moved between `before` (all of them when unknown) and `after`:
+/// those a run (or another process meanwhile) wrote, or created.
+fn tables_written(
+    before: Option<&BTreeMap<String, u64>>,
+    after: &BTreeMap<String, u64>,
+) -> std::collections::BTreeSet<String> {
+    after
+        .iter()
+        .filter(|(table, v)| before.is_none_or(|before| before.get(*table) != Some(*v)))
+        .map(|(table, _)| table.clone())
+        .collect()
 }
 
 /// Runs of `job` in the context's scope still marked `running` while `lock` (taken by run
@@ -849,4 +879,25 @@ pub(crate) fn all_pairs_neighbours(
         }
     }
     neighbours
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::tables_written;
+
+    #[test]
+    fn a_run_refreshes_the_indexes_of_the_tables_whose_version_moved() {
+        let versions = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            pairs.iter().map(|(t, v)| (t.to_string(), *v)).collect()
+        };
+        let before = versions(&[("memories", 7), ("links", 3), ("runs", 40)]);
+        let after = versions(&[("memories", 9), ("links", 3), ("runs", 41), ("anchors", 1)]);
+        let written: Vec<String> = tables_written(Some(&before), &after).into_iter().collect();
+        // `links` kept its version; `anchors` did not exist when the run started.
+        assert_eq!(written, ["anchors", "memories", "runs"]);
+        // Without the versions from the start, every table is looked at.
+        assert_eq!(tables_written(None, &after).len(), 4);
+    }
 }

@@ -790,30 +790,17 @@ enum Pass {
 }
 
 /// The last finished run of this scope decides: none, other parameters or a later clock
-/// make a full pass.
+/// make a full pass. "Last" is the latest started: runs of one scope hold its lock, so they
+/// follow one another, and each left the memories as its clock and parameters made them (a
+/// run at a clock before its predecessor's passed over every memory).
 async fn choose_pass(ctx: &JobCtx<'_>, all: bool, params: &serde_json::Value) -> Result<Pass> {
     if all {
         return Ok(Pass::Full("--all"));
     }
-    #[derive(serde::Deserialize)]
-    struct Run {
-        params: String,
-    }
-    let filter = "job = 'scores' AND status IN ('done', 'partial') AND dry_run = false";
-    let runs: Vec<Run> = ctx
-        .store
-        .scan_rows(crate::model::schema::RUNS.name, Some(filter))
-        .await?;
-    let scope = ctx.lock_scope();
-    let last = runs
-        .iter()
-        .filter_map(|r| serde_json::from_str::<serde_json::Value>(&r.params).ok())
-        .filter(|p| p["scope"].as_str() == scope.as_deref() && p.get("scope").is_some())
-        .filter_map(|p| {
-            let now = crate::model::encoding::parse_timestamp(p["now"].as_str()?)?;
-            Some((now, p["params"] == params["params"]))
-        })
-        .max_by_key(|(now, _)| *now);
+    let last = last_run_params(ctx).await?.and_then(|p| {
+        let now = crate::model::encoding::parse_timestamp(p["now"].as_str()?)?;
+        Some((now, p["params"] == params["params"]))
+    });
     Ok(match last {
         None => Pass::Full("no earlier run of this scope"),
         Some((_, false)) => Pass::Full("new [scores] parameters"),
@@ -822,6 +809,36 @@ async fn choose_pass(ctx: &JobCtx<'_>, all: bool, params: &serde_json::Value) ->
         }
         Some((then, true)) => Pass::Due { since: then },
     })
+}
+
+/// The parameters of the latest started finished `scores` run of the context's scope.
+async fn last_run_params(ctx: &JobCtx<'_>) -> Result<Option<serde_json::Value>> {
+    let user = match &ctx.user {
+        Some(user) => format!("user_id = {}", sql_string(user)),
+        None => "user_id IS NULL".to_string(),
+    };
+    let filter =
+        format!("job = 'scores' AND status IN ('done', 'partial') AND dry_run = false AND {user}");
+    #[derive(serde::Deserialize)]
+    struct Run {
+        started_at: i64,
+        params: String,
+    }
+    let runs: Vec<Run> = ctx
+        .store
+        .scan_rows(crate::model::schema::RUNS.name, Some(&filter))
+        .await?;
+    let scope = ctx.lock_scope();
+    Ok(runs
+        .into_iter()
+        .filter_map(|r| {
+            let params = serde_json::from_str::<serde_json::Value>(&r.params).ok()?;
+            let of_scope =
+                params.get("scope").is_some() && params["scope"].as_str() == scope.as_deref();
+            of_scope.then_some((r.started_at, params))
+        })
+        .max_by_key(|(started, _)| *started)
+        .map(|(_, params)| params))
 }
 
 /// A due pass for links made to more memories than this reads every memory.

@@ -221,7 +221,14 @@ impl Store {
     /// holding at least `min_rows` rows (fewer for the tables of `MIN_ROWS_OF`), and
     /// folds rows written since into existing ones once that many of them are unindexed
     /// (Lance scans unindexed rows anyway, so a query is right either way; this keeps it fast).
-    pub async fn refresh_scalar_indexes(&self, min_rows: usize) -> Result<Vec<ScalarIndexChange>> {
+    /// `only`: the tables to look at (a job's finish passes those it wrote: a table no one
+    /// wrote since its last look has nothing new to fold, and each look opens the table, counts
+    /// its rows and reads each index's statistics); `None` looks at every indexed table.
+    pub async fn refresh_scalar_indexes(
+        &self,
+        min_rows: usize,
+        only: Option<&std::collections::BTreeSet<String>>,
+    ) -> Result<Vec<ScalarIndexChange>> {
         let mut changes = Vec::new();
         #[derive(Clone, Copy)]
         enum Kind {
@@ -238,6 +245,7 @@ impl Store {
         let mut tables: Vec<&str> = all.iter().map(|(t, _, _)| *t).collect();
         tables.sort();
         tables.dedup();
+        tables.retain(|t| only.is_none_or(|only| only.contains(*t)));
         for name in tables {
             let table = self.table(name).await?;
             let rows = table.count_rows(None).await?;

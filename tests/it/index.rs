@@ -71,3 +71,33 @@ fn recall_is_measured_within_each_user_without_the_query_itself() {
         "an exhaustive search within the user finds every exact neighbour: {report}"
     );
 }
+
+/// A job's finish looks only at the tables it wrote (`refresh_scalar_indexes` with `only`);
+/// `memlife index --scalar` looks at every table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_limited_to_some_tables_indexes_those_only() {
+    let db = TestDb::new();
+    let file = db.path("m.jsonl");
+    let lines: String = (0..40)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"m{i}\", \"user_id\": \"u{}\", \"text\": \"note {i}\"}}\n",
+                i % 3
+            )
+        })
+        .collect();
+    std::fs::write(&file, lines).unwrap();
+    let out = db.run(&["import", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let store = memlife::store::Store::open(&db.uri).await.unwrap();
+    let only: std::collections::BTreeSet<String> = ["memories".to_string()].into();
+    let changes = store.refresh_scalar_indexes(1, Some(&only)).await.unwrap();
+    assert!(changes.iter().all(|c| c.table == "memories"), "{changes:?}");
+    assert!(db.indexed_columns("memories").contains(&"id".to_string()));
+    assert!(
+        db.indexed_columns("runs").is_empty(),
+        "runs was not looked at"
+    );
+    store.refresh_scalar_indexes(1, None).await.unwrap();
+    assert_eq!(db.indexed_columns("runs"), ["job", "run_id"]);
+}

@@ -350,7 +350,16 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
             .unwrap(),
         "{month}"
     );
-    // A clock before the last run's, and --all, read every memory.
+    // A clock before the last run's reads every memory; the next night after it is a due
+    // pass again (the latest run decides, not the latest clock ever seen).
     assert_eq!(pass(&run("2025-07-01T00:00:00Z", &[])).0, 1);
+    assert_eq!(pass(&run("2025-07-02T00:00:00Z", &[])).0, 0);
+    // Runs of other scopes in between (more than are read at a time, latest first) do not
+    // hide the last run of the whole store's scope.
+    for _ in 0..9 {
+        run("2025-07-03T00:00:00Z", &["--shard", "1/2"]);
+    }
+    let after_shards = run("2025-07-03T00:00:00Z", &[]);
+    assert_eq!(pass(&after_shards).0, 0, "{after_shards}");
     assert_eq!(pass(&run("2025-07-06T00:00:00Z", &["--all"])).0, 1);
 }

@@ -178,7 +178,7 @@ async fn measure(bench: &GraphBench, uri: &str) -> Result<serde_json::Value> {
     let build_s = build.elapsed().as_secs_f64();
     let indexing = Instant::now();
     if !bench.no_index {
-        store.refresh_scalar_indexes(1).await?;
+        store.refresh_scalar_indexes(1, None).await?;
     }
     let index_s = indexing.elapsed().as_secs_f64();
 

@@ -213,7 +213,7 @@ async fn measure(bench: &RecallBench, uri: &str) -> Result<serde_json::Value> {
         .await?;
     let index_s = indexing.elapsed().as_secs_f64();
     let text_indexing = Instant::now();
-    store.refresh_scalar_indexes(1).await?;
+    store.refresh_scalar_indexes(1, None).await?;
     let text_index_s = text_indexing.elapsed().as_secs_f64();
     let indexed = timed(&store, bench, &queries, &texts, false).await?;
     let activated = timed(
