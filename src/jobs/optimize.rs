@@ -240,11 +240,13 @@ pub async fn run(ctx: &JobCtx<'_>, args: &OptimizeArgs) -> Result<JobReport> {
         }
     } else {
         // Logged before any goes, in one commit: which versions of which table, and the
-        // window that let them go.
+        // window that let them go. Appended: each row's key holds this run's own id, so
+        // none can be there already (a merge looked up every key in `audit_log`'s index,
+        // 21 ms of a light run on day 366 of `bench year`).
         let rows = prune_rows(ctx, log.run_id(), &plan, window_of);
         let started = Instant::now();
         if !rows.is_empty() {
-            ctx.store.write_audit(&rows).await?;
+            ctx.store.append_audit(&rows).await?;
         }
         report.phase("audit", started);
         crate::crash::point("optimize.after-audit");
