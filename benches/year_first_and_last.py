@@ -6,7 +6,9 @@ Takes two `--keep` folders of `memlife bench year` (the same --memories and --us
 stopped after day 1 (`--days 1`), one after its last day. Each round copies both stores and
 lives the next day on each copy, alternating: the same 20 new facts integrated, the same 5
 recalls (each activating), then `nightly --steps embed,entities,scores,link` and
-`optimize --light` at that day's clock, as `bench year` lives a day. Rounds alternate which
+`optimize --light` at that day's clock, as `bench year` lives a day. Integrate, recall and
+optimize are timed as whole processes; the nightly steps as `nightly` reports them, each
+whole (from before its lock to after its run row; until session 51, the run's own span). Rounds alternate which
 store goes first. Prints the median of each job over the rounds on each store and their ratio
 (the issue's target: 1.25x at most), and the paired ratio: each round's last over the same
 round's first, whose median and quartiles say how far a machine's mood moved the figure
