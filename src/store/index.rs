@@ -182,8 +182,12 @@ pub const BITMAP_INDEXES: &[(&str, &str)] = &[
     // round at 68k links, day 365 of `bench year`).
     ("links", "link_type"),
     // Every job looks for a run of its own still running (`job = .. AND status = ..`), and
-    // `scores` for its last finished one.
+    // `scores` for its last finished one. With `status` indexed too, the first is answered
+    // from the two indexes (runs still running are few) instead of reading the status of
+    // every run of the job, which grows by one a night: 7-9 ms of each job's start on day
+    // 366 of `bench year`, against 4 on day 2 (no index).
     ("runs", "job"),
+    ("runs", "status"),
     // Which runs `undo` reverted (`operation = 'UNDO'`), asked by every job that skips what
     // an earlier run did, and the nightly summary's consolidations.
     ("audit_log", "operation"),

@@ -99,5 +99,5 @@ async fn a_refresh_limited_to_some_tables_indexes_those_only() {
         "runs was not looked at"
     );
     store.refresh_scalar_indexes(1, None).await.unwrap();
-    assert_eq!(db.indexed_columns("runs"), ["job", "run_id"]);
+    assert_eq!(db.indexed_columns("runs"), ["job", "run_id", "status"]);
 }

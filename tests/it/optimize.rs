@@ -889,7 +889,7 @@ fn runs_and_the_audit_log_are_indexed_and_each_run_keeps_one_row() {
     let undone = db.run_json(&["undo", "--last", "scores"]);
     assert_eq!(undone["status"], "done", "{undone}");
     assert_eq!(db.run(&["index", "--scalar"]).status.code(), Some(0));
-    assert_eq!(db.indexed_columns("runs"), ["job", "run_id"]);
+    assert_eq!(db.indexed_columns("runs"), ["job", "run_id", "status"]);
     assert_eq!(
         db.indexed_columns("audit_log"),
         ["id", "operation", "run_id", "target_id"]
