@@ -81,6 +81,7 @@ def live_next_day(folder, work):
     return times
 
 
+load_before = open("/proc/loadavg").read().split()[:3]
 seen = {"first": [], "last": []}
 for r in range(rounds):
     order = (("first", first), ("last", last))
@@ -97,6 +98,10 @@ def quartiles(xs):
 
 cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
 print(f"CPU: {cpu}; {rounds} rounds; day {day_done(first) + 1} against day {day_done(last) + 1}")
+# A loaded machine adds time to both days and shrinks the ratios (BENCHMARKS.md, session 50):
+# the load averages say whether the run can be held against the target.
+load_after = open("/proc/loadavg").read().split()[:3]
+print(f"load average (1, 5, 15 min): {' '.join(load_before)} before, {' '.join(load_after)} after")
 print(f"{'job':<16}{'first':>9}{'last':>9}{'last/first':>12}{'paired':>9}{'quartiles':>14}")
 for job in seen["first"][0]:
     a = statistics.median(t[job] for t in seen["first"])
