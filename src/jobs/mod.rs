@@ -688,8 +688,9 @@ impl RunLog {
             crate::crash::point(&format!("{}.finishing", self.job));
             let mut versions_after = ctx.store.table_versions().await;
             // Lookups by id stay fast as tables grow; a failure here loses nothing. Only the
-            // tables this run wrote (or another process wrote meanwhile) can have new rows
-            // to fold in: the others were looked at by the run that wrote them last.
+            // tables this run wrote (or another process wrote meanwhile) are looked at: rows
+            // another table gained earlier (a recall's audit rows, say) are folded in by the
+            // next job that writes it, or by `optimize`; until then Lance scans them.
             let written = tables_written(self.versions_before.as_ref(), &versions_after);
             match ctx
                 .store

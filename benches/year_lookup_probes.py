@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Issue 35: two probes of a kept year's tables with pylance 14.0.2 (`pip install
+pylance==14.0.2`), each on copies, so the store is not changed (BENCHMARKS.md, session 51).
+
+1. Every job's look for its runs still running (`job = 'link' AND status = 'running'`),
+   counted on `runs` as it is and with a bitmap index on `status` added: best of 15, each
+   on a reopened dataset.
+2. What new keys sorting together would save a night's merges: 20 `memory_entities` rows
+   (new `memory_id`s, existing `entity_id`s) and 139 `links` rows from 9 new memories
+   (existing targets), merged on the tables' keys with the new ids random (v4 uuids) or
+   sharing a prefix, as ids with a time prefix would; the median of 7 merges each, twice.
+
+Usage: python3 benches/year_lookup_probes.py DB   (DB: a kept year's `db` folder)
+"""
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+
+db = Path(sys.argv[1])
+work = Path(tempfile.mkdtemp(prefix="memlife-probes."))
+
+
+def copy(table):
+    dst = work / f"{table}-{uuid.uuid4().hex[:8]}.lance"
+    shutil.copytree(db / f"{table}.lance", dst)
+    return dst
+
+
+def running_lookup():
+    path = copy("runs")
+    query = "job = 'link' AND status = 'running'"
+
+    def best():
+        times = []
+        for _ in range(15):
+            ds = lance.dataset(str(path))
+            began = time.perf_counter()
+            ds.count_rows(filter=query)
+            times.append((time.perf_counter() - began) * 1000)
+        return min(times)
+
+    before = best()
+    lance.dataset(str(path)).create_scalar_index("status", "BITMAP")
+    after = best()
+    print(f"runs, {query}: {before:.2f} ms without an index on status, {after:.2f} ms with one")
+
+
+def merges(table, key, column, rows, new_ids):
+    sample = lance.dataset(str(db / f"{table}.lance")).to_table(limit=rows)
+
+    def median(clustered):
+        times = []
+        for r in range(7):
+            path = copy(table)
+            ids = [str(uuid.uuid4()) for _ in range(new_ids)]
+            if clustered:
+                ids = [f"ffff{r:02x}{i:02x}-{s[9:]}" for i, s in enumerate(ids)]
+            values = pa.array([ids[i % new_ids] for i in range(rows)])
+            batch = sample.set_column(sample.schema.get_field_index(column), column, values)
+            ds = lance.dataset(str(path))
+            began = time.perf_counter()
+            (ds.merge_insert(key).when_matched_update_all().when_not_matched_insert_all()
+             .execute(batch))
+            times.append((time.perf_counter() - began) * 1000)
+            shutil.rmtree(path)
+        return sorted(times)[len(times) // 2]
+
+    for _ in range(2):
+        print(f"{table}, {rows} rows from {new_ids} new ids: "
+              f"{median(False):.1f} ms random, {median(True):.1f} ms clustered")
+
+
+try:
+    running_lookup()
+    merges("memory_entities", ["memory_id", "entity_id"], "memory_id", 20, 20)
+    merges("links", ["source_id", "target_id", "link_type"], "source_id", 139, 9)
+finally:
+    shutil.rmtree(work, ignore_errors=True)
