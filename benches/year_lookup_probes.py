@@ -9,6 +9,11 @@ pylance==14.0.2`), each on copies, so the store is not changed (BENCHMARKS.md, s
    (new `memory_id`s, existing `entity_id`s) and 139 `links` rows from 9 new memories
    (existing targets), merged on the tables' keys with the new ids random (v4 uuids) or
    sharing a prefix, as ids with a time prefix would; the median of 7 merges each, twice.
+3. `link`'s look for the pairs judged before (session 52): by the pairs' older memories
+   (`target_id IN (..)`, its BTree index), as `link` asks, against by the night's new
+   memories (`array_has_any(source_ids, [..])`) without and with a label-list index on
+   `source_ids`: the 9 latest memories as the night's, 5 older live memories of each one's
+   user as its neighbours (seeded); medians of 15 reads of `source_ids`, each reopened.
 
 Usage: python3 benches/year_lookup_probes.py DB   (DB: a kept year's `db` folder)
 """
@@ -76,9 +81,46 @@ def merges(table, key, column, rows, new_ids):
               f"{median(False):.1f} ms random, {median(True):.1f} ms clustered")
 
 
+def judged_lookup():
+    import random
+    import statistics
+
+    path = copy("audit_log")
+    memories = lance.dataset(str(db / "memories.lance")).to_table(
+        columns=["id", "user_id", "created_at", "state"]).to_pylist()
+    memories.sort(key=lambda r: r["created_at"])
+    new = memories[-9:]
+    by_user = {}
+    for r in memories[:-9]:
+        if r["state"] != "archived":
+            by_user.setdefault(r["user_id"], []).append(r["id"])
+    random.seed(1)
+    targets = sorted({t for n in new for t in random.sample(by_user[n["user_id"]], 5)})
+    listed = lambda ids: ", ".join(f"'{i}'" for i in ids)
+    judged = "operation = 'LINK' AND classification != 'FAILED'"
+    by_target = f"target_id IN ({listed(targets)}) AND {judged}"
+    by_source = f"array_has_any(source_ids, [{listed(n['id'] for n in new)}]) AND {judged}"
+
+    def median(query):
+        times, rows = [], 0
+        for _ in range(15):
+            ds = lance.dataset(str(path))
+            began = time.perf_counter()
+            rows = ds.to_table(columns=["source_ids"], filter=query).num_rows
+            times.append((time.perf_counter() - began) * 1000)
+        return statistics.median(times), rows
+
+    print("audit_log, pairs judged before: by target_id %.2f ms (%d rows)" % median(by_target))
+    print("  by source_ids, no index %.2f ms (%d rows)" % median(by_source))
+    lance.dataset(str(path)).create_scalar_index("source_ids", "LABEL_LIST")
+    print("  by source_ids, label list %.2f ms (%d rows)" % median(by_source))
+    print("  by target_id again %.2f ms (%d rows)" % median(by_target))
+
+
 try:
     running_lookup()
     merges("memory_entities", ["memory_id", "entity_id"], "memory_id", 20, 20)
     merges("links", ["source_id", "target_id", "link_type"], "source_id", 139, 9)
+    judged_lookup()
 finally:
     shutil.rmtree(work, ignore_errors=True)
