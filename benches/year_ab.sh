@@ -7,11 +7,17 @@
 # be faster on every job, changed or not (code layout), and only what shows both ways round is
 # the change's.
 # Usage: bash benches/year_ab.sh BIN_A BIN_B STORE [ROUNDS]
+# Both builds are copied afresh first: a binary written minutes ago ran about a tenth faster
+# than the same bytes in an older file, in both orders (BENCHMARKS.md, session 52), so a new
+# build against an old one seemed faster on every job.
 set -euo pipefail
-A=$(realpath "$1"); B=$(realpath "$2"); S=$(realpath "$3"); ROUNDS=${4:-16}
+S=$(realpath "$3"); ROUNDS=${4:-16}
 COPY="$S.ab-copy"
 WRAP=$(mktemp "${TMPDIR:-/tmp}/memlife-ab.XXXX")
-trap 'rm -rf "$COPY" "$WRAP"' EXIT
+BINS=$(mktemp -d "${TMPDIR:-/tmp}/memlife-ab-bins.XXXX")
+trap 'rm -rf "$COPY" "$WRAP" "$BINS"' EXIT
+cp "$1" "$BINS/a"; cp "$2" "$BINS/b"
+A="$BINS/a"; B="$BINS/b"
 rm -rf "$COPY"
 cp -r "$S" "$COPY"
 cat > "$WRAP" <<EOF
