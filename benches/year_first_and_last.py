@@ -16,6 +16,7 @@ round's first, whose median and quartiles say how far a machine's mood moved the
 
 Usage: python3 benches/year_first_and_last.py BIN FIRST_DIR LAST_DIR [ROUNDS [SAMPLES.json]]
 """
+import atexit
 import datetime as dt
 import json
 import shutil
@@ -27,6 +28,12 @@ import time
 from pathlib import Path
 
 bin_, first, last = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+# Run a fresh copy of the binary: a 390 MB perf build written minutes ago ran about a tenth
+# faster than the same bytes in an older file (BENCHMARKS.md, session 52), time added to both
+# days alike, which shrinks the ratios as a loaded machine does.
+bin_dir = tempfile.mkdtemp(prefix="memlife-bin.")
+atexit.register(shutil.rmtree, bin_dir, True)
+bin_ = shutil.copy2(bin_, Path(bin_dir) / Path(bin_).name)
 rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
 samples_out = Path(sys.argv[5]) if len(sys.argv) > 5 else None
 start = dt.datetime(2026, 1, 1, 2, tzinfo=dt.timezone.utc)
