@@ -4,8 +4,7 @@
 # wrapper that runs BIN_A for the copies of STORE and BIN_B for those of the sibling, and runs
 # benches/year_first_and_last.py through it: "first" is BIN_A, "last" is BIN_B, so each job's
 # paired ratio is B's time over A's. Run it a second time with the builds swapped: a build can
-# be faster on every job, changed or not (code layout), and only what shows both ways round is
-# the change's.
+# be faster on every job, changed or not, and only what shows both ways round is the change's.
 # Usage: bash benches/year_ab.sh BIN_A BIN_B STORE [ROUNDS]
 # Both builds are copied afresh first: a binary written minutes ago ran about a tenth faster
 # than the same bytes in an older file, in both orders (BENCHMARKS.md, session 52), so a new

@@ -17,7 +17,9 @@ pylance==14.0.2`), each on copies, so the store is not changed (BENCHMARKS.md, s
 
 Usage: python3 benches/year_lookup_probes.py DB   (DB: a kept year's `db` folder)
 """
+import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -82,9 +84,6 @@ def merges(table, key, column, rows, new_ids):
 
 
 def judged_lookup():
-    import random
-    import statistics
-
     path = copy("audit_log")
     memories = lance.dataset(str(db / "memories.lance")).to_table(
         columns=["id", "user_id", "created_at", "state"]).to_pylist()
