@@ -709,27 +709,18 @@ async fn clean_notes(ctx: &JobCtx<'_>, now: i64) -> Result<(u64, u64)> {
 }
 
 /// Memories whose archival at clock `now` is already in the audit log: a run at the same clock
-/// that was killed between its audit append and its score update logged them.
+/// that was killed between its audit append and its score update logged them. Only an earlier
+/// run at this very clock can have logged them: `runs` (the `scores` runs started before
+/// this one) says whether there is one, and the audit log (which grows with every archival)
+/// is read only then. A run of the same scope holds its lock, so none starts in between.
 async fn archivals_logged_at(
     ctx: &JobCtx<'_>,
-    run_id: &str,
+    runs: &[ScoresRun],
     now: i64,
 ) -> Result<std::collections::HashSet<String>> {
     let mut logged = std::collections::HashSet::new();
-    // Only an earlier run at this very clock can have logged them: look in the small runs
-    // table first, and scan the audit log (which grows with every archival) only then.
-    let same_clock = format!(
-        "job = {} AND run_id != {} AND params LIKE {}",
-        crate::store::sql_string(JobName::Scores.as_str()),
-        crate::store::sql_string(run_id),
-        crate::store::sql_string(&format!("%\"now\":\"{}\"%", format_timestamp(now)))
-    );
-    if ctx
-        .store
-        .count_rows(crate::model::schema::RUNS.name, Some(&same_clock))
-        .await?
-        == 0
-    {
+    let clock = format!("\"now\":\"{}\"", format_timestamp(now));
+    if !runs.iter().any(|r| r.params.contains(&clock)) {
         return Ok(logged);
     }
     let filter = format!(
@@ -793,52 +784,70 @@ enum Pass {
 /// make a full pass. "Last" is the latest started: runs of one scope hold its lock, so they
 /// follow one another, and each left the memories as its clock and parameters made them (a
 /// run at a clock before its predecessor's passed over every memory).
-async fn choose_pass(ctx: &JobCtx<'_>, all: bool, params: &serde_json::Value) -> Result<Pass> {
+fn choose_pass(
+    ctx: &JobCtx<'_>,
+    all: bool,
+    params: &serde_json::Value,
+    runs: &[ScoresRun],
+) -> Pass {
     if all {
-        return Ok(Pass::Full("--all"));
+        return Pass::Full("--all");
     }
-    let last = last_run_params(ctx).await?.and_then(|p| {
+    let last = last_run_params(ctx, runs).and_then(|p| {
         let now = crate::model::encoding::parse_timestamp(p["now"].as_str()?)?;
         Some((now, p["params"] == params["params"]))
     });
-    Ok(match last {
+    match last {
         None => Pass::Full("no earlier run of this scope"),
         Some((_, false)) => Pass::Full("new [scores] parameters"),
         Some((then, true)) if then > ctx.now.timestamp_micros() => {
             Pass::Full("a clock before the last run's")
         }
         Some((then, true)) => Pass::Due { since: then },
-    })
+    }
 }
 
-/// The parameters of the latest started finished `scores` run of the context's scope.
-async fn last_run_params(ctx: &JobCtx<'_>) -> Result<Option<serde_json::Value>> {
-    let user = match &ctx.user {
-        Some(user) => format!("user_id = {}", sql_string(user)),
-        None => "user_id IS NULL".to_string(),
-    };
-    let filter =
-        format!("job = 'scores' AND status IN ('done', 'partial') AND dry_run = false AND {user}");
-    #[derive(serde::Deserialize)]
-    struct Run {
-        started_at: i64,
-        params: String,
-    }
-    let runs: Vec<Run> = ctx
+/// A `scores` run as the pass choice and the archival check read it.
+#[derive(serde::Deserialize)]
+struct ScoresRun {
+    started_at: i64,
+    status: String,
+    dry_run: Option<bool>,
+    user_id: Option<String>,
+    params: String,
+}
+
+/// Every `scores` run, latest started first, in one read of `runs` (by its `job` index):
+/// what both the pass choice and the archival check ask, so the runs of every night before
+/// are read once, not twice, and their options parsed only back to the last run of this
+/// scope.
+async fn scores_runs(ctx: &JobCtx<'_>) -> Result<Vec<ScoresRun>> {
+    let filter = format!(
+        "job = {}",
+        crate::store::sql_string(JobName::Scores.as_str())
+    );
+    let mut runs: Vec<ScoresRun> = ctx
         .store
         .scan_rows(crate::model::schema::RUNS.name, Some(&filter))
         .await?;
+    runs.sort_unstable_by_key(|r| std::cmp::Reverse(r.started_at));
+    Ok(runs)
+}
+
+/// The parameters of the latest started finished (`done`, `partial`), not dry, `scores` run
+/// of the context's scope; `runs` is latest first.
+fn last_run_params(ctx: &JobCtx<'_>, runs: &[ScoresRun]) -> Option<serde_json::Value> {
     let scope = ctx.lock_scope();
-    Ok(runs
-        .into_iter()
-        .filter_map(|r| {
+    runs.iter()
+        .filter(|r| matches!(r.status.as_str(), "done" | "partial"))
+        .filter(|r| r.dry_run == Some(false))
+        .filter(|r| r.user_id == ctx.user)
+        .find_map(|r| {
             let params = serde_json::from_str::<serde_json::Value>(&r.params).ok()?;
             let of_scope =
                 params.get("scope").is_some() && params["scope"].as_str() == scope.as_deref();
-            of_scope.then_some((r.started_at, params))
+            of_scope.then_some(params)
         })
-        .max_by_key(|(started, _)| *started)
-        .map(|(_, params)| params))
 }
 
 /// A due pass for links made to more memories than this reads every memory.
@@ -916,7 +925,8 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ScoresArgs) -> Result<JobReport> {
         "scope": ctx.lock_scope(),
     });
     let t = Instant::now();
-    let pass = choose_pass(ctx, args.all, &run_params).await?;
+    let runs = scores_runs(ctx).await?;
+    let pass = choose_pass(ctx, args.all, &run_params, &runs);
     let chosen_ms = t.elapsed().as_millis();
     let full = matches!(pass, Pass::Full(_));
     let log = RunLog::start(ctx, JobName::Scores.as_str(), &run_params).await?;
@@ -984,7 +994,11 @@ pub async fn run(ctx: &JobCtx<'_>, args: &ScoresArgs) -> Result<JobReport> {
     }
     if !ctx.dry_run {
         // Archivals are logged before they happen.
-        let logged = archivals_logged_at(ctx, log.run_id(), now).await?;
+        let logged = if archived.is_empty() {
+            Default::default()
+        } else {
+            archivals_logged_at(ctx, &runs, now).await?
+        };
         archived.retain(|(id, ..)| !logged.contains(id));
         let audit = archive_audit_rows(log.run_id(), now, &archived, params);
         ctx.store.append_audit(&audit).await?;

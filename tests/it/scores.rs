@@ -362,4 +362,10 @@ fn a_run_recomputes_only_memories_due_accessed_or_newly_linked() {
     let after_shards = run("2025-07-03T00:00:00Z", &[]);
     assert_eq!(pass(&after_shards).0, 0, "{after_shards}");
     assert_eq!(pass(&run("2025-07-06T00:00:00Z", &["--all"])).0, 1);
+    // Neither a dry run nor a run of one user at a later clock is the store scope's last
+    // run: the next run after them is still a due pass from the `--all` one's clock.
+    run("2025-07-20T00:00:00Z", &["--dry-run"]);
+    run("2025-07-21T00:00:00Z", &["--user", "u1"]);
+    let after_others = run("2025-07-07T00:00:00Z", &[]);
+    assert_eq!(pass(&after_others).0, 0, "{after_others}");
 }
