@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::app::App;
 use crate::exit::ExitStatus;
-use crate::logic::schedule::{Cadence, cron, is_due, parse_cadence};
+use crate::logic::schedule::{Cadence, cron, is_due, is_recorded, parse_cadence};
 use crate::model::clock::Clock;
 
 pub const DEFAULT_FILE: &str = "jobs/schedule.toml";
@@ -381,8 +381,14 @@ pub async fn run_due(app: &App, args: &RunDueArgs, out: &mut dyn Write) -> Resul
             }
         }
     };
-    if !args.dry_run {
-        // A run-due killed before it finished: no process holds the lock it held.
+    // A run-due killed before it finished: no process holds the lock it held. Asked of the
+    // `status` index first: an update that matches nothing still commits a version.
+    if !args.dry_run
+        && store
+            .count_rows(crate::model::schema::RUNS.name, Some("status = 'running'"))
+            .await?
+            > 0
+    {
         store
             .update_where(
                 "runs",
@@ -423,9 +429,14 @@ pub async fn run_due(app: &App, args: &RunDueArgs, out: &mut dyn Write) -> Resul
         )?;
         return Ok(ExitStatus::Success);
     }
-    // Recorded before they start: a run-due killed half-way does not start them twice.
+    // Recorded before they start: a run-due killed half-way does not start them twice. Not
+    // recorded when all are of a cadence of minutes (`is_recorded`): they are due by the
+    // clock alone.
     let ran: Vec<&str> = due.iter().map(|e| e.name.as_str()).collect();
-    let run_id = record(&store, now, &ran).await?;
+    let run_id = match due.iter().any(|e| is_recorded(&e.cadence)) {
+        true => Some(record(&store, now, &ran).await?),
+        false => None,
+    };
     let exe = std::env::current_exe().context("run-due: cannot find its own executable")?;
     let mut worst = ExitStatus::Success;
     let mut results = serde_json::Map::new();
@@ -457,7 +468,9 @@ pub async fn run_due(app: &App, args: &RunDueArgs, out: &mut dyn Write) -> Resul
             writeln!(out, "run-due: {} exited {code}", e.name)?;
         }
     }
-    finish(&store, &run_id, &results, worst).await?;
+    if let Some(run_id) = run_id {
+        finish(&store, &run_id, &results, worst).await?;
+    }
     Ok(worst)
 }
 
@@ -493,7 +506,8 @@ async fn record(store: &crate::store::Store, now: DateTime<Utc>, ran: &[&str]) -
             _ => Cell::Missing,
         })
         .map_err(|e| anyhow::anyhow!("run row: {e}"))?;
-    store.upsert_batch(&RUNS, builder.finish()?).await?;
+    // A new key: appended, not merged.
+    store.append_batch(&RUNS, builder.finish()?).await?;
     Ok(run_id)
 }
 

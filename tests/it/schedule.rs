@@ -76,6 +76,41 @@ fn run_due_runs_each_entry_once_per_slot_at_the_schedule_clock() {
 }
 
 #[test]
+fn run_due_starts_a_command_of_minutes_in_its_slot_minutes_and_records_no_row_for_it() {
+    let db = TestDb::new();
+    let file = db.path("schedule.toml");
+    let text = SCHEDULE.replace(
+        "cadence = \"weekly on sun at 06:00\"",
+        "cadence = \"every 15 minutes\"",
+    );
+    std::fs::write(&file, text).unwrap();
+    let run_due = |now: &str| {
+        let out = db.run(&["run-due", "--file", &file, "--now", now]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let rows = || db.scalar("SELECT COUNT(*) FROM runs WHERE job = 'run-due'");
+    // Scores never ran: it is recorded, and stats (its slot's first minute) with it.
+    let first = run_due("2026-03-04T10:00:20Z");
+    assert!(
+        first.contains("scores exited 0") && first.contains("stats exited 0"),
+        "{first}"
+    );
+    assert_eq!(rows(), "1");
+    // A minute later nothing is due, and nothing is written.
+    assert!(run_due("2026-03-04T10:01:00Z").contains("nothing is due"));
+    // The next slot's first minute starts stats alone, without a run-due row; later minutes
+    // of the slot do not.
+    let next = run_due("2026-03-04T10:15:30Z");
+    assert!(
+        next.contains("stats exited 0") && !next.contains("scores exited"),
+        "{next}"
+    );
+    assert_eq!(rows(), "1");
+    assert!(run_due("2026-03-04T10:16:00Z").contains("nothing is due"));
+}
+
+#[test]
 fn bad_schedules_are_named() {
     let db = TestDb::new();
     let file = db.path("schedule.toml");
