@@ -993,6 +993,10 @@ async fn activate(
     crate::crash::point("recall.after-audit");
     report.activated = defer(store, &rows, &changes, &id, now).await?;
     crate::crash::point("recall.after-activation");
+    // A recall a minute would otherwise leave a fragment a minute in each.
+    for table in ["audit_log", "activations"] {
+        store.merge_small_tail(table).await;
+    }
     Ok(())
 }
 

@@ -470,6 +470,9 @@ pub async fn run_due(app: &App, args: &RunDueArgs, out: &mut dyn Write) -> Resul
     }
     if let Some(run_id) = run_id {
         finish(&store, &run_id, &results, worst).await?;
+        store
+            .merge_small_tail(crate::model::schema::RUNS.name)
+            .await;
     }
     Ok(worst)
 }

@@ -717,6 +717,7 @@ impl RunLog {
             }
             report.run_id = Some(self.run_id.clone());
             self.write(ctx, Some((report, versions_after))).await?;
+            ctx.store.merge_small_tail(RUNS.name).await;
         }
         if let Some(lock) = self.lock {
             lock.release();

@@ -792,3 +792,47 @@ fn a_memory_told_in_the_best_ones_session_is_lifted_by_it() {
     );
     assert_ne!(off["memories"][1]["id"], "city", "{off}");
 }
+
+#[test]
+fn a_day_of_recalls_leaves_few_fragments_and_every_row() {
+    // Each recall commits a RECALL audit row and its pending activations; the recall that
+    // finds 32 small fragments in either table merges them (`Store::merge_small_tail`).
+    let db = loaded();
+    let mut activated = 0;
+    for minute in 0..40 {
+        let now = format!("2025-06-01T10:{minute:02}:00Z");
+        let args = [
+            "--json",
+            "recall",
+            "walks the dog",
+            "--user",
+            "u",
+            "--embedder",
+            "hash",
+            "--now",
+            &now,
+        ];
+        let out = db.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        activated += report["activated"].as_u64().unwrap();
+    }
+    assert!(activated >= 40, "{activated}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM audit_log WHERE operation = 'RECALL'"),
+        "40"
+    );
+    // One pending activation per memory, the latest recall's.
+    let pending = db.count("activations");
+    assert!(pending >= 1);
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM activations WHERE recalled_at = TIMESTAMP '2025-06-01T10:39:00'"
+        ),
+        pending.to_string()
+    );
+    for table in ["audit_log", "activations"] {
+        let fragments = db.storage(table)["fragments"].as_u64().unwrap();
+        assert!(fragments < 32, "{table}: {fragments} fragments");
+    }
+}

@@ -1,0 +1,73 @@
+#!/bin/bash
+# Issue 35: a day of an agent's recalls before a night's jobs. Each recall logs a RECALL row
+# in `audit_log` and writes its activations to `activations`, a Lance commit each. On a copy
+# of a `bench year --keep` folder (STORE), runs N recalls (each activating), spread over the
+# day after STORE's last, of texts of STORE's memories by their users (hash embedder), and
+# prints the mean time of each 10% of them; then times `integrate` (its 20 facts as
+# benches/year_day_logs.sh makes them), `scores` and `link` at the next night's clock on that
+# copy and on a fresh copy of STORE, three times each, and prints `audit_log`'s and
+# `activations`' fragments on both.
+# Usage: bash benches/recall_day.sh BIN STORE [N]
+set -euo pipefail
+BIN=$1; S=$(realpath "$2"); N=${3:-1000}
+W=$(mktemp -d "${TMPDIR:-/tmp}/memlife-recalls.XXXX"); trap 'rm -rf "$W"' EXIT
+cp "$BIN" "$W/memlife"; BIN="$W/memlife"   # a fresh copy (BENCHMARKS.md, session 52)
+D=$(python3 -c "import json;print(json.load(open('$S/year-state.json'))['day_done'])")
+NIGHT=$(python3 -c "import datetime as dt;print((dt.datetime(2026,1,1,2,tzinfo=dt.timezone.utc)+dt.timedelta(days=$D+1)).isoformat())")
+cp -r "$S/db" "$W/day"; cp "$S/memlife.toml" "$W/memlife.toml"
+python3 - "$S" "$D" "$N" "$NIGHT" "$W" <<'PY'
+import datetime as dt, json, random, sys
+S, d, n, night, W = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+base = [json.loads(l) for l in open(S + "/base.jsonl")]
+rng = random.Random(53)
+start = dt.datetime(2026, 1, 1, 3, tzinfo=dt.timezone.utc) + dt.timedelta(days=d)
+with open(W + "/recalls.tsv", "w") as out:
+    for i in range(n):
+        r = rng.choice(base)
+        words = r["text"].split()
+        q = " ".join(words[: max(3, len(words) // 2)])
+        at = start + dt.timedelta(seconds=i * 22 * 3600 // n)
+        out.write(f"{r['user_id']}\t{q}\t{at.strftime('%Y-%m-%dT%H:%M:%SZ')}\n")
+rows = [json.loads(l) for l in open(S + "/all.jsonl")]
+clock = dt.datetime.fromisoformat(night)
+with open(W + "/facts.jsonl", "w") as out:
+    for i, r in enumerate(rows[-20:]):
+        r = {k: v for k, v in r.items() if k not in ("id", "last_accessed_at", "access_count", "recall_frequency", "state")}
+        r["text"] = r["text"] + f" (again, {i})"
+        r["created_at"] = (clock - dt.timedelta(hours=1)).isoformat()
+        out.write(json.dumps(r) + "\n")
+PY
+C="--db $W/day --config $W/memlife.toml"
+step=$(( N / 10 > 0 ? N / 10 : 1 )); i=0; last=$(date +%s.%N)
+while IFS=$'\t' read -r u q at; do
+  "$BIN" $C recall "$q" --user "$u" --embedder hash --now "$at" > /dev/null
+  i=$((i+1))
+  if (( i % step == 0 )); then
+    now=$(date +%s.%N)
+    echo "recalls $((i-step+1))-$i: $(python3 -c "print(round(($now-$last)/$step, 3))") s each"
+    last=$now
+  fi
+done < "$W/recalls.tsv"
+tables() {
+  "$BIN" --db "$1" --config "$W/memlife.toml" --json stats | python3 -c "
+import json,sys
+for t in json.load(sys.stdin)['storage']:
+    if t['table'] in ('audit_log','activations'):
+        print(f\"  {t['table']}: {t['rows']} rows, {t['fragments']} fragments, {t['versions']} versions\")"
+}
+echo "after the day:"; tables "$W/day"
+for i in 1 2 3; do
+  rm -rf "$W/fresh"; cp -r "$S/db" "$W/fresh"
+  for store in fresh day; do
+    rm -rf "$W/run"; cp -r "$W/$store" "$W/run"
+    line="$store:"
+    for j in "integrate $W/facts.jsonl --embedder hash --llm offline" "scores" "link --llm offline"; do
+      a=$(date +%s.%N)
+      "$BIN" --db "$W/run" --config "$W/memlife.toml" $j --now "$NIGHT" > /dev/null
+      b=$(date +%s.%N)
+      line="$line ${j%% *} $(python3 -c "print(round($b-$a, 3))") s"
+    done
+    echo "$line"
+  done
+done
+echo "STORE:"; tables "$W/fresh"
