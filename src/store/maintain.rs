@@ -197,6 +197,17 @@ impl CompactionPolicy {
         min_rows: 64,
     };
 
+    /// The merge a log table's writer runs as small fragments gather
+    /// (`Store::merge_small_tail`): fragments under 512 rows merge into ones of up to 1,024,
+    /// and one more than half deleted is rewritten (`activations`' rows are replaced as
+    /// recalls repeat: with the light merge's 64 rows, a day of 1,000 recalls left 143
+    /// fragments of them).
+    pub const TAIL: CompactionPolicy = CompactionPolicy {
+        deleted_fraction: 0.5,
+        fragment_fraction: 0.0,
+        min_rows: 1024,
+    };
+
     /// A full run's floor: fragments under 256 rows always merge.
     pub const MIN_ROWS: usize = 256;
 
@@ -438,21 +449,7 @@ impl Store {
     ) -> Result<(usize, usize)> {
         let table = self.table(name).await?;
         let rows = table.count_rows(None).await?;
-        let fragments: Vec<FragmentRows> = fragments_of(&table)
-            .await?
-            .iter()
-            .map(|f| FragmentRows {
-                id: f.id,
-                in_base: base.contains(&f.id),
-                physical: f.physical_rows.unwrap_or(0),
-                // A deletion file that does not say how many rows it deletes: Lance reads
-                // it and decides.
-                deleted: f
-                    .deletion_file
-                    .as_ref()
-                    .map_or(0, |d| d.num_deleted_rows.unwrap_or(usize::MAX)),
-            })
-            .collect();
+        let fragments = fragment_rows(&fragments_of(&table).await?, base);
         let options = policy.options(rows, &fragments);
         tracing::debug!(
             table = name,
@@ -568,29 +565,29 @@ impl Store {
 }
 
 /// The current version's fragments (none for a table Lance does not open natively).
-/// Fragments under the light merge's size a log table may gather between `optimize` runs
-/// before the writer that adds one merges them (`Store::merge_small_tail`).
+/// Fragments the `TAIL` merge would take that a log table may gather between `optimize`
+/// runs before the writer that adds one merges them (`Store::merge_small_tail`).
 pub const SMALL_TAIL: usize = 32;
 
 impl Store {
     /// After a commit to a table written many times a day (`runs`, by every job and every
     /// run-due; `audit_log` and `activations`, by every recall): when the table holds
-    /// `SMALL_TAIL` fragments or more under the light merge's size, merges them as
-    /// `optimize --light` would, so that a day of small commits leaves tens of fragments,
-    /// not thousands. Every Lance commit adds a fragment until compaction merges it, and
+    /// `SMALL_TAIL` fragments or more that the `TAIL` merge would take (under 512 rows, or
+    /// more than half deleted), merges them, so that a day of small commits leaves tens of
+    /// fragments, not thousands. Every Lance commit adds a fragment until compaction merges it, and
     /// readers open every fragment: after 1,000 recalls in a day, each recall and each of the
     /// night's jobs took several times as long (BENCHMARKS.md, session 53). The merge
     /// changes no row. Returns whether it merged; a concurrent writer's commit preempting it,
     /// or any error, leaves the fragments for later (logged), since the write it follows has
     /// landed.
     pub async fn merge_small_tail(&self, name: &str) -> bool {
-        let policy = CompactionPolicy::LIGHT;
+        let policy = CompactionPolicy::TAIL;
         let small = match self.table(name).await {
             Ok(table) => match fragments_of(&table).await {
-                Ok(fragments) => fragments
-                    .iter()
-                    .filter(|f| f.physical_rows.unwrap_or(0) < policy.min_rows)
-                    .count(),
+                Ok(fragments) => {
+                    let fragments = fragment_rows(&fragments, &HashSet::new());
+                    fragments.len() - policy.left_alone(0, &fragments).len()
+                }
                 Err(e) => {
                     tracing::warn!(table = name, "small fragments not counted: {e}");
                     return false;
@@ -612,6 +609,27 @@ impl Store {
             }
         }
     }
+}
+
+/// What compaction decides on, of each fragment; those in `base` are `in_base`.
+fn fragment_rows(
+    fragments: &[lance::table::format::Fragment],
+    base: &HashSet<u64>,
+) -> Vec<FragmentRows> {
+    fragments
+        .iter()
+        .map(|f| FragmentRows {
+            id: f.id,
+            in_base: base.contains(&f.id),
+            physical: f.physical_rows.unwrap_or(0),
+            // A deletion file that does not say how many rows it deletes: Lance reads it
+            // and decides.
+            deleted: f
+                .deletion_file
+                .as_ref()
+                .map_or(0, |d| d.num_deleted_rows.unwrap_or(usize::MAX)),
+        })
+        .collect()
 }
 
 async fn fragments_of(table: &lancedb::Table) -> Result<Vec<lance::table::format::Fragment>> {
@@ -747,6 +765,20 @@ mod tests {
                 ]
             ),
             vec![1, 2]
+        );
+        // A log table's writer merges what is under 512 rows or more than half deleted.
+        let tail = CompactionPolicy::TAIL;
+        assert_eq!(
+            tail.left_alone(
+                0,
+                &[
+                    fragment(0, 1_024, 500),
+                    fragment(1, 1_024, 513),
+                    fragment(2, 511, 0),
+                    fragment(3, 512, 0),
+                ]
+            ),
+            vec![0, 3]
         );
     }
 
