@@ -3,8 +3,8 @@
 # in `audit_log` and writes its activations to `activations`, a Lance commit each. On a copy
 # of a `bench year --keep` folder (STORE), runs N recalls (each activating), spread over the
 # day after STORE's last, of texts of STORE's memories by their users (hash embedder), and
-# prints the mean time of each 10% of them; then times `integrate` (its 20 facts as
-# benches/year_day_logs.sh makes them), `scores` and `link` at the next night's clock on that
+# prints the mean time of each 10% of them; then times `integrate` (the 20 facts of
+# benches/year_next_facts.py), `scores` and `link` at the next night's clock on that
 # copy and on a fresh copy of STORE, three times each, and prints `audit_log`'s and
 # `activations`' fragments on both.
 # Usage: bash benches/recall_day.sh BIN STORE [N]
@@ -28,15 +28,8 @@ with open(W + "/recalls.tsv", "w") as out:
         q = " ".join(words[: max(3, len(words) // 2)])
         at = start + dt.timedelta(seconds=i * 22 * 3600 // n)
         out.write(f"{r['user_id']}\t{q}\t{at.strftime('%Y-%m-%dT%H:%M:%SZ')}\n")
-rows = [json.loads(l) for l in open(S + "/all.jsonl")]
-clock = dt.datetime.fromisoformat(night)
-with open(W + "/facts.jsonl", "w") as out:
-    for i, r in enumerate(rows[-20:]):
-        r = {k: v for k, v in r.items() if k not in ("id", "last_accessed_at", "access_count", "recall_frequency", "state")}
-        r["text"] = r["text"] + f" (again, {i})"
-        r["created_at"] = (clock - dt.timedelta(hours=1)).isoformat()
-        out.write(json.dumps(r) + "\n")
 PY
+python3 "$(dirname "$0")/year_next_facts.py" "$S" "$NIGHT" "$W/facts.jsonl"
 C="--db $W/day --config $W/memlife.toml"
 step=$(( N / 10 > 0 ? N / 10 : 1 )); i=0; last=$(date +%s.%N)
 while IFS=$'\t' read -r u q at; do
@@ -56,18 +49,8 @@ for t in json.load(sys.stdin)['storage']:
         print(f\"  {t['table']}: {t['rows']} rows, {t['fragments']} fragments, {t['versions']} versions\")"
 }
 echo "after the day:"; tables "$W/day"
-for i in 1 2 3; do
-  rm -rf "$W/fresh"; cp -r "$S/db" "$W/fresh"
-  for store in fresh day; do
-    rm -rf "$W/run"; cp -r "$W/$store" "$W/run"
-    line="$store:"
-    for j in "integrate $W/facts.jsonl --embedder hash --llm offline" "scores" "link --llm offline"; do
-      a=$(date +%s.%N)
-      "$BIN" --db "$W/run" --config "$W/memlife.toml" $j --now "$NIGHT" > /dev/null
-      b=$(date +%s.%N)
-      line="$line ${j%% *} $(python3 -c "print(round($b-$a, 3))") s"
-    done
-    echo "$line"
-  done
-done
+# shellcheck source=benches/night_against_fresh.sh
+source "$(dirname "$0")/night_against_fresh.sh"
+night_against_fresh "$BIN" "$S" "$W" "$NIGHT" \
+  "integrate $W/facts.jsonl --embedder hash --llm offline" "scores" "link --llm offline"
 echo "STORE:"; tables "$W/fresh"

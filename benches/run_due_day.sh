@@ -59,18 +59,7 @@ t=[t for t in json.load(sys.stdin)['storage'] if t['table']=='runs'][0]
 print(f\"runs: {t['rows']} rows, {t['fragments']} fragments, {t['versions']} versions\")"
 }
 echo "after the day: $(runs "$W/day")"
-for i in 1 2 3; do
-  rm -rf "$W/fresh"; cp -r "$S/db" "$W/fresh"
-  for store in fresh day; do
-    rm -rf "$W/run"; cp -r "$W/$store" "$W/run"
-    line="$store:"
-    for j in "scores" "embed --embedder hash" "entities --embedder hash"; do
-      a=$(date +%s.%N)
-      "$BIN" --db "$W/run" --config "$W/memlife.toml" $j --now "$NIGHT" > /dev/null
-      b=$(date +%s.%N)
-      line="$line ${j%% *} $(python3 -c "print(round($b-$a, 3))") s"
-    done
-    echo "$line"
-  done
-done
+# shellcheck source=benches/night_against_fresh.sh
+source "$(dirname "$0")/night_against_fresh.sh"
+night_against_fresh "$BIN" "$S" "$W" "$NIGHT" "scores" "embed --embedder hash" "entities --embedder hash"
 echo "STORE: $(runs "$W/fresh")"

@@ -8,17 +8,10 @@ BIN=$1; S=$2; O=$3; mkdir -p $O
 D=$(python3 -c "import json;print(json.load(open('$S/year-state.json'))['day_done'])")
 NOW=$(python3 -c "import datetime as dt;print((dt.datetime(2026,1,1,2,tzinfo=dt.timezone.utc)+dt.timedelta(days=$D+1)).isoformat())")
 W=$(mktemp -d ${TMPDIR:-/tmp}/memlife-day.XXXX); cp -r $S/db $W/db
-python3 - $S $NOW $W <<'PY'
-import json,sys,datetime as dt
-S,now,W=sys.argv[1:4]
-clock=dt.datetime.fromisoformat(now)
-rows=[json.loads(l) for l in open(S+"/all.jsonl")]
-with open(W+"/facts.jsonl","w") as out:
-    for i,r in enumerate(rows[-20:]):
-        r={k:v for k,v in r.items() if k not in ("id","last_accessed_at","access_count","recall_frequency","state")}
-        r["text"]=r["text"]+f" (again, {i})"
-        r["created_at"]=(clock-dt.timedelta(hours=1)).isoformat()
-        out.write(json.dumps(r)+"\n")
+python3 "$(dirname "$0")/year_next_facts.py" $S $NOW $W/facts.jsonl
+python3 - $S $W <<'PY'
+import json,sys
+S,W=sys.argv[1:3]
 base=[json.loads(l) for l in open(S+"/base.jsonl")]
 q=[(r["user_id"], r["text"]) for r in base[:: max(1, len(base) // 5)][:5]]
 json.dump(q, open(W+"/q.json","w"))
