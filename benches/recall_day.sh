@@ -9,12 +9,10 @@
 # `activations`' fragments on both.
 # Usage: bash benches/recall_day.sh BIN STORE [N]
 set -euo pipefail
-BIN=$1; S=$(realpath "$2"); N=${3:-1000}
-W=$(mktemp -d "${TMPDIR:-/tmp}/memlife-recalls.XXXX"); trap 'rm -rf "$W"' EXIT
-cp "$BIN" "$W/memlife"; BIN="$W/memlife"   # a fresh copy (BENCHMARKS.md, session 52)
-D=$(python3 -c "import json;print(json.load(open('$S/year-state.json'))['day_done'])")
-NIGHT=$(python3 -c "import datetime as dt;print((dt.datetime(2026,1,1,2,tzinfo=dt.timezone.utc)+dt.timedelta(days=$D+1)).isoformat())")
-cp -r "$S/db" "$W/day"; cp "$S/memlife.toml" "$W/memlife.toml"
+S=$(realpath "$2"); N=${3:-1000}
+# shellcheck source=benches/night_against_fresh.sh
+source "$(dirname "$0")/night_against_fresh.sh"
+day_of_year "$1" "$S" memlife-recalls; trap 'rm -rf "$W"' EXIT
 python3 - "$S" "$D" "$N" "$NIGHT" "$W" <<'PY'
 import datetime as dt, json, random, sys
 S, d, n, night, W = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
@@ -49,8 +47,6 @@ for t in json.load(sys.stdin)['storage']:
         print(f\"  {t['table']}: {t['rows']} rows, {t['fragments']} fragments, {t['versions']} versions\")"
 }
 echo "after the day:"; tables "$W/day"
-# shellcheck source=benches/night_against_fresh.sh
-source "$(dirname "$0")/night_against_fresh.sh"
 night_against_fresh "$BIN" "$S" "$W" "$NIGHT" \
   "integrate $W/facts.jsonl --embedder hash --llm offline" "scores" "link --llm offline"
 echo "STORE:"; tables "$W/fresh"

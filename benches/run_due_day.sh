@@ -8,13 +8,12 @@
 # prints `runs`' rows, fragments and versions on both.
 # Usage: bash benches/run_due_day.sh BIN STORE [MINUTES]
 set -euo pipefail
-BIN=$1; S=$(realpath "$2"); N=${3:-1440}
-W=$(mktemp -d "${TMPDIR:-/tmp}/memlife-rundue.XXXX"); trap 'rm -rf "$W"' EXIT
-cp "$BIN" "$W/memlife"; BIN="$W/memlife"   # a fresh copy (BENCHMARKS.md, session 52)
-D=$(python3 -c "import json;print(json.load(open('$S/year-state.json'))['day_done'])")
+S=$(realpath "$2"); N=${3:-1440}
+# shellcheck source=benches/night_against_fresh.sh
+source "$(dirname "$0")/night_against_fresh.sh"
+day_of_year "$1" "$S" memlife-rundue; trap 'rm -rf "$W"' EXIT
 START=$(python3 -c "import datetime as dt;print((dt.datetime(2026,1,1,2,1,tzinfo=dt.timezone.utc)+dt.timedelta(days=$D)).isoformat())")
-NIGHT=$(python3 -c "import datetime as dt;print((dt.datetime(2026,1,1,2,tzinfo=dt.timezone.utc)+dt.timedelta(days=$D+1)).isoformat())")
-cp -r "$S/db" "$W/day"; cp "$S/memlife.toml" "$W/memlife.toml"; : > "$W/inbox.jsonl"
+: > "$W/inbox.jsonl"
 cat > "$W/schedule.toml" <<EOF
 [settings]
 db = "$W/day"
@@ -59,7 +58,5 @@ t=[t for t in json.load(sys.stdin)['storage'] if t['table']=='runs'][0]
 print(f\"runs: {t['rows']} rows, {t['fragments']} fragments, {t['versions']} versions\")"
 }
 echo "after the day: $(runs "$W/day")"
-# shellcheck source=benches/night_against_fresh.sh
-source "$(dirname "$0")/night_against_fresh.sh"
 night_against_fresh "$BIN" "$S" "$W" "$NIGHT" "scores" "embed --embedder hash" "entities --embedder hash"
 echo "STORE: $(runs "$W/fresh")"
