@@ -564,50 +564,39 @@ impl Store {
     }
 }
 
-/// The current version's fragments (none for a table Lance does not open natively).
 /// Fragments the `TAIL` merge would take that a log table may gather between `optimize`
 /// runs before the writer that adds one merges them (`Store::merge_small_tail`).
-pub const SMALL_TAIL: usize = 32;
+const SMALL_TAIL: usize = 32;
 
 impl Store {
     /// After a commit to a table written many times a day (`runs`, by every job and every
     /// run-due; `audit_log` and `activations`, by every recall): when the table holds
     /// `SMALL_TAIL` fragments or more that the `TAIL` merge would take (under 512 rows, or
     /// more than half deleted), merges them, so that a day of small commits leaves tens of
-    /// fragments, not thousands. Every Lance commit adds a fragment until compaction merges it, and
-    /// readers open every fragment: after 1,000 recalls in a day, each recall and each of the
-    /// night's jobs took several times as long (BENCHMARKS.md, session 53). The merge
-    /// changes no row. Returns whether it merged; a concurrent writer's commit preempting it,
-    /// or any error, leaves the fragments for later (logged), since the write it follows has
-    /// landed.
+    /// fragments, not thousands. Every Lance commit adds a fragment until compaction merges
+    /// it, and readers open every fragment: after 1,000 recalls in a day, each recall and
+    /// each of the night's jobs took several times as long (BENCHMARKS.md, session 53). The
+    /// merge changes no row. Returns whether it merged; a concurrent writer's commit
+    /// preempting it, or any error, leaves the fragments for later (logged), since the write
+    /// it follows has landed.
     pub async fn merge_small_tail(&self, name: &str) -> bool {
-        let policy = CompactionPolicy::TAIL;
-        let small = match self.table(name).await {
-            Ok(table) => match fragments_of(&table).await {
-                Ok(fragments) => {
-                    let fragments = fragment_rows(&fragments, &HashSet::new());
-                    fragments.len() - policy.left_alone(0, &fragments).len()
-                }
-                Err(e) => {
-                    tracing::warn!(table = name, "small fragments not counted: {e}");
-                    return false;
-                }
-            },
-            Err(e) => {
-                tracing::warn!(table = name, "small fragments not counted: {e}");
-                return false;
-            }
-        };
-        if small < SMALL_TAIL {
-            return false;
-        }
-        match self.compact(name, &policy).await {
+        match self.merge_tail_if_long(name).await {
             Ok(merged) => merged,
             Err(e) => {
                 tracing::warn!(table = name, "small fragments left for optimize: {e}");
                 false
             }
         }
+    }
+
+    async fn merge_tail_if_long(&self, name: &str) -> Result<bool> {
+        let policy = CompactionPolicy::TAIL;
+        let table = self.table(name).await?;
+        let fragments = fragment_rows(&fragments_of(&table).await?, &HashSet::new());
+        if fragments.len() - policy.left_alone(0, &fragments).len() < SMALL_TAIL {
+            return Ok(false);
+        }
+        self.compact(name, &policy).await
     }
 }
 
@@ -632,6 +621,7 @@ fn fragment_rows(
         .collect()
 }
 
+/// The current version's fragments (none for a table Lance does not open natively).
 async fn fragments_of(table: &lancedb::Table) -> Result<Vec<lance::table::format::Fragment>> {
     Ok(match table.dataset() {
         Some(dataset) => dataset

@@ -203,9 +203,9 @@ pub fn is_due(c: &Cadence, last: Option<DateTime<Utc>>, now: DateTime<Utc>) -> b
 
 /// Whether run-due records a start of a command of this cadence in `runs`, the state its
 /// next runs read: not for a cadence of minutes, whose starts would add a row, and two Lance
-/// commits, every minute (`batches poll`): after a day of them each job's look at `runs`
-/// opened 1,400 fragments, and `scores` took 0.77 s instead of 0.17 (BENCHMARKS.md, session
-/// 53). A run-due that starts one of these besides records it with them.
+/// commits, every minute (`batches poll`): after 1,050 minutes of them `runs` held 1,008
+/// fragments, each job's look at it opened them all, and `scores` took 0.77 s instead of
+/// 0.17 (BENCHMARKS.md, session 53). A run-due that starts one of these besides records it with them.
 pub fn is_recorded(c: &Cadence) -> bool {
     !matches!(c, Cadence::EveryMinutes(_))
 }
