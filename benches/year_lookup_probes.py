@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 35: two probes of a kept year's tables with pylance 14.0.2 (`pip install
+"""Issue 35: probes of a kept year's tables with pylance 14.0.2 (`pip install
 pylance==14.0.2`), each on copies, so the store is not changed (BENCHMARKS.md, session 51).
 
 1. Every job's look for its runs still running (`job = 'link' AND status = 'running'`),
@@ -14,6 +14,13 @@ pylance==14.0.2`), each on copies, so the store is not changed (BENCHMARKS.md, s
    memories (`array_has_any(source_ids, [..])`) without and with a label-list index on
    `source_ids`: the 9 latest memories as the night's, 5 older live memories of each one's
    user as its neighbours (seeded); medians of 15 reads of `source_ids`, each reopened.
+4. `scores`' read of its earlier runs for its pass choice (session 54): every `scores` run
+   (`job = 'scores'`, the columns it reads) on `runs` as it is and after compacting it, and,
+   as a stand-in for a lookup of the latest runs by an index, the 1 and 30 latest by
+   `run_id` (its BTree index); medians of 15, each reopened.
+5. `link`'s read of every user's live vectors (session 54: `user_id IN (every user) AND
+   state != 'archived'`) with Lance's scalar indexes and without them (`use_scalar_index`);
+   medians of 7, twice.
 
 Usage: python3 benches/year_lookup_probes.py DB   (DB: a kept year's `db` folder)
 """
@@ -101,13 +108,7 @@ def judged_lookup():
     by_source = f"array_has_any(source_ids, [{listed(n['id'] for n in new)}]) AND {judged}"
 
     def median(query):
-        times, rows = [], 0
-        for _ in range(15):
-            ds = lance.dataset(str(path))
-            began = time.perf_counter()
-            rows = ds.to_table(columns=["source_ids"], filter=query).num_rows
-            times.append((time.perf_counter() - began) * 1000)
-        return statistics.median(times), rows
+        return median_read(path, ["source_ids"], query)
 
     print("audit_log, pairs judged before: by target_id %.2f ms (%d rows)" % median(by_target))
     print("  by source_ids, no index %.2f ms (%d rows)" % median(by_source))
@@ -116,10 +117,55 @@ def judged_lookup():
     print("  by target_id again %.2f ms (%d rows)" % median(by_target))
 
 
+def median_read(path, columns, query, rounds=15, **options):
+    times, rows = [], 0
+    for _ in range(rounds):
+        ds = lance.dataset(str(path))
+        began = time.perf_counter()
+        rows = ds.to_table(columns=columns, filter=query, **options).num_rows
+        times.append((time.perf_counter() - began) * 1000)
+    return statistics.median(times), rows
+
+
+def scores_runs_read():
+    path = copy("runs")
+    columns = ["started_at", "status", "dry_run", "user_id", "params"]
+    runs = lance.dataset(str(path)).to_table(
+        columns=["run_id", "started_at"], filter="job = 'scores'").to_pylist()
+    runs.sort(key=lambda r: r["started_at"])
+    listed = lambda rs: ", ".join(f"'{r['run_id']}'" for r in rs)
+    fragments = len(lance.dataset(str(path)).get_fragments())
+    print("runs, every scores run: %.2f ms (%d rows)" % median_read(path, columns, "job = 'scores'")
+          + f", {fragments} fragments")
+    for n in (1, 30):
+        print(f"  the {n} latest by run_id: %.2f ms (%d rows)"
+              % median_read(path, columns, f"run_id IN ({listed(runs[-n:])})"))
+    lance.dataset(str(path)).optimize.compact_files(target_rows_per_fragment=1024 * 1024)
+    fragments = len(lance.dataset(str(path)).get_fragments())
+    print("  every scores run, compacted: %.2f ms (%d rows)"
+          % median_read(path, columns, "job = 'scores'") + f", {fragments} fragments")
+
+
+def link_vectors_read():
+    path = db / "memories.lance"  # read only
+    users = sorted(set(lance.dataset(str(path)).to_table(columns=["user_id"])
+                       .column("user_id").to_pylist()))
+    query = (f"user_id IN ({', '.join(repr(u) for u in users)}) AND state != 'archived' "
+             "AND embedding IS NOT NULL")
+    columns = ["id", "user_id", "created_at", "embedding_model", "link_mark", "embedding"]
+    for _ in range(2):
+        for indexed in (True, False):
+            print(f"memories, link's read of {len(users)} users, scalar indexes "
+                  f"{'used' if indexed else 'not used'}: %.2f ms (%d rows)"
+                  % median_read(path, columns, query, 7, use_scalar_index=indexed))
+
+
 try:
     running_lookup()
     merges("memory_entities", ["memory_id", "entity_id"], "memory_id", 20, 20)
     merges("links", ["source_id", "target_id", "link_type"], "source_id", 139, 9)
     judged_lookup()
+    scores_runs_read()
+    link_vectors_read()
 finally:
     shutil.rmtree(work, ignore_errors=True)
