@@ -3,14 +3,16 @@
 from the store's `runs` table: the nightly load of the due cadence, day by day.
 
 Prints the first 10 days, the days of the largest loads, and the mean over stretches of the
-year, with each day's live memories taken from the run's own counts (the tiers it saw).
+year, with each day's live memories taken from the run's own counts (the tiers it saw); then
+the live memories by tier and state with how many of them the next day's run will find due
+(`scores_due_at` at or before that day's clock, 02:00), and their mean salience.
 
 Usage: python3 benches/year_scores_load.py BIN DIR   (DIR: the year's --keep folder)
 """
 import json
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 
 
 def main():
@@ -42,6 +44,18 @@ def main():
         got = [days[d][0] for d in days if lo <= d <= hi]
         if got:
             print(f"days {lo}-{hi}: mean {sum(got) / len(got):.0f} processed a day")
+    state = json.load(open(f"{work}/year-state.json"))
+    clock = (start + timedelta(days=state["day_done"] + 1, hours=2)).strftime("%Y-%m-%d %H:%M:%S")
+    print(f"day {state['day_done'] + 1} ({clock}): live memories, and those due")
+    sql = ("SELECT tier, state, COUNT(*) AS live, SUM(CASE WHEN scores_due_at IS NULL OR "
+           f"scores_due_at <= TIMESTAMP '{clock}' THEN 1 ELSE 0 END) AS due, "
+           "ROUND(AVG(salience), 3) AS salience FROM memories WHERE state <> 'archived' "
+           "GROUP BY tier, state ORDER BY tier, state")
+    out = subprocess.run([binary, "--db", f"{work}/db", "sql", sql], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        sys.exit(f"{binary} sql on {work}/db failed: {out.stderr.strip()}")
+    print(out.stdout, end="")
 
 
 if __name__ == "__main__":

@@ -473,13 +473,23 @@ fn a_week_of_bench_year_with_and_without_optimize() {
         serde_json::from_str(&text[text.find("{\n").expect("a JSON report")..]).unwrap()
     };
     let with_dir = dir.path().join("with");
-    std::fs::create_dir_all(&with_dir).unwrap();
+    let day_done = || -> Value {
+        let state: Value =
+            serde_json::from_slice(&std::fs::read(with_dir.join("year-state.json")).unwrap())
+                .unwrap();
+        state["day_done"].clone()
+    };
+    // `--until-day 0` keeps the store in service before day 1 (day 0's night lived).
+    assert_eq!(
+        year(&["--until-day", "0"]),
+        Value::Null,
+        "paused after day 0"
+    );
+    assert_eq!(day_done(), 0);
     std::fs::write(with_dir.join("stop"), "").unwrap();
-    assert_eq!(year(&[]), Value::Null, "paused after day 1");
+    assert_eq!(year(&["--resume"]), Value::Null, "paused after day 1");
     assert!(!with_dir.join("stop").exists(), "the stop file is taken");
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(with_dir.join("year-state.json")).unwrap()).unwrap();
-    assert_eq!(state["day_done"], 1, "{state}");
+    assert_eq!(day_done(), 1);
     // Other options than the year began with are refused, naming the one that differs.
     let keep = with_dir.to_string_lossy().into_owned();
     let out = crate::common::memlife(&[
@@ -495,9 +505,7 @@ fn a_week_of_bench_year_with_and_without_optimize() {
     assert!(stderr(&out).contains("memories = 40"), "{}", stderr(&out));
     // `--until-day` pauses after the day named.
     assert_eq!(year(&["--resume", "--until-day", "3"]), Value::Null);
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(with_dir.join("year-state.json")).unwrap()).unwrap();
-    assert_eq!(state["day_done"], 3, "{state}");
+    assert_eq!(day_done(), 3);
     let with = year(&["--resume"]);
     let without = year(&["--no-optimize", "--repeats", "1"]);
     assert!(
