@@ -6,8 +6,10 @@ its parts loaded, a file written); per job, the medians over runs of each kind's
 count on store A and on store B, largest growth first, then each job's median duration
 (its report's `duration_ms`) and their ratio.
 
-Usage: python3 benches/year_day_attr.py A_PREFIX B_PREFIX [LINES]
+Usage: python3 benches/year_day_attr.py A_PREFIX B_PREFIX [LINES] [--tables]
   A_PREFIX, B_PREFIX: the OUTDIRs of year_day_logs.sh are A_PREFIX-1, A_PREFIX-2, ...
+  --tables: name the table of each scalar index opened (from the OUTDIR's indexes.txt,
+  which year_day_logs.sh writes), so that opens are told apart table by table.
 """
 import collections
 import datetime as dt
@@ -31,7 +33,7 @@ def events(path):
     return out
 
 
-def kind(msg):
+def kind(msg, owners=None):
     field = lambda name: (re.search(name + r'="?([\w.]+)', msg) or [None, ""])[1]
     table = (re.search(r'uri="[^"]*/db/([^"/]+)\.lance', msg) or [None, ""])[1]
     if "plan_run" in msg:
@@ -41,7 +43,11 @@ def kind(msg):
     if '"loading"' in msg:
         return f"load {table}"
     if "io_events" in msg:
-        return f"index {field('type')} {field('index_type').lower()}"
+        named = f"index {field('type')} {field('index_type').lower()}"
+        uuid = re.search(r"index_uuid=([\w-]+)", msg)
+        if owners is not None and uuid:
+            named += " " + owners.get(uuid[1], "?")
+        return named
     if "Compaction task" in msg:
         return "compaction task"
     if "file_audit" in msg:
@@ -55,6 +61,10 @@ def collect(prefix):
     """job -> kind -> [ms per run], with '#kind' the counts and 'duration' the report's."""
     per = collections.defaultdict(lambda: collections.defaultdict(list))
     for folder in sorted(glob.glob(prefix + "-*")):
+        owners = None
+        if by_table:
+            with open(folder + "/indexes.txt") as f:
+                owners = dict(line.split() for line in f if line.strip())
         for log in glob.glob(folder + "/*.log"):
             job = os.path.basename(log)[:-4]
             ev = events(log)
@@ -63,8 +73,8 @@ def collect(prefix):
             ms, count = collections.Counter(), collections.Counter()
             last = ev[0][0]
             for t, msg in ev:
-                ms[kind(msg)] += (t - last).total_seconds() * 1000
-                count[kind(msg)] += 1
+                ms[kind(msg, owners)] += (t - last).total_seconds() * 1000
+                count[kind(msg, owners)] += 1
                 last = t
             for k in ms:
                 per[job][k].append(ms[k])
@@ -75,8 +85,10 @@ def collect(prefix):
     return per
 
 
-a, b = collect(sys.argv[1]), collect(sys.argv[2])
-lines = int(sys.argv[3]) if len(sys.argv) > 3 else 8
+by_table = "--tables" in sys.argv
+args = [x for x in sys.argv[1:] if x != "--tables"]
+a, b = collect(args[0]), collect(args[1])
+lines = int(args[2]) if len(args) > 2 else 8
 med = lambda d, k: statistics.median(d.get(k, [0]))
 for job in sorted(a):
     if a[job].get("duration") and b[job].get("duration"):

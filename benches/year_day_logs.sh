@@ -2,7 +2,8 @@
 # Issue 35: lives the next day of a `bench year --keep` folder once, on a copy, as
 # benches/year_first_and_last.py does (the same 20 facts, one of its recalls, embed, entities,
 # scores, link, optimize --light), each job with Lance's and memlife's logs kept in OUTDIR
-# (JOB.json: the report; JOB.log: the log), for benches/year_day_attr.py.
+# (JOB.json: the report; JOB.log: the log; indexes.txt: each index's table), for
+# benches/year_day_attr.py.
 # Usage: bash benches/year_day_logs.sh BIN STORE OUTDIR
 BIN=$1; S=$2; O=$3; mkdir -p $O
 D=$(python3 -c "import json;print(json.load(open('$S/year-state.json'))['day_done'])")
@@ -26,4 +27,6 @@ for j in embed entities scores link; do
   $BIN $C $j $X --now $NOW > $O/$j.json 2> $O/$j.log
 done
 $BIN $C optimize --light --now $NOW > $O/optimize.json 2> $O/optimize.log
+# Each index's folder name and its table, for year_day_attr.py --tables.
+(cd $W/db && for d in *.lance/_indices/*; do echo "${d##*/} ${d%%.lance/*}"; done) > $O/indexes.txt
 rm -rf $W

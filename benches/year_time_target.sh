@@ -20,11 +20,11 @@ set -euo pipefail
 BIN=$1; WORK=$2; ROUNDS=${3:-12}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK"
-year=(bench year --memories 10000 --days 365 --keep "$WORK/year" --json)
+opts=(bench year --memories 10000 --days 365 --json)
+year=("${opts[@]}" --keep "$WORK/year")
 done_day() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['day_done'])" "$1/year-state.json" 2>/dev/null || echo 0; }
 # Day 0's night alone, then the year, copied as it stood after days 1 and 30.
-[ -d "$WORK/day0" ] || "$BIN" bench year --memories 10000 --days 365 --keep "$WORK/day0" \
-  --until-day 0 --json > /dev/null
+[ -d "$WORK/day0" ] || "$BIN" "${opts[@]}" --keep "$WORK/day0" --until-day 0 > /dev/null
 for day in 1 30; do
   if [ ! -d "$WORK/day$day" ]; then
     if [ "$(done_day "$WORK/year")" = 0 ]; then "$BIN" "${year[@]}" --until-day "$day" > /dev/null

@@ -590,12 +590,7 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
         // The store in service before day 1, kept so that day 1 itself can be lived on
         // copies (`benches/year_time_target.sh`), not only the days after a kept day.
         save_state(&work.path, &state)?;
-        writeln!(
-            out,
-            "paused after day 0 of {}; go on with the same options and --resume",
-            bench.days
-        )?;
-        return Ok(());
+        return paused(out, 0, bench.days);
     }
     let all = work.path.join("all.jsonl").to_string_lossy().into_owned();
     let (rows, facts) = split_rows(&all, bench.memories)?;
@@ -680,18 +675,22 @@ pub fn run(bench: &YearBench, retention: &RetentionSection, out: &mut dyn Write)
                     std::fs::remove_file(&stop)?;
                 }
                 bar.finish_and_clear();
-                writeln!(
-                    out,
-                    "paused after day {day} of {}; go on with the same options and --resume",
-                    bench.days
-                )?;
-                return Ok(());
+                return paused(out, day, bench.days);
             }
         }
     }
     bar.finish_and_clear();
     let wall = elapsed();
     finish(bench, &work.path, &retention, &state.records, wall, out)
+}
+
+/// What a kept year says when it stops after `day` (its state saved) to go on later.
+fn paused(out: &mut dyn Write, day: usize, days: usize) -> Result<()> {
+    writeln!(
+        out,
+        "paused after day {day} of {days}; go on with the same options and --resume"
+    )?;
+    Ok(())
 }
 
 /// The closing report: the records, the store against a freshly written copy of its rows, and
